@@ -1,0 +1,55 @@
+// Errors and check macros shared by every binary.
+// Exit codes (DESIGN.md): 0 ok, 1 a check failed, 2 bad usage, 3 runtime fault.
+// UsageError is thrown for anything the user can fix (exit 2); RuntimeFault for MPI/NCCL/CUDA
+// failures (exit 3). Check macros name the statement, file, line, rank and host, in the
+// manner of ggml's and PyTorch c10d's generated checks.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace meshbench::core {
+
+enum class ExitCode : int { kOk = 0, kCheckFailed = 1, kUsage = 2, kRuntime = 3 };
+
+// A bad option or an impossible configuration. The message names the option and the rule.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// An MPI/NCCL/CUDA failure or a timeout.
+class RuntimeFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Set once by the driver after MPI_Init so fault messages can name the rank and host.
+void set_fault_identity(int world_rank, std::string host);
+int fault_rank();
+const std::string& fault_host();
+
+// Print "meshbench: rank R (host): OP failed in GROUP: DETAIL" to stderr and end the whole
+// job with exit code 3 (MPI_Abort when MPI is up, so no rank hangs).
+[[noreturn]] void fatal_runtime(const std::string& op, const std::string& group,
+                                const std::string& detail);
+
+// Called by the check macros; `group` is the communicator's name or "-".
+[[noreturn]] void check_failed(const char* kind, const char* stmt, const std::string& detail,
+                               const char* group, const char* file, int line);
+
+}  // namespace meshbench::core
+
+// MB_CHECK_MPI(MPI_Allreduce(...), "tp") : on failure prints the statement, the MPI error
+// string, rank, host and group, then aborts with exit 3.
+#define MB_CHECK_MPI(stmt, group)                                                         \
+  do {                                                                                    \
+    int mb_rc_ = (stmt);                                                                  \
+    if (mb_rc_ != 0 /* MPI_SUCCESS */)                                                    \
+      ::meshbench::core::check_failed("MPI", #stmt, ::meshbench::core::mpi_error_string(mb_rc_), \
+                                      (group), __FILE__, __LINE__);                       \
+  } while (0)
+
+namespace meshbench::core {
+std::string mpi_error_string(int code);
+}
