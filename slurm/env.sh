@@ -135,3 +135,56 @@ mb_launch() {
 
 # mb_note MSG: a timestamped line on stderr (job logs read in order with the binaries' output).
 mb_note() { printf '[meshbench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# --- the collective loop both sbatch templates run --------------------------------------------
+# Sizes and loop settings (the binaries' -b -e -f -n -w -c); MB_ARGS adds flags to every run
+# (e.g. "--mesh tp=2,dp=2 --group tp" or "-d bf16 --inplace both").
+: "${MB_BINARIES:=all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv}"
+: "${MB_MIN_BYTES:=8}"
+: "${MB_MAX_BYTES:=128M}"
+: "${MB_STEP_FACTOR:=2}"
+: "${MB_ITERS:=20}"
+: "${MB_WARMUP:=5}"
+: "${MB_CHECK:=1}"
+: "${MB_ARGS:=}"
+
+# mb_run_collectives NTASKS TAG OUTDIR: every binary of MB_BINARIES once, results in
+# OUTDIR/<name>.h5 (appended to when the file exists, e.g. after a requeue), the current
+# fabric's backend and memory. Prints one line per binary; returns the worst exit code
+# (0 ok, 1 wrong data, 2 bad usage, 3 runtime fault, 124/137 timeout).
+mb_run_collectives() {
+  local n="$1" tag="$2" out="$3" worst=0 rc b exe
+  local backend="${MB_BACKEND:-${MB_FABRIC_BACKEND:-mpi}}" mem="${MB_MEM:-${MB_FABRIC_MEM:-host}}"
+  mkdir -p "$out"
+  for b in $MB_BINARIES; do
+    b="${b%_bench}"
+    exe="$MB_BIN/${b}_bench"
+    if [[ ! -x "$exe" ]]; then
+      mb_note "$exe missing (build with make, or set MB_BIN)"; worst=2; continue
+    fi
+    local -a app=()
+    [[ -e "$out/$b.h5" ]] && app=(--append)
+    mb_note "$b: $n ranks, fabric '$tag' ($(mb_fabric_env "${MB_FABRIC:-}" 2>/dev/null | tr '\n' ' ')), backend $backend, $MB_MIN_BYTES..$MB_MAX_BYTES"
+    rc=0
+    # shellcheck disable=SC2086
+    mb_launch "$n" "$exe" -b "$MB_MIN_BYTES" -e "$MB_MAX_BYTES" -f "$MB_STEP_FACTOR" \
+      -n "$MB_ITERS" -w "$MB_WARMUP" -c "$MB_CHECK" --backend "$backend" --mem "$mem" \
+      --tag "$tag" -O "$out/$b.h5" "${app[@]}" $MB_ARGS || rc=$?
+    mb_note "$b: exit $rc"
+    printf '%s\t%s\t%s\t%s\n' "$tag" "$b" "$rc" "$out/$b.h5" >> "$out/exit-codes.tsv"
+    (( rc > worst )) && worst=$rc
+  done
+  return "$worst"
+}
+
+# mb_report DIR [report args...]: DIR/report.md and plots when Python with h5py is there.
+mb_report() {
+  local dir="$1"; shift
+  local py="${MB_PYTHON:-/usr/bin/python3}"
+  if ! "$py" -c 'import h5py, matplotlib' 2>/dev/null; then
+    mb_note "no h5py/matplotlib for $py: skipping report (run scripts/report $dir later)"; return 0
+  fi
+  "$py" "$MB_ROOT/scripts/report" "$dir" "$@" -o "$dir/report.md" && mb_note "report: $dir/report.md"
+  "$py" "$MB_ROOT/scripts/plot" "$dir" -o "$dir/plots" --heatmaps 6 >/dev/null && mb_note "plots: $dir/plots/"
+  return 0
+}
