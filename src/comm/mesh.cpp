@@ -213,9 +213,9 @@ GroupKind parse_group_kind(std::string_view name) {
   const std::string n = lower(trim(name));
   for (GroupKind k : all_group_kinds())
     if (n == group_kind_name(k)) return k;
-  std::string known;
-  for (GroupKind k : all_group_kinds()) known += (known.empty() ? "" : ", ") + std::string(group_kind_name(k));
-  throw UsageError(fmt::format("--group '{}': unknown group kind (known: {})", name, known));
+  std::vector<std::string_view> known;
+  for (GroupKind k : all_group_kinds()) known.push_back(group_kind_name(k));
+  throw UsageError(fmt::format("--group '{}': unknown group kind (known: {})", name, fmt::join(known, ", ")));
 }
 
 std::optional<Membership> GroupSet::find(int rank) const {
@@ -351,9 +351,9 @@ RankGrid::RankGrid(int world, const MeshSpec& s, std::string_view order_text)
 }
 
 std::string RankGrid::order_string() const {
-  std::string s;
-  for (Dim d : order_) s += (s.empty() ? "" : "-") + std::string(dim_name(d));
-  return s;
+  std::vector<std::string_view> names;
+  for (Dim d : order_) names.push_back(dim_name(d));
+  return fmt::format("{}", fmt::join(names, "-"));
 }
 
 Coord RankGrid::coord(int rank) const {

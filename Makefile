@@ -1,0 +1,33 @@
+# Thin wrapper over CMake (DESIGN.md: never a second build system).
+#   make          build into build/
+#   make run      install deps, build, run every collective on local ranks, print where results went
+#   make test     install deps, build, run the whole test suite (ctest)
+#   make deps     install the Debian packages (root) or list what is missing
+#   make clean    remove build/
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+RANKS ?= 2
+
+.PHONY: all build deps run test clean fabrics
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: deps
+	@$(MAKE) --no-print-directory build
+	@RANKS=$(RANKS) BUILD=$(BUILD) bash scripts/run-local.sh
+
+test: deps
+	@$(MAKE) --no-print-directory build
+	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
+
+clean:
+	rm -rf $(BUILD)

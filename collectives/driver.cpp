@@ -1,0 +1,412 @@
+// The shared driver of the collective benchmarks: options, communicator, size sweep,
+// timing, verification, statistics and reporting. A plug-in (spec.hpp) supplies only what
+// differs per collective. Timing never includes verification or data initialisation.
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+
+#include "comm/topology.hpp"
+#include "core/error.hpp"
+#include "core/stats.hpp"
+#include "core/timer.hpp"
+#include "core/units.hpp"
+#include "data.hpp"
+#include "groups.hpp"
+#include "options.hpp"
+#include "results/reporter.hpp"
+#include "spec.hpp"
+
+namespace meshbench::collectives {
+namespace {
+
+namespace fs = std::filesystem;
+using comm::DType;
+using comm::RedOp;
+using core::UsageError;
+using results::Placement;
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal.store(sig); }
+
+// Every rank learns whether any rank failed a check, and rank 0's copy of the first
+// failing rank's message; all ranks then throw the same UsageError (exit 2, no hang).
+void agree(MPI_Comm world, const std::string& my_error) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  int mine = my_error.empty() ? size : rank, first = size;
+  MB_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world), "world");
+  if (first == size) return;
+  unsigned long long n = rank == first ? my_error.size() : 0;
+  MB_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, world), "world");
+  std::string msg = rank == first ? my_error : std::string(n, ' ');
+  MB_CHECK_MPI(MPI_Bcast(msg.data(), static_cast<int>(n), MPI_CHAR, first, world), "world");
+  throw UsageError(msg);
+}
+
+struct Buffers {
+  compute::Buffer send, recv;
+  std::vector<std::byte> host_in, host_out;
+};
+
+struct Point {
+  results::PointResult result;
+};
+
+class Runner {
+ public:
+  Runner(const Spec& spec, const Options& opt, comm::Communicator& comm, MPI_Comm world)
+      : spec_(spec), opt_(opt), comm_(comm), world_(world) {
+    MPI_Comm_rank(world, &world_rank_);
+    MPI_Comm_size(world, &world_size_);
+  }
+
+  // One size, one placement: cold verified call, warm-up, timed loop, gather.
+  results::PointResult measure(const Inputs& in, Placement placement, Buffers& b) {
+    std::size_t elt = comm::size_of(in.dtype);
+    Views v;
+    comm::View buf_view;
+    if (placement == Placement::kInPlace) {
+      buf_view = {b.send.data(), spec_.inplace_buffer(in.layout), in.dtype, opt_.mem};
+      v = spec_.inplace(comm_, buf_view, in.layout);
+      fill_sentinel(in.dtype, b.host_in.data(), buf_view.count);
+      auto offset = static_cast<std::size_t>(static_cast<std::byte*>(v.send.data) - static_cast<std::byte*>(buf_view.data));
+      fill_inputs(in, comm_.rank(), b.host_in.data() + offset, 0, v.send.count);
+      b.send.upload(b.host_in.data(), buf_view.bytes());
+    } else {
+      v.send = {b.send.data(), in.layout.send, in.dtype, opt_.mem};
+      v.recv = {b.recv.data(), in.layout.recv, in.dtype, opt_.mem};
+      fill_inputs(in, comm_.rank(), b.host_in.data(), 0, v.send.count);
+      b.send.upload(b.host_in.data(), v.send.bytes());
+      fill_sentinel(in.dtype, b.host_in.data(), v.recv.count);
+      b.recv.upload(b.host_in.data(), v.recv.bytes());
+    }
+
+    results::PointResult r;
+    r.ran = true;
+    const int iters = opt_.iters;
+    auto timer = comm_.make_timer(std::max(2, iters + 1));
+
+    // The cold first call: timed on its own, and the one whose result is verified.
+    comm_.barrier();
+    timer->mark(0);
+    spec_.call(comm_, v, in);
+    timer->mark(1);
+    timer->sync();
+    double first = timer->elapsed(0, 1);
+    std::uint64_t wrong = 0;
+    if (opt_.check) {
+      auto offset = static_cast<std::byte*>(v.recv.data) - static_cast<std::byte*>(placement == Placement::kInPlace ? buf_view.data : v.recv.data);
+      compute::Buffer& holder = placement == Placement::kInPlace ? b.send : b.recv;
+      holder.download(b.host_out.data(), static_cast<std::size_t>(offset) + v.recv.bytes());
+      std::byte* got = b.host_out.data() + offset;
+      if (opt_.inject_fault == world_rank_ && v.recv.count > 0) got[0] ^= std::byte{0x5A};
+      wrong = count_wrong(spec_, in, comm_.rank(), got, v.recv.count);
+    }
+
+    for (int w = 0; w < opt_.warmup; ++w) spec_.call(comm_, v, in);
+    comm_.synchronize();
+
+    std::vector<double> mine(static_cast<std::size_t>(iters));
+    if (opt_.timing == Timing::kIsolated) {
+      for (int i = 0; i < iters; ++i) {
+        comm_.barrier();
+        timer->mark(0);
+        spec_.call(comm_, v, in);
+        timer->mark(1);
+        timer->sync();
+        mine[static_cast<std::size_t>(i)] = timer->elapsed(0, 1);
+      }
+    } else {
+      comm_.barrier();
+      timer->mark(0);
+      for (int i = 0; i < iters; ++i) {
+        spec_.call(comm_, v, in);
+        timer->mark(i + 1);
+      }
+      timer->sync();
+      for (int i = 0; i < iters; ++i) mine[static_cast<std::size_t>(i)] = timer->elapsed(i, i + 1);
+    }
+    (void)elt;
+
+    // Statistics over every rank of the world (the slowest group decides).
+    std::vector<double> by_rank(world_rank_ == 0 ? mine.size() * static_cast<std::size_t>(world_size_) : 0);
+    MB_CHECK_MPI(MPI_Gather(mine.data(), iters, MPI_DOUBLE, by_rank.data(), iters, MPI_DOUBLE, 0, world_), "world");
+    MB_CHECK_MPI(MPI_Allreduce(&wrong, &r.wrong, 1, MPI_UINT64_T, MPI_SUM, world_), "world");
+    MB_CHECK_MPI(MPI_Reduce(&first, &r.t_first, 1, MPI_DOUBLE, MPI_MAX, 0, world_), "world");
+    if (world_rank_ == 0) {
+      std::vector<double> by_iter(by_rank.size());  // [iter][rank]
+      for (int rk = 0; rk < world_size_; ++rk)
+        for (int i = 0; i < iters; ++i)
+          by_iter[static_cast<std::size_t>(i * world_size_ + rk)] = by_rank[static_cast<std::size_t>(rk * iters + i)];
+      core::SampleSummary s = core::summarize(by_iter, iters, world_size_);
+      r.t_median = s.t_median;
+      r.t_min = s.t_min;
+      r.t_mean = s.t_mean;
+      r.t_p99 = s.t_p99;
+      r.slowest_rank = s.slowest_rank;
+    }
+    r.my_samples = std::move(mine);
+    return r;
+  }
+
+ private:
+  const Spec& spec_;
+  const Options& opt_;
+  comm::Communicator& comm_;
+  MPI_Comm world_;
+  int world_rank_ = 0, world_size_ = 1;
+};
+
+// The element counts to run for one dtype: rounded down to the collective's granularity,
+// duplicates removed. Throws when every requested size rounds to nothing.
+std::vector<std::size_t> counts_for(const Spec& spec, const Options& opt, DType t, int n, const std::string& binary) {
+  std::size_t elt = comm::size_of(t), gran = spec.granularity(n);
+  std::vector<std::size_t> counts;
+  for (std::uint64_t bytes : size_sweep(opt)) {
+    std::size_t c = bytes / elt / gran * gran;
+    if (c == 0 && bytes != 0) continue;
+    if (counts.empty() || counts.back() != c) counts.push_back(c);
+  }
+  if (counts.empty())
+    throw UsageError(fmt::format(
+        "-b/--min-bytes {} .. -e/--max-bytes {}: every size rounds down to 0 elements for {} of {} on a group of {} "
+        "ranks (a size must hold at least {} elements = {} B)",
+        opt.min_bytes, opt.max_bytes, binary, comm::name(t), n, gran, gran * elt));
+  return counts;
+}
+
+std::string jsonl_path(const std::string& h5) {
+  fs::path p(h5);
+  return (p.extension() == ".h5" ? p.replace_extension(".jsonl") : fs::path(h5 + ".jsonl")).string();
+}
+
+int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  std::string binary = fs::path(argv[0]).filename().string();
+
+  auto parsed = parse_options(binary, spec.reduces, spec.rooted, argc, argv, rank == 0);
+  if (!parsed) return 0;
+  Options opt = *parsed;
+  if (spec.rooted && opt.root >= size)
+    throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank world", opt.root, size));
+  if (opt.inject_fault >= size)
+    throw UsageError(fmt::format("--inject-fault {} is not a rank of the {}-rank world", opt.inject_fault, size));
+
+  // Devices: refused on every rank if any rank lacks one.
+  int devices = compute::device_count();
+  std::string dev_error;
+  if (opt.mem == compute::MemKind::kDevice && devices == 0)
+    dev_error = opt.backend == comm::Backend::kNccl
+                    ? fmt::format("--backend nccl: no usable GPU on rank {} ({}): NCCL needs one GPU per rank (use --backend mpi)",
+                                  rank, comm::host_name())
+                    : fmt::format("--mem device: no usable GPU on rank {} ({})", rank, comm::host_name());
+  if (dev_error.empty() && opt.backend == comm::Backend::kNccl && !comm::built_with_nccl())
+    dev_error = "--backend nccl: this meshbench was built without NCCL (use --backend mpi)";
+  agree(world, dev_error);
+
+  comm::Topology topo = comm::discover_topology(world, "cpu");
+  int local_device = devices > 0 ? topo.ranks[static_cast<std::size_t>(rank)].local_rank % devices : -1;
+  if (opt.mem == compute::MemKind::kDevice) {
+    compute::set_device(local_device);
+    for (auto& p : topo.ranks) p.device = fmt::format("cuda:{}", p.local_rank % devices);
+  }
+
+  // The process groups the collective runs in (the world, or every group of a mesh dim).
+  GroupPlan plan = plan_groups(opt, world, topo);
+  MPI_Comm group_comm = plan.comm;
+  const int n = plan.group_size;
+  std::unique_ptr<comm::Communicator> comm =
+      opt.backend == comm::Backend::kNccl ? comm::make_nccl_communicator(group_comm, plan.dim, local_device)
+                                          : comm::make_mpi_communicator(group_comm, plan.dim);
+  if (spec.rooted && opt.root >= n)
+    throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank {} groups", opt.root, n, plan.dim));
+
+  // What runs: dtype x op blocks, each with the placements the backend supports.
+  std::vector<std::optional<RedOp>> ops;
+  if (spec.reduces) ops.assign(opt.ops.begin(), opt.ops.end());
+  else ops.push_back(std::nullopt);
+  std::vector<results::Block> blocks;
+  std::vector<std::pair<DType, std::optional<RedOp>>> keys;
+  std::vector<std::string> skipped;
+  for (DType t : opt.dtypes) {
+    for (auto op : ops) {
+      results::Block b;
+      b.collective = std::string(comm::name(spec.kind));
+      b.dtype = std::string(comm::name(t));
+      b.redop = op ? std::string(comm::name(*op)) : "none";
+      b.root = spec.rooted ? opt.root : -1;
+      b.group = plan.dim;
+      b.group_size = n;
+      b.bus_factor = spec.bus_factor(n);
+      b.timing = name(opt.timing);
+      b.iters = opt.iters;
+      b.warmup = opt.warmup;
+      for (int p = 0; p < 2; ++p) {
+        bool want = p == 0 ? opt.inplace != InplaceMode::kYes : opt.inplace != InplaceMode::kNo;
+        auto why = comm->unsupported(spec.kind, t, op, p == 1, opt.mem);
+        b.runs[static_cast<std::size_t>(p)] = want && !why;
+        if (want && why) b.why_not[static_cast<std::size_t>(p)] = *why;
+      }
+      if (!b.runs[0] && !b.runs[1]) {
+        std::string why = !b.why_not[0].empty() ? b.why_not[0] : b.why_not[1];
+        bool listed = (opt.all_dtypes && comm->unsupported(spec.kind, t, std::nullopt, false, opt.mem)) ||
+                      (opt.all_ops && op && comm->unsupported(spec.kind, DType::kFloat, op, false, opt.mem));
+        if (!listed && opt.inplace != InplaceMode::kBoth)
+          throw UsageError(fmt::format("{} (asked for --inplace {})", why, name(opt.inplace)));
+        if (!listed) throw UsageError(why);
+        skipped.push_back(fmt::format("{} {}: {}", b.dtype, b.redop, why));
+        continue;
+      }
+      blocks.push_back(b);
+      keys.emplace_back(t, op);
+    }
+  }
+  if (blocks.empty()) throw UsageError("nothing to run: " + (skipped.empty() ? std::string("?") : skipped.front()));
+  std::vector<std::vector<std::size_t>> counts;
+  for (auto& [t, op] : keys) counts.push_back(counts_for(spec, opt, t, n, binary));
+
+  // Output: never overwrite; --append adds a run.
+  std::string out_error;
+  if (!opt.output.empty() && rank == 0) {
+    std::error_code ec;
+    fs::path p(opt.output);
+    if (fs::exists(p) && !opt.append)
+      out_error = fmt::format("-O/--output {}: the file exists; meshbench never overwrites (choose a new name, or add --append)", opt.output);
+    else if (p.has_parent_path() && !fs::exists(p.parent_path()) && !fs::create_directories(p.parent_path(), ec))
+      out_error = fmt::format("-O/--output {}: cannot create folder {}: {}", opt.output, p.parent_path().string(), ec.message());
+  }
+  agree(world, out_error);
+  bool append = opt.append && fs::exists(opt.output);
+
+  results::RunContext ctx = results::make_run_context(world, binary, argc, argv, topo);
+  auto& a = ctx.attrs;
+  a["tag"] = opt.tag;
+  a["backend"] = std::string(comm::name(opt.backend));
+  a["mem"] = opt.mem == compute::MemKind::kHost ? "host" : opt.backend == comm::Backend::kMpi ? "device-staged" : "device";
+  a["nccl_version"] = opt.backend == comm::Backend::kNccl ? comm::nccl_version() : "none";
+  a["timing"] = name(opt.timing);
+  a["iters"] = opt.iters;
+  a["warmup"] = opt.warmup;
+  a["check"] = opt.check;
+  a["order"] = plan.mesh_json.empty() ? "" : opt.order;
+  a["mesh"] = plan.mesh_json.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(plan.mesh_json);
+  a["group_dim"] = plan.dim;
+  a["comm_setup_seconds"] = plan.setup_seconds;
+  results::sync_from_root(ctx, world);
+
+  std::vector<std::unique_ptr<results::Reporter>> reporters;
+  reporters.push_back(std::make_unique<results::ConsoleReporter>(rank, opt.quiet));
+  if (!opt.output.empty()) {
+    reporters.push_back(std::make_unique<results::Hdf5Reporter>(opt.output, append, world, ctx));
+    reporters.push_back(std::make_unique<results::JsonLinesReporter>(jsonl_path(opt.output), rank));
+  }
+  for (auto& r : reporters) r->begin_run(ctx, plan.groups);
+  if (rank == 0 && !opt.quiet)
+    for (const auto& s : skipped) std::printf("# skipped %s\n", s.c_str());
+
+  // Buffers sized for the largest point.
+  std::size_t max_send = 0, max_recv = 0;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    std::size_t elt = comm::size_of(keys[k].first);
+    Layout l = spec.layout(counts[k].back(), n);
+    max_send = std::max({max_send, l.send * elt, spec.inplace_buffer(l) * elt});
+    max_recv = std::max(max_recv, l.recv * elt);
+  }
+  Buffers bufs{compute::Buffer(opt.mem, max_send), compute::Buffer(opt.mem, max_recv),
+               std::vector<std::byte>(std::max(max_send, max_recv)), std::vector<std::byte>(std::max(max_send, max_recv))};
+
+  Runner runner(spec, opt, *comm, world);
+  results::RunStatus status = results::RunStatus::kOk;
+  std::uint64_t wrong_total = 0;
+  double t0 = core::now_seconds();
+  bool stop = false;
+  for (std::size_t k = 0; k < blocks.size() && !stop; ++k) {
+    const results::Block& b = blocks[k];
+    for (auto& r : reporters) r->begin_block(b);
+    for (std::size_t count : counts[k]) {
+      Inputs in{keys[k].first, keys[k].second, n, spec.rooted ? opt.root : 0, spec.layout(count, n)};
+      results::Row row;
+      std::size_t elt = comm::size_of(in.dtype);
+      row.sizes = {count * elt, count, in.layout.send * elt, in.layout.recv * elt,
+                   spec.total_bytes(count, elt, n)};
+      for (int p = 0; p < 2; ++p) {
+        if (!b.runs[static_cast<std::size_t>(p)]) continue;
+        results::PointResult pt = runner.measure(in, static_cast<Placement>(p), bufs);
+        pt.algbw = core::gb_per_s(static_cast<double>(row.sizes.bytes), pt.t_median);
+        pt.busbw = pt.algbw * b.bus_factor;
+        wrong_total += pt.wrong;
+        row.by_placement[static_cast<std::size_t>(p)] = std::move(pt);
+      }
+      for (auto& r : reporters) r->row(b, row);
+      // Stop together: a signal on any rank, or rank 0's clock past --time-limit.
+      int code = g_signal.load() ? 2 : 0;
+      if (rank == 0 && opt.time_limit > 0 && core::now_seconds() - t0 > opt.time_limit) code = std::max(code, 1);
+      int agreed = 0;
+      MB_CHECK_MPI(MPI_Allreduce(&code, &agreed, 1, MPI_INT, MPI_MAX, world), "world");
+      if (agreed) {
+        status = agreed == 2 ? results::RunStatus::kKilled : results::RunStatus::kTimeout;
+        stop = true;
+        break;
+      }
+    }
+    for (auto& r : reporters) r->end_block(b);
+  }
+  if (status == results::RunStatus::kOk && wrong_total > 0) status = results::RunStatus::kFailed;
+  for (auto& r : reporters) r->finish(status);
+  if (rank == 0) {
+    if (status == results::RunStatus::kTimeout)
+      std::printf("# stopped: --time-limit %g s reached\n", opt.time_limit);
+    if (status == results::RunStatus::kKilled) std::printf("# stopped by a signal; finished sizes are saved\n");
+    if (!opt.output.empty())
+      std::printf("# results: %s (run %s) and %s\n", opt.output.c_str(), ctx.run_id.c_str(), jsonl_path(opt.output).c_str());
+    std::fflush(stdout);
+  }
+  reporters.clear();
+  comm.reset();
+  release_groups(plan);
+  if (wrong_total > 0) {
+    if (rank == 0) std::fprintf(stderr, "%s: %llu wrong elements: the check failed\n", binary.c_str(),
+                                static_cast<unsigned long long>(wrong_total));
+    return static_cast<int>(core::ExitCode::kCheckFailed);
+  }
+  if (status == results::RunStatus::kKilled) return static_cast<int>(core::ExitCode::kRuntime);
+  return 0;
+}
+
+}  // namespace
+
+int run(const Spec& spec, int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm world;
+  MPI_Comm_dup(MPI_COMM_WORLD, &world);
+  MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  core::set_fault_identity(rank, comm::host_name());
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+
+  int rc = 0;
+  try {
+    rc = run_impl(spec, argc, argv, world);
+  } catch (const UsageError& e) {
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", fs::path(argv[0]).filename().c_str(), e.what());
+    rc = static_cast<int>(core::ExitCode::kUsage);
+  } catch (const core::RuntimeFault& e) {
+    core::fatal_runtime("run", "world", e.what());
+  } catch (const std::bad_alloc&) {
+    core::fatal_runtime("buffer allocation", "world", "out of memory (lower -e/--max-bytes)");
+  }
+  MPI_Comm_free(&world);
+  MPI_Finalize();
+  return rc;
+}
+
+}  // namespace meshbench::collectives

@@ -1,0 +1,175 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <map>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+
+namespace meshbench::collectives {
+namespace {
+
+using core::UsageError;
+
+std::string env_name(const std::string& long_name) {
+  std::string s = "MESHBENCH_";
+  for (char c : long_name) s += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::uint64_t size_arg(const std::string& flag, const std::string& text) {
+  auto v = core::parse_size(text);
+  if (!v) throw UsageError(fmt::format("{}: '{}' is not a size (a byte count with an optional K, M or G suffix, e.g. 8, 64K, 128M)", flag, text));
+  return *v;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!part.empty()) out.push_back(part);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* name(Timing t) { return t == Timing::kPipelined ? "pipelined" : "isolated"; }
+const char* name(InplaceMode m) {
+  return m == InplaceMode::kYes ? "yes" : m == InplaceMode::kNo ? "no" : "both";
+}
+
+std::optional<Options> parse_options(const std::string& binary, bool reduces, bool rooted, int argc,
+                                     char** argv, bool print) {
+  Options o;
+  CLI::App app{fmt::format("{}: meshbench collective benchmark (see README.md). Every option can also be "
+                           "set as MESHBENCH_<OPTION> in the environment, e.g. MESHBENCH_ITERS=50.",
+                           binary),
+               binary};
+  app.get_formatter()->column_width(34);
+  std::string min_b = "8", max_b = "128M", dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
+              timing = "isolated";
+  auto opt = [&](const std::string& flags, auto& var, const std::string& help) {
+    auto* o_ = app.add_option(flags, var, help);
+    std::string long_name = o_->get_name(false, true);
+    if (long_name.rfind("--", 0) == 0) long_name = long_name.substr(2);
+    o_->envname(env_name(long_name));
+    return o_;
+  };
+  opt("-b,--min-bytes", min_b, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
+  opt("-e,--max-bytes", max_b, "largest size")->capture_default_str();
+  opt("-f,--step-factor", o.step_factor, "multiply the size by this between points (>= 2)")->capture_default_str();
+  opt("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
+  opt("-w,--warmup", o.warmup, "untimed iterations per size before timing")->capture_default_str();
+  opt("-c,--check", o.check, "verify the result of the first call at each size (0 or 1)")->capture_default_str();
+  opt("-d,--dtype", dtype, "float, double, int32, int8, bf16, half, a comma list, or all")->capture_default_str();
+  if (reduces) opt("-o,--op", op, "sum, prod, min, max, avg, a comma list, or all")->capture_default_str();
+  if (rooted) opt("-r,--root", o.root, "root rank")->capture_default_str();
+  opt("--backend", backend, "mpi or nccl")->capture_default_str();
+  opt("--mem", mem, "host or device (default: host for mpi, device for nccl)");
+  opt("--inplace", inplace, "yes, no or both")->capture_default_str();
+  opt("--timing", timing,
+      "isolated (barrier before each call, not timed) or pipelined (back-to-back calls)")->capture_default_str();
+  opt("-O,--output", o.output, "HDF5 file to write (never overwritten; a .jsonl summary goes beside it)");
+  auto* app_flag = app.add_flag("--append", o.append, "add this run to an existing --output file");
+  app_flag->envname("MESHBENCH_APPEND");
+  opt("--tag", o.tag, "a label stored with the run (e.g. the fabric's name)");
+  opt("--time-limit", o.time_limit, "stop starting new sizes after this many seconds (0: none)")->capture_default_str();
+  app.add_flag("-q,--quiet", o.quiet, "print only the verdict and where results went")->envname("MESHBENCH_QUIET");
+  opt("--mesh", o.mesh, "device mesh degrees, e.g. tp=2,dp=2 (with --group)");
+  opt("--order", o.order, "mesh order, leftmost varies fastest")->capture_default_str();
+  opt("--group", o.group, "run the collective in every group of this mesh dimension at once")->capture_default_str();
+  opt("--groups-file", o.groups_file, "custom groups: one group per line, as rank lists");
+  opt("--ranks-per-node", o.ranks_per_node, "emulate nodes of N ranks in reports (testing)");
+  opt("--inject-fault", o.inject_fault, "corrupt one element of this rank's result (tests)")->group("");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    if (print) std::fputs(app.help().c_str(), stdout);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+
+  o.min_bytes = size_arg("-b/--min-bytes", min_b);
+  o.max_bytes = size_arg("-e/--max-bytes", max_b);
+  if (o.min_bytes > o.max_bytes)
+    throw UsageError(fmt::format("-b/--min-bytes ({}) must not exceed -e/--max-bytes ({})", min_b, max_b));
+  if (o.step_factor < 2) throw UsageError("-f/--step-factor must be at least 2");
+  if (o.iters < 1) throw UsageError("-n/--iters must be at least 1");
+  if (o.warmup < 0) throw UsageError("-w/--warmup must not be negative");
+  if (o.check != 0 && o.check != 1) throw UsageError("-c/--check must be 0 or 1");
+  if (o.time_limit < 0) throw UsageError("--time-limit must not be negative");
+  if (o.root < 0) throw UsageError("-r/--root must not be negative");
+  if (o.ranks_per_node < 0) throw UsageError("--ranks-per-node must not be negative");
+
+  o.dtypes.clear();
+  if (dtype == "all") {
+    o.all_dtypes = true;
+    o.dtypes.assign(comm::kAllDTypes.begin(), comm::kAllDTypes.end());
+  } else {
+    for (const auto& d : split(dtype)) {
+      auto t = comm::parse_dtype(d);
+      if (!t) throw UsageError(fmt::format("-d/--dtype: unknown type '{}' (use float, double, int32, int8, bf16, half or all)", d));
+      o.dtypes.push_back(*t);
+    }
+    if (o.dtypes.empty()) throw UsageError("-d/--dtype: no type given");
+  }
+  o.ops.clear();
+  if (op == "all") {
+    o.all_ops = true;
+    o.ops.assign(comm::kAllRedOps.begin(), comm::kAllRedOps.end());
+  } else {
+    for (const auto& p : split(op)) {
+      auto r = comm::parse_redop(p);
+      if (!r) throw UsageError(fmt::format("-o/--op: unknown op '{}' (use sum, prod, min, max, avg or all)", p));
+      o.ops.push_back(*r);
+    }
+    if (o.ops.empty()) throw UsageError("-o/--op: no op given");
+  }
+  if (backend == "mpi") o.backend = comm::Backend::kMpi;
+  else if (backend == "nccl") o.backend = comm::Backend::kNccl;
+  else throw UsageError(fmt::format("--backend: unknown backend '{}' (use mpi or nccl)", backend));
+  if (mem.empty()) o.mem = o.backend == comm::Backend::kNccl ? compute::MemKind::kDevice : compute::MemKind::kHost;
+  else if (mem == "host") o.mem = compute::MemKind::kHost;
+  else if (mem == "device") o.mem = compute::MemKind::kDevice;
+  else throw UsageError(fmt::format("--mem: unknown memory '{}' (use host or device)", mem));
+  if (o.backend == comm::Backend::kNccl && o.mem == compute::MemKind::kHost)
+    throw UsageError("--mem host: backend nccl works on device memory only (use --mem device or --backend mpi)");
+  static const std::map<std::string, InplaceMode> kInplace = {
+      {"yes", InplaceMode::kYes}, {"no", InplaceMode::kNo}, {"both", InplaceMode::kBoth}};
+  if (!kInplace.count(inplace)) throw UsageError(fmt::format("--inplace: '{}' is not yes, no or both", inplace));
+  o.inplace = kInplace.at(inplace);
+  if (timing == "isolated") o.timing = Timing::kIsolated;
+  else if (timing == "pipelined") o.timing = Timing::kPipelined;
+  else throw UsageError(fmt::format("--timing: '{}' is not isolated or pipelined", timing));
+  if (o.append && o.output.empty()) throw UsageError("--append needs -O/--output FILE.h5");
+  if (!o.groups_file.empty() && o.group != "world" && !o.mesh.empty())
+    throw UsageError("--groups-file and --mesh/--group are alternatives: give one");
+  return o;
+}
+
+std::vector<std::uint64_t> size_sweep(const Options& o) {
+  std::vector<std::uint64_t> sizes;
+  std::uint64_t s = o.min_bytes;
+  while (s <= o.max_bytes) {
+    sizes.push_back(s);
+    if (s == 0) {
+      s = 1;
+      continue;
+    }
+    if (s > o.max_bytes / o.step_factor) break;
+    s *= o.step_factor;
+  }
+  return sizes;
+}
+
+}  // namespace meshbench::collectives

@@ -1,0 +1,57 @@
+// The collective binaries' options: nccl-tests' vocabulary plus the suite's shared flags
+// (DESIGN.md). One CLI11 table generates --help, validates values and reads every option
+// from a MESHBENCH_* environment variable (MESHBENCH_ITERS=50 for --iters).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+
+namespace meshbench::collectives {
+
+enum class InplaceMode { kYes, kNo, kBoth };
+enum class Timing { kIsolated, kPipelined };
+
+struct Options {
+  std::uint64_t min_bytes = 8;
+  std::uint64_t max_bytes = 128ull << 20;
+  std::uint64_t step_factor = 2;
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  std::vector<comm::DType> dtypes{comm::DType::kFloat};
+  bool all_dtypes = false;                 // -d all: skip what the backend lacks
+  std::vector<comm::RedOp> ops{comm::RedOp::kSum};
+  bool all_ops = false;                    // -o all: likewise
+  comm::Backend backend = comm::Backend::kMpi;
+  compute::MemKind mem = compute::MemKind::kHost;
+  InplaceMode inplace = InplaceMode::kBoth;
+  Timing timing = Timing::kIsolated;
+  int root = 0;
+  std::string output;
+  bool append = false;
+  std::string tag;
+  double time_limit = 0;                   // seconds; 0 = none
+  bool quiet = false;
+  int inject_fault = -1;                   // hidden: corrupt one element on this rank
+
+  // Device mesh (issue 3): the group dimension the collective runs in.
+  std::string mesh, order = "tp-cp-ep-dp-pp", group = "world", groups_file;
+  int ranks_per_node = 0;
+};
+
+const char* name(Timing t);
+const char* name(InplaceMode m);
+
+// Parses argv. Returns nullopt after printing --help (on `print` ranks). Throws
+// core::UsageError with a message that names the option and the rule.
+std::optional<Options> parse_options(const std::string& binary, bool reduces, bool rooted, int argc,
+                                     char** argv, bool print);
+
+// The sizes to run, in bytes before rounding: min, min*f, ... <= max (0, then 1, when min is 0).
+std::vector<std::uint64_t> size_sweep(const Options& o);
+
+}  // namespace meshbench::collectives

@@ -1,0 +1,60 @@
+// A collective plug-in: everything that differs between all-reduce, all-gather, ... and
+// nothing else (nccl-tests' split). The shared driver (driver.cpp) owns the sweep, timing,
+// verification and reporting. Counts are in elements; `count` is the element count of the
+// size column S (see results/README.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "comm/communicator.hpp"
+
+namespace meshbench::collectives {
+
+// Element counts of one rank's buffers for a size-column count.
+struct Layout {
+  std::size_t send = 0, recv = 0;
+};
+
+// The deterministic inputs of a check: every rank can compute every rank's input, so each
+// rank derives its expected output without communication. Values are small integers, so
+// every reduction order gives the same result in every dtype (nccl-tests' idea).
+struct Inputs {
+  comm::DType dtype = comm::DType::kFloat;
+  std::optional<comm::RedOp> op;
+  int ranks = 1;
+  int root = 0;
+  Layout layout;
+
+  double value(int rank, std::size_t i) const;   // rank's send element i
+  double reduce(std::size_t i) const;            // op over all ranks' element i
+};
+
+// The send and receive windows of one call.
+struct Views {
+  comm::View send, recv;
+};
+
+struct Spec {
+  comm::Collective kind;
+  bool reduces;   // takes -o/--op
+  bool rooted;    // takes --root
+  // The size column's element count is rounded down to a multiple of this.
+  std::size_t (*granularity)(int ranks);
+  Layout (*layout)(std::size_t count, int ranks);
+  double (*bus_factor)(int ranks);
+  // Bytes all ranks' inputs hold together (the total_bytes column).
+  std::uint64_t (*total_bytes)(std::size_t count, std::size_t elt, int ranks);
+  // Expected value of element j of `rank`'s receive window.
+  double (*expected)(const Inputs& in, int rank, std::size_t j);
+  // In-place: the windows inside one buffer of `buffer_count` elements.
+  Views (*inplace)(const comm::Communicator& c, comm::View buffer, Layout l);
+  std::size_t (*inplace_buffer)(Layout l);
+  void (*call)(comm::Communicator& c, const Views& v, const Inputs& in);
+};
+
+// The driver: parses options, sweeps sizes, times, verifies, reports. Returns the exit code.
+int run(const Spec& spec, int argc, char** argv);
+
+}  // namespace meshbench::collectives

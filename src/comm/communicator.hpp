@@ -1,0 +1,80 @@
+// The Communicator interface: one process group on one backend (MPI or NCCL), in the
+// manner of PyTorch c10d's ProcessGroup and ggml's backends. Drivers ask `unsupported()`
+// before calling and skip what a backend cannot do; calls take typed Views and derive
+// element counts from them. Not here: buffer management, data checking, timing policy.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "comm/types.hpp"
+
+namespace meshbench::comm {
+
+enum class Backend { kMpi, kNccl };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv };
+
+std::string_view name(Backend b);
+std::string_view name(Collective c);
+
+// Timestamps on the communicator's own timeline: host monotonic clock for MPI, CUDA events
+// on the NCCL stream. mark(i) records point i; after sync(), elapsed(i, j) is seconds.
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual void mark(int i) = 0;
+  virtual void sync() = 0;
+  virtual double elapsed(int i, int j) const = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual Backend backend() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  const std::string& group_name() const { return group_; }
+  MPI_Comm mpi_comm() const { return mpi_; }  // the MPI group this communicator spans
+
+  // Why this backend cannot run the call, or nullopt if it can. `op` is empty for
+  // collectives without a reduction.
+  virtual std::optional<std::string> unsupported(Collective c, DType t, std::optional<RedOp> op,
+                                                 bool inplace, compute::MemKind mem) const = 0;
+
+  // In-place reduce-scatter: the element offset, inside the full input buffer, where this
+  // rank's result lands (MPI_IN_PLACE: 0; NCCL: rank * recv_count).
+  virtual std::size_t reduce_scatter_inplace_offset(std::size_t recv_count) const = 0;
+
+  // In-place forms: all_reduce/all_to_all/broadcast/sendrecv with send.data == recv.data;
+  // all_gather with send == recv.slice(rank * send.count, send.count); reduce_scatter with
+  // recv at reduce_scatter_inplace_offset() inside send.
+  virtual void all_reduce(View send, View recv, RedOp op) = 0;
+  virtual void all_gather(View send, View recv) = 0;
+  virtual void reduce_scatter(View send, View recv, RedOp op) = 0;
+  virtual void all_to_all(View send, View recv) = 0;           // equal blocks of recv.count / size
+  virtual void broadcast(View send, View recv, int root) = 0;  // send is read on root only
+  virtual void sendrecv(View send, int to, View recv, int from) = 0;
+
+  virtual void barrier() = 0;        // all ranks of this group, after local work completes
+  virtual void synchronize() = 0;    // wait until every call issued so far has completed
+  virtual std::unique_ptr<Timer> make_timer(int marks) = 0;
+
+ protected:
+  Communicator(MPI_Comm mpi, std::string group) : mpi_(mpi), group_(std::move(group)) {}
+  MPI_Comm mpi_;
+  std::string group_;
+};
+
+// Backends. `mpi` is borrowed, not freed. `device` is the GPU for NCCL (local rank % count).
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm mpi, std::string group);
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm mpi, std::string group, int device);
+
+bool built_with_nccl();
+std::string nccl_version();  // "2.28.9", or "none" when built without NCCL
+
+}  // namespace meshbench::comm

@@ -1,0 +1,194 @@
+// MPI backend: host buffers; device buffers are staged through host memory (and labelled
+// "device-staged" by the driver). Errors return (MPI_ERRORS_RETURN) and abort with exit 3
+// naming the rank, host, call and group. Broadcast is in-place only: MPI_Bcast has one
+// buffer, and emulating out-of-place with a copy would time a memcpy.
+#include <mpi.h>
+
+#include <cstring>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
+
+namespace meshbench::comm {
+namespace {
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::kFloat: return MPI_FLOAT;
+    case DType::kDouble: return MPI_DOUBLE;
+    case DType::kInt32: return MPI_INT32_T;
+    case DType::kInt8: return MPI_INT8_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpi_op(RedOp op) {
+  switch (op) {
+    case RedOp::kSum: return MPI_SUM;
+    case RedOp::kProd: return MPI_PROD;
+    case RedOp::kMin: return MPI_MIN;
+    case RedOp::kMax: return MPI_MAX;
+    default: return MPI_OP_NULL;
+  }
+}
+
+int as_int(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(INT32_MAX))
+    throw core::UsageError(std::string(what) + ": more than 2^31-1 elements in one MPI call");
+  return static_cast<int>(n);
+}
+
+class HostTimer final : public Timer {
+ public:
+  explicit HostTimer(int marks) : t_(static_cast<size_t>(marks), 0.0) {}
+  void mark(int i) override { t_[static_cast<size_t>(i)] = core::now_seconds(); }
+  void sync() override {}
+  double elapsed(int i, int j) const override {
+    return t_[static_cast<size_t>(j)] - t_[static_cast<size_t>(i)];
+  }
+
+ private:
+  std::vector<double> t_;
+};
+
+// Host copies of device views for the duration of one call.
+class Staged {
+ public:
+  Staged(View v, std::vector<std::byte>& store, bool copy_in) : dev_(v), view_(v) {
+    if (v.mem != compute::MemKind::kDevice) return;
+    store.resize(v.bytes());
+    if (copy_in && v.bytes()) compute::copy_to_host(store.data(), v.data, v.bytes());
+    view_.data = store.data();
+    view_.mem = compute::MemKind::kHost;
+  }
+  void copy_out() const {
+    if (dev_.mem == compute::MemKind::kDevice && dev_.bytes())
+      compute::copy_to_device(dev_.data, view_.data, dev_.bytes());
+  }
+  const View& host() const { return view_; }
+
+ private:
+  View dev_, view_;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm mpi, std::string group) : Communicator(mpi, std::move(group)) {
+    MB_CHECK_MPI(MPI_Comm_set_errhandler(mpi_, MPI_ERRORS_RETURN), group_.c_str());
+    MB_CHECK_MPI(MPI_Comm_rank(mpi_, &rank_), group_.c_str());
+    MB_CHECK_MPI(MPI_Comm_size(mpi_, &size_), group_.c_str());
+  }
+
+  Backend backend() const override { return Backend::kMpi; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::optional<std::string> unsupported(Collective c, DType t, std::optional<RedOp> op,
+                                         bool inplace, compute::MemKind) const override {
+    if (mpi_type(t) == MPI_DATATYPE_NULL)
+      return "backend mpi does not support dtype " + std::string(name(t)) +
+             " (MPI has no standard " + std::string(name(t)) + " type; use --backend nccl)";
+    if (op && mpi_op(*op) == MPI_OP_NULL)
+      return "backend mpi does not support op " + std::string(name(*op)) +
+             " (MPI has no average reduction; use --op sum or --backend nccl)";
+    if (c == Collective::kBroadcast && !inplace)
+      return "backend mpi has no out-of-place broadcast (MPI_Bcast has one buffer)";
+    return std::nullopt;
+  }
+
+  std::size_t reduce_scatter_inplace_offset(std::size_t) const override { return 0; }
+
+  void all_reduce(View send, View recv, RedOp op) override {
+    bool inplace = send.data == recv.data;
+    Staged r(recv, recv_store_, inplace);
+    Staged s(send, send_store_, !inplace);
+    MB_CHECK_MPI(MPI_Allreduce(inplace ? MPI_IN_PLACE : s.host().data, r.host().data,
+                               as_int(recv.count, "all_reduce"), mpi_type(recv.dtype), mpi_op(op), mpi_),
+                 group_.c_str());
+    r.copy_out();
+  }
+
+  void all_gather(View send, View recv) override {
+    bool inplace = send.data == recv.slice(static_cast<size_t>(rank_) * send.count, send.count).data;
+    Staged r(recv, recv_store_, inplace);
+    Staged s(send, send_store_, !inplace);
+    MB_CHECK_MPI(MPI_Allgather(inplace ? MPI_IN_PLACE : s.host().data, as_int(send.count, "all_gather"),
+                               mpi_type(send.dtype), r.host().data, as_int(send.count, "all_gather"),
+                               mpi_type(recv.dtype), mpi_),
+                 group_.c_str());
+    r.copy_out();
+  }
+
+  void reduce_scatter(View send, View recv, RedOp op) override {
+    bool inplace = send.data == recv.data;  // offset 0 for MPI_IN_PLACE
+    if (inplace) {
+      Staged s(send, send_store_, true);
+      MB_CHECK_MPI(MPI_Reduce_scatter_block(MPI_IN_PLACE, s.host().data, as_int(recv.count, "reduce_scatter"),
+                                            mpi_type(send.dtype), mpi_op(op), mpi_),
+                   group_.c_str());
+      s.copy_out();
+      return;
+    }
+    Staged s(send, send_store_, true);
+    Staged r(recv, recv_store_, false);
+    MB_CHECK_MPI(MPI_Reduce_scatter_block(s.host().data, r.host().data, as_int(recv.count, "reduce_scatter"),
+                                          mpi_type(send.dtype), mpi_op(op), mpi_),
+                 group_.c_str());
+    r.copy_out();
+  }
+
+  void all_to_all(View send, View recv) override {
+    bool inplace = send.data == recv.data;
+    int block = as_int(recv.count / static_cast<size_t>(size_), "all_to_all");
+    Staged r(recv, recv_store_, inplace);
+    Staged s(send, send_store_, !inplace);
+    MB_CHECK_MPI(MPI_Alltoall(inplace ? MPI_IN_PLACE : s.host().data, block, mpi_type(send.dtype),
+                              r.host().data, block, mpi_type(recv.dtype), mpi_),
+                 group_.c_str());
+    r.copy_out();
+  }
+
+  void broadcast(View, View recv, int root) override {
+    Staged r(recv, recv_store_, rank_ == root);
+    MB_CHECK_MPI(MPI_Bcast(r.host().data, as_int(recv.count, "broadcast"), mpi_type(recv.dtype), root, mpi_),
+                 group_.c_str());
+    r.copy_out();
+  }
+
+  void sendrecv(View send, int to, View recv, int from) override {
+    constexpr int kTag = 4242;
+    if (send.data == recv.data) {
+      Staged r(recv, recv_store_, true);
+      MB_CHECK_MPI(MPI_Sendrecv_replace(r.host().data, as_int(recv.count, "sendrecv"), mpi_type(recv.dtype),
+                                        to, kTag, from, kTag, mpi_, MPI_STATUS_IGNORE),
+                   group_.c_str());
+      r.copy_out();
+      return;
+    }
+    Staged s(send, send_store_, true);
+    Staged r(recv, recv_store_, false);
+    MB_CHECK_MPI(MPI_Sendrecv(s.host().data, as_int(send.count, "sendrecv"), mpi_type(send.dtype), to, kTag,
+                              r.host().data, as_int(recv.count, "sendrecv"), mpi_type(recv.dtype), from,
+                              kTag, mpi_, MPI_STATUS_IGNORE),
+                 group_.c_str());
+    r.copy_out();
+  }
+
+  void barrier() override { MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str()); }
+  void synchronize() override {}
+  std::unique_ptr<Timer> make_timer(int marks) override { return std::make_unique<HostTimer>(marks); }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  std::vector<std::byte> send_store_, recv_store_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm mpi, std::string group) {
+  return std::make_unique<MpiCommunicator>(mpi, std::move(group));
+}
+
+}  // namespace meshbench::comm

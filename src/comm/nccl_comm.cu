@@ -1,0 +1,187 @@
+// NCCL backend: device buffers, one GPU per rank (local rank modulo the GPUs a node has),
+// the unique id broadcast over the group's MPI communicator, one non-blocking stream, and
+// CUDA events for timing. All-to-all is grouped send/recv, as nccl-tests does; NCCL has no
+// in-place all-to-all or send/recv. Version #ifs stay in this file.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "core/error.hpp"
+
+#define MB_CHECK_CUDA(stmt, group)                                                         \
+  do {                                                                                     \
+    cudaError_t mb_err_ = (stmt);                                                          \
+    if (mb_err_ != cudaSuccess)                                                            \
+      ::meshbench::core::check_failed("CUDA", #stmt, cudaGetErrorString(mb_err_), (group), \
+                                      __FILE__, __LINE__);                                 \
+  } while (0)
+
+#define MB_CHECK_NCCL(stmt, group)                                                         \
+  do {                                                                                     \
+    ncclResult_t mb_res_ = (stmt);                                                         \
+    if (mb_res_ != ncclSuccess)                                                            \
+      ::meshbench::core::check_failed("NCCL", #stmt, ncclGetErrorString(mb_res_), (group), \
+                                      __FILE__, __LINE__);                                 \
+  } while (0)
+
+namespace meshbench::comm {
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kFloat: return ncclFloat32;
+    case DType::kDouble: return ncclFloat64;
+    case DType::kInt32: return ncclInt32;
+    case DType::kInt8: return ncclInt8;
+    case DType::kBf16: return ncclBfloat16;
+    case DType::kHalf: return ncclFloat16;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(RedOp op) {
+  switch (op) {
+    case RedOp::kSum: return ncclSum;
+    case RedOp::kProd: return ncclProd;
+    case RedOp::kMin: return ncclMin;
+    case RedOp::kMax: return ncclMax;
+    case RedOp::kAvg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+class EventTimer final : public Timer {
+ public:
+  EventTimer(int marks, cudaStream_t stream, const std::string& group)
+      : stream_(stream), group_(group), ev_(static_cast<size_t>(marks)) {
+    for (auto& e : ev_) MB_CHECK_CUDA(cudaEventCreate(&e), group_.c_str());
+  }
+  ~EventTimer() override {
+    for (auto& e : ev_) (void)cudaEventDestroy(e);
+  }
+  void mark(int i) override {
+    MB_CHECK_CUDA(cudaEventRecord(ev_[static_cast<size_t>(i)], stream_), group_.c_str());
+  }
+  void sync() override { MB_CHECK_CUDA(cudaStreamSynchronize(stream_), group_.c_str()); }
+  double elapsed(int i, int j) const override {
+    float ms = 0;
+    MB_CHECK_CUDA(cudaEventElapsedTime(&ms, ev_[static_cast<size_t>(i)], ev_[static_cast<size_t>(j)]),
+                  group_.c_str());
+    return static_cast<double>(ms) * 1e-3;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::string group_;
+  std::vector<cudaEvent_t> ev_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm mpi, std::string group, int device) : Communicator(mpi, std::move(group)) {
+    const char* g = group_.c_str();
+    MB_CHECK_MPI(MPI_Comm_rank(mpi_, &rank_), g);
+    MB_CHECK_MPI(MPI_Comm_size(mpi_, &size_), g);
+    MB_CHECK_CUDA(cudaSetDevice(device), g);
+    ncclUniqueId id{};
+    if (rank_ == 0) MB_CHECK_NCCL(ncclGetUniqueId(&id), g);
+    MB_CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_), g);
+    MB_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), g);
+    MB_CHECK_NCCL(ncclCommInitRank(&comm_, size_, id, rank_), g);
+  }
+  ~NcclCommunicator() override {
+    (void)cudaStreamSynchronize(stream_);
+    (void)ncclCommDestroy(comm_);
+    (void)cudaStreamDestroy(stream_);
+  }
+
+  Backend backend() const override { return Backend::kNccl; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  std::optional<std::string> unsupported(Collective c, DType, std::optional<RedOp>, bool inplace,
+                                         compute::MemKind mem) const override {
+    if (mem != compute::MemKind::kDevice) return "backend nccl needs --mem device";
+    if (inplace && c == Collective::kAllToAll) return "backend nccl has no in-place all-to-all";
+    if (inplace && c == Collective::kSendRecv) return "backend nccl has no in-place send/recv";
+    return std::nullopt;
+  }
+
+  std::size_t reduce_scatter_inplace_offset(std::size_t recv_count) const override {
+    return static_cast<std::size_t>(rank_) * recv_count;
+  }
+
+  void all_reduce(View send, View recv, RedOp op) override {
+    MB_CHECK_NCCL(ncclAllReduce(send.data, recv.data, recv.count, nccl_type(recv.dtype), nccl_op(op), comm_, stream_),
+                  group_.c_str());
+  }
+  void all_gather(View send, View recv) override {
+    MB_CHECK_NCCL(ncclAllGather(send.data, recv.data, send.count, nccl_type(send.dtype), comm_, stream_),
+                  group_.c_str());
+  }
+  void reduce_scatter(View send, View recv, RedOp op) override {
+    MB_CHECK_NCCL(ncclReduceScatter(send.data, recv.data, recv.count, nccl_type(recv.dtype), nccl_op(op), comm_,
+                                    stream_),
+                  group_.c_str());
+  }
+  void all_to_all(View send, View recv) override {
+    size_t block = recv.count / static_cast<size_t>(size_);
+    MB_CHECK_NCCL(ncclGroupStart(), group_.c_str());
+    for (int p = 0; p < size_; ++p) {
+      View s = send.slice(static_cast<size_t>(p) * block, block);
+      View r = recv.slice(static_cast<size_t>(p) * block, block);
+      MB_CHECK_NCCL(ncclSend(s.data, block, nccl_type(send.dtype), p, comm_, stream_), group_.c_str());
+      MB_CHECK_NCCL(ncclRecv(r.data, block, nccl_type(recv.dtype), p, comm_, stream_), group_.c_str());
+    }
+    MB_CHECK_NCCL(ncclGroupEnd(), group_.c_str());
+  }
+  void broadcast(View send, View recv, int root) override {
+    MB_CHECK_NCCL(ncclBroadcast(send.data, recv.data, recv.count, nccl_type(recv.dtype), root, comm_, stream_),
+                  group_.c_str());
+  }
+  void sendrecv(View send, int to, View recv, int from) override {
+    MB_CHECK_NCCL(ncclGroupStart(), group_.c_str());
+    MB_CHECK_NCCL(ncclSend(send.data, send.count, nccl_type(send.dtype), to, comm_, stream_), group_.c_str());
+    MB_CHECK_NCCL(ncclRecv(recv.data, recv.count, nccl_type(recv.dtype), from, comm_, stream_), group_.c_str());
+    MB_CHECK_NCCL(ncclGroupEnd(), group_.c_str());
+  }
+
+  void barrier() override {
+    synchronize();
+    MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str());
+  }
+  void synchronize() override {
+    MB_CHECK_CUDA(cudaStreamSynchronize(stream_), group_.c_str());
+    ncclResult_t async = ncclSuccess;
+    MB_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async), group_.c_str());
+    MB_CHECK_NCCL(async, group_.c_str());
+  }
+  std::unique_ptr<Timer> make_timer(int marks) override {
+    return std::make_unique<EventTimer>(marks, stream_, group_);
+  }
+
+ private:
+  int rank_ = 0, size_ = 1;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+bool built_with_nccl() { return true; }
+
+std::string nccl_version() {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "unknown";
+  // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
+  return std::to_string(v / 10000) + "." + std::to_string((v % 10000) / 100) + "." + std::to_string(v % 100);
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm mpi, std::string group, int device) {
+  return std::make_unique<NcclCommunicator>(mpi, std::move(group), device);
+}
+
+}  // namespace meshbench::comm

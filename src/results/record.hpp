@@ -1,0 +1,74 @@
+// Plain records that drivers hand to reporters (Google Benchmark's split: the benchmark
+// produces records, reporters only format and store them). Times in seconds, bandwidths
+// in decimal GB/s, sizes in bytes unless a name says elements.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshbench::results {
+
+enum class Placement { kOutOfPlace = 0, kInPlace = 1 };
+inline const char* name(Placement p) { return p == Placement::kInPlace ? "in-place" : "out-of-place"; }
+
+// A process group of the run (the world, or one group of a mesh dimension).
+struct GroupInfo {
+  std::string dim;          // "world", "tp", "dp", "custom", ...
+  int id = 0;
+  std::vector<int> ranks;   // world ranks
+  int nodes_spanned = 1;
+  std::string span;         // intra | inter | mixed
+};
+
+// One table of a run: a collective at one dtype and reduction, in one group dimension.
+struct Block {
+  std::string collective;   // all_reduce, ...
+  std::string dtype, redop; // redop "none" for collectives without a reduction
+  int root = -1;            // -1 when the collective has no root
+  std::string group = "world";
+  int group_size = 1;       // n in the bus-bandwidth factor
+  double bus_factor = 1;    // busbw / algbw
+  std::string timing;       // isolated | pipelined
+  int iters = 0, warmup = 0;
+  std::array<bool, 2> runs{};          // by Placement: measured at all
+  std::array<std::string, 2> why_not;  // by Placement: the backend's reason when not
+};
+
+struct PointSizes {
+  std::uint64_t bytes = 0;               // nccl-tests' size S
+  std::uint64_t count = 0;               // elements of S
+  std::uint64_t send_bytes_per_rank = 0;
+  std::uint64_t recv_bytes_per_rank = 0;
+  std::uint64_t total_bytes = 0;         // sum over ranks of the bytes each rank sends
+};
+
+struct PointResult {
+  bool ran = false;
+  double t_median = 0, t_min = 0, t_mean = 0, t_p99 = 0, t_first = 0;
+  double algbw = 0, busbw = 0;
+  std::uint64_t wrong = 0;      // summed over ranks; all ranks hold the same value
+  int slowest_rank = -1;        // valid on rank 0
+  std::vector<double> my_samples;  // this rank's time per iteration
+};
+
+// One size of a block: both placements.
+struct Row {
+  PointSizes sizes;
+  std::array<PointResult, 2> by_placement;
+};
+
+enum class RunStatus { kRunning, kOk, kFailed, kTimeout, kKilled };
+inline const char* name(RunStatus s) {
+  switch (s) {
+    case RunStatus::kRunning: return "running";
+    case RunStatus::kOk: return "ok";
+    case RunStatus::kFailed: return "failed";
+    case RunStatus::kTimeout: return "timeout";
+    case RunStatus::kKilled: return "killed";
+  }
+  return "?";
+}
+
+}  // namespace meshbench::results
