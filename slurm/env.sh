@@ -177,7 +177,8 @@ mb_run_collectives() {
   return "$worst"
 }
 
-# mb_report DIR [report args...]: DIR/report.md and plots when Python with h5py is there.
+# mb_report DIR [report args...]: DIR/report.md and DIR/plots/ (MB_PLOTS=0: no plots) when
+# Python with h5py and matplotlib is there.
 mb_report() {
   local dir="$1"; shift
   local py="${MB_PYTHON:-/usr/bin/python3}"
@@ -185,6 +186,8 @@ mb_report() {
     mb_note "no h5py/matplotlib for $py: skipping report (run scripts/report $dir later)"; return 0
   fi
   "$py" "$MB_ROOT/scripts/report" "$dir" "$@" -o "$dir/report.md" && mb_note "report: $dir/report.md"
-  "$py" "$MB_ROOT/scripts/plot" "$dir" -o "$dir/plots" --heatmaps 6 >/dev/null && mb_note "plots: $dir/plots/"
+  if [[ "${MB_PLOTS:-1}" != 0 ]]; then
+    "$py" "$MB_ROOT/scripts/plot" "$dir" -o "$dir/plots" --heatmaps 6 >/dev/null && mb_note "plots: $dir/plots/"
+  fi
   return 0
 }

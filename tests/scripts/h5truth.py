@@ -1,0 +1,128 @@
+#!/usr/bin/python3
+"""tests/scripts/h5truth.py: independent reader for the script tests. Reads the HDF5 files with
+h5py directly (not through scripts/report) and checks a report's output against them.
+
+  h5truth.py json REPORT.json FILE.h5...     every row equals the file (exact floats), none missing
+  h5truth.py csv REPORT.csv FILE.h5...       same for CSV (full-precision floats)
+  h5truth.py md REPORT.md FILE.h5...         one Markdown row per summary row, time column = t_median in us
+  h5truth.py compare REPORT.json A.h5 B.h5   ratio_t = t_median(B)/t_median(A) for every size of every group
+  h5truth.py status FILE.h5 [STATUS]         print the status of every run (exit 1 unless all == STATUS)
+  h5truth.py attr FILE.h5 NAME               print a run attribute of the first run
+Exit 0 when every check holds, 1 with the first mismatch.
+"""
+import csv
+import json
+import sys
+
+import h5py
+
+
+def s(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def truth(files):
+    """{(file, run_id, collective, placement, group, bytes): summary row dict}."""
+    out = {}
+    for f in files:
+        with h5py.File(f, "r") as h:
+            for rid, run in h["runs"].items():
+                for cname, coll in run["collectives"].items():
+                    for gname, g in coll.items():
+                        for row in g["summary"][()]:
+                            d = {k: (s(row[k]) if row.dtype[k].kind == "S" else row[k].item())
+                                 for k in row.dtype.names}
+                            d["tag"] = s(run.attrs["tag"])
+                            d["ranks"] = int(run.attrs["world_size"])
+                            key = (f, rid, cname, s(g.attrs["placement"]), s(g.attrs["group"]), d["bytes"])
+                            out[key] = d
+    return out
+
+
+def die(msg):
+    print(f"h5truth: MISMATCH: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def check_rows(rows, files):
+    t = truth(files)
+    if len(rows) != len(t):
+        die(f"report has {len(rows)} rows, the files hold {len(t)} summary rows")
+    seen = set()
+    for r in rows:
+        key = (r["file"], r["run_id"], r["collective"], r["placement"], r["group"], int(r["bytes"]))
+        if key not in t:
+            die(f"report row {key} is not in the files")
+        seen.add(key)
+        want = t[key]
+        for k in ("t_median", "t_min", "t_mean", "t_p99", "t_first", "algbw", "busbw"):
+            if float(r[k]) != want[k]:
+                die(f"{key} {k}: report {r[k]!r} != file {want[k]!r}")
+        for k in ("count", "wrong", "slowest_rank"):
+            if int(r[k]) != want[k]:
+                die(f"{key} {k}: report {r[k]!r} != file {want[k]!r}")
+        if r["tag"] != want["tag"] or int(r["ranks"]) != want["ranks"]:
+            die(f"{key}: tag/ranks {r['tag']}/{r['ranks']} != {want['tag']}/{want['ranks']}")
+    if len(seen) != len(t):
+        die("duplicate rows in the report")
+    print(f"h5truth: {len(rows)} rows equal to the files")
+
+
+def main():
+    mode, arg = sys.argv[1], sys.argv[2]
+    files = sys.argv[3:]
+    if mode == "json":
+        check_rows(json.load(open(arg)), files)
+    elif mode == "csv":
+        check_rows(list(csv.DictReader(open(arg))), files)
+    elif mode == "md":
+        t = truth(files)
+        lines = [l for l in open(arg) if l.startswith("|")][2:]
+        if len(lines) != len(t):
+            die(f"markdown has {len(lines)} rows, files hold {len(t)}")
+        head = [c.strip() for c in open(arg).readline().strip("|\n").split("|")]
+        ti = head.index("time (us)")
+        want = sorted(f"{d['t_median'] * 1e6:.2f}" for d in t.values())
+        got = sorted(l.strip("|\n").split("|")[ti].strip() for l in lines)
+        if want != got:
+            die(f"markdown times {got} != files {want}")
+        print(f"h5truth: {len(lines)} markdown rows, times equal to the files")
+    elif mode == "compare":
+        a, b = truth([files[0]]), truth([files[1]])
+        rows = json.load(open(arg))
+        ka = {(k[2], k[3], k[4], k[5]): v for k, v in a.items()}
+        kb = {(k[2], k[3], k[4], k[5]): v for k, v in b.items()}
+        common = set(ka) & set(kb)
+        if len(rows) != len(common) or not common:
+            die(f"compare has {len(rows)} rows, expected {len(common)} common points")
+        for r in rows:
+            k = (r["collective"], r.get("placement", "out-of-place"), r.get("group", "world"), int(r["bytes"]))
+            if k not in common:
+                # placement/group are dropped from the table when they do not vary: match loosely.
+                cand = [c for c in common if c[0] == r["collective"] and c[3] == int(r["bytes"])]
+                if len(cand) != 1:
+                    die(f"compare row {k} has no unique partner")
+                k = cand[0]
+            want = kb[k]["t_median"] / ka[k]["t_median"]
+            if abs(float(r["ratio_t"]) - want) > 1e-12 * want:
+                die(f"{k}: ratio {r['ratio_t']} != {want}")
+            if float(r["t_a"]) != ka[k]["t_median"] or float(r["t_b"]) != kb[k]["t_median"]:
+                die(f"{k}: times {r['t_a']}/{r['t_b']} != {ka[k]['t_median']}/{kb[k]['t_median']}")
+        print(f"h5truth: {len(rows)} ratios equal t_B/t_A from the files")
+    elif mode == "status":
+        want = files[0] if files else None
+        with h5py.File(arg, "r") as h:
+            st = [s(r.attrs["status"]) for r in h["runs"].values()]
+        print(" ".join(st))
+        if want is not None and any(x != want for x in st):
+            sys.exit(1)
+    elif mode == "attr":
+        with h5py.File(arg, "r") as h:
+            run = next(iter(h["runs"].values()))
+            print(s(run.attrs[files[0]]) if not hasattr(run.attrs[files[0]], "item") or isinstance(run.attrs[files[0]], (bytes, str)) else run.attrs[files[0]].item())
+    else:
+        die(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()

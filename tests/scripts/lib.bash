@@ -1,0 +1,41 @@
+# tests/scripts/lib.bash: shared by the script tests (sourced, not a test itself).
+# CTest sets MB_BIN, MB_SRC, MB_PYTHON, MB_MPIEXEC; the defaults let a developer run a test by
+# hand from the source tree: `bash tests/scripts/report_roundtrip.sh`.
+set -euo pipefail
+MB_SRC="${MB_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+MB_BIN="${MB_BIN:-$MB_SRC/build/bin}"
+MB_PYTHON="${MB_PYTHON:-/usr/bin/python3}"
+MB_MPIEXEC="${MB_MPIEXEC:-mpiexec}"
+export MB_SRC MB_BIN MB_PYTHON MB_MPIEXEC
+TEST_NAME="$(basename "$0" .sh)"
+# Every launch has a limit: MPICH can hang in MPI_Finalize over TCP (ENVIRONMENT.md).
+RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
+
+fail() { echo "FAIL [$TEST_NAME]: $*" >&2; exit 1; }
+pass() { echo "ok   [$TEST_NAME]: $*"; }
+skip() { echo "SKIP [$TEST_NAME]: $*" >&2; exit 77; }
+
+[[ -x "$MB_BIN/all_reduce_bench" ]] || fail "no binaries in $MB_BIN (build first)"
+"$MB_PYTHON" -c 'import h5py, numpy, matplotlib' 2>/dev/null || fail "$MB_PYTHON lacks h5py/numpy/matplotlib"
+
+WORK="$(mktemp -d "/tmp/mb-$TEST_NAME.XXXXXX")"
+cleanup() { [[ -n "${KEEP:-}" ]] || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+# run2 FABRIC_ENV... -- BINARY ARGS...: one 2-rank run with a timeout; prints the exit code.
+# Example: run2 UCX_TLS=self,sm -- all_reduce_bench -b 8 -e 1K -O x.h5
+run2() {
+  local -a envs=()
+  while [[ "$1" != -- ]]; do envs+=("$1"); shift; done
+  shift
+  local exe="$MB_BIN/$1"; shift
+  local rc=0
+  env "${envs[@]}" timeout --kill-after=10 "$RUN_TIMEOUT" "$MB_MPIEXEC" -n 2 "$exe" "$@" \
+    > "$WORK/last-run.log" 2>&1 || rc=$?
+  if [[ $rc -ne 0 ]]; then
+    echo "--- $exe $* (exit $rc):" >&2; tail -20 "$WORK/last-run.log" >&2
+  fi
+  return $rc
+}
+
+py() { "$MB_PYTHON" "$@"; }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# scripts/plot on files the binaries write here: busbw.png, latency.png and one per-rank heat
+# map per run are written, are real PNGs, are not blank, and carry one line per fabric.
+. "$(dirname "$0")/lib.bash"
+P="$MB_SRC/scripts/plot"
+SZ=(-b 8 -e 256K -f 8 -n 5 -w 1 -c 1)
+run2 UCX_TLS=self,sm -- all_reduce_bench "${SZ[@]}" --tag shm -O "$WORK/shm.h5" || fail "shm run failed"
+run2 UCX_TLS=self,tcp UCX_NET_DEVICES=lo -- all_reduce_bench "${SZ[@]}" --tag tcp-lo -O "$WORK/tcp.h5" || fail "tcp-lo run failed"
+
+py "$P" "$WORK/shm.h5" "$WORK/tcp.h5" -o "$WORK/plots" > "$WORK/list" || fail "plot exit $?"
+[[ $(grep -c 'heatmap-' "$WORK/list") -eq 2 ]] || fail "expected 2 heat maps: $(cat "$WORK/list")"
+for f in busbw latency; do grep -q "$WORK/plots/$f.png" "$WORK/list" || fail "$f.png not listed"; done
+py - "$WORK/list" <<'PYEOF' || fail "PNG content check"
+import sys
+import matplotlib.image as mpimg
+import numpy as np
+for path in open(sys.argv[1]).read().split():
+    head = open(path, "rb").read(8)
+    assert head == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    img = mpimg.imread(path)
+    assert img.shape[0] > 150 and img.shape[1] > 300, f"{path}: tiny image {img.shape}"
+    rgb = img[..., :3].reshape(-1, 3)
+    colours = len(np.unique((rgb * 255).astype(np.uint8), axis=0))
+    assert colours > 20 and float(rgb.std()) > 0.02, f"{path}: looks blank ({colours} colours)"
+    print(f"{path}: {img.shape[1]}x{img.shape[0]}, {colours} colours")
+PYEOF
+# The line plots carry one series per fabric: the legend entries are the two tags.
+py - "$WORK/shm.h5" "$WORK/tcp.h5" "$MB_SRC/scripts/plot" <<'PYEOF' || fail "series check"
+import importlib.machinery, importlib.util, sys
+loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[3])
+spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
+loader.exec_module(mod)
+rows, _ = mod.report.load_rows(sys.argv[1:3])
+label = mod.series_labeller(rows)
+labels = sorted({label(r) for r in rows})
+assert labels == ["shm", "tcp-lo"], labels
+print("series:", labels)
+PYEOF
+pass "2 line plots + 2 heat maps, valid non-blank PNGs, one series per fabric"
+
+rc=0; py "$P" "$WORK/shm.h5" --where tag=none -o "$WORK/p2" >/dev/null 2>&1 || rc=$?
+[[ $rc -eq 1 && ! -e "$WORK/p2/busbw.png" ]] || fail "empty selection: exit $rc (expected 1, no figure)"
+rc=0; py "$P" "$WORK/shm.h5" --where 'bogus=1' -o "$WORK/p3" >/dev/null 2>&1 || rc=$?
+[[ $rc -eq 2 ]] || fail "bad filter: exit $rc (expected 2)"
+pass "empty selection exits 1 without figures, bad filter exits 2"

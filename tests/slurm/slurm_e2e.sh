@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Slurm end to end on a private single-node Slurm this test starts (scripts/slurm-local):
+# submits slurm/collectives.sbatch with 2 tasks and a small size range, and a 2-point sweep
+# as a job array (scripts/sweep --slurm), waits with a timeout, then checks that the HDF5 files
+# exist, passed verification (status ok, wrong = 0, exit codes 0), carry the job's
+# SLURM_JOB_ID in their provenance, and merge in scripts/report. The daemons are stopped by
+# PID on every exit path. Skips (exit 77) when not root or when Slurm/munge are not installed.
+set -euo pipefail
+MB_SRC="${MB_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}"
+MB_BIN="${MB_BIN:-$MB_SRC/build/bin}"
+MB_PYTHON="${MB_PYTHON:-/usr/bin/python3}"
+T="$MB_SRC/tests/scripts/h5truth.py"
+fail() { echo "FAIL [slurm_e2e]: $*" >&2; exit 1; }
+pass() { echo "ok   [slurm_e2e]: $*"; }
+[[ $(id -u) -eq 0 ]] || { echo "SKIP [slurm_e2e]: not root (the local Slurm daemons run as root)" >&2; exit 77; }
+[[ -x "$MB_BIN/all_reduce_bench" ]] || fail "no binaries in $MB_BIN"
+
+WORK="$(mktemp -d /tmp/mb-slurm-e2e.XXXXXX)"
+chmod 755 "$WORK"   # munged (user munge) must reach its socket below it
+SDIR="$WORK/slurm"
+# A port of our own, so a second test run or a site Slurm on 6817 does not collide.
+for _ in $(seq 1 20); do
+  port=$(( 20000 + RANDOM % 20000 ))
+  ss -ltn 2>/dev/null | grep -qE ":($port|$((port + 1)))\b" || break
+done
+cleanup() {
+  MB_SLURM_PORT=$port "$MB_SRC/scripts/slurm-local" stop "$SDIR" || true
+  [[ -n "${KEEP:-}" ]] || rm -rf "$WORK"
+}
+trap cleanup EXIT
+rc=0
+conf_line=$(MB_SLURM_PORT=$port "$MB_SRC/scripts/slurm-local" start "$SDIR") || rc=$?
+[[ $rc -eq 77 ]] && exit 77
+[[ $rc -eq 0 ]] || fail "slurm-local start exit $rc"
+eval "$conf_line"
+export SLURM_CONF PATH="$PATH:/usr/sbin"
+pass "slurm up ($SLURM_CONF, port $port)"
+
+wait_jobs() {  # wait_jobs SECONDS JOBID...: poll squeue until none is queued or running
+  local limit="$1"; shift
+  local ids; ids=$(IFS=,; echo "$*")
+  local end=$(( SECONDS + limit ))
+  while (( SECONDS < end )); do
+    [[ -z "$(squeue -h -j "$ids" 2>/dev/null)" ]] && return 0
+    sleep 0.5
+  done
+  scontrol show job "$ids" >&2 || true
+  return 1
+}
+
+# 1. collectives.sbatch, 2 tasks on the one node, a small size range.
+RES="$WORK/results"
+jid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/collectives" MB_MIN_BYTES=8 MB_MAX_BYTES=4K \
+      MB_STEP_FACTOR=8 MB_ITERS=5 MB_WARMUP=1 MB_POINT_TIMEOUT=120 MB_FABRIC=shm MB_PLOTS=0 \
+      sbatch --parsable -N 1 -n 2 --ntasks-per-node=2 -t 10 -o "$WORK/collectives-%j.out" \
+      slurm/collectives.sbatch) || fail "sbatch collectives.sbatch failed"
+# 2. a 2-point sweep as a job array (submitted right away: both run on the one node).
+cat > "$WORK/sweep.toml" <<'TOML'
+name = "slurm-e2e"
+binaries = ["all_reduce", "all_gather"]
+ranks = [2]
+fabrics = ["shm"]
+min_bytes = "8"
+max_bytes = "1K"
+step_factor = 8
+iters = 5
+warmup = 1
+timeout = 120
+TOML
+"$MB_PYTHON" "$MB_SRC/scripts/sweep" "$WORK/sweep.toml" --slurm --wait --wait-timeout 240 --no-report \
+  --bin "$MB_BIN" --out "$RES/sweep" --sbatch-args "-t 10" > "$WORK/sweep.out" 2>&1 \
+  || { cat "$WORK/sweep.out"; fail "sweep --slurm exit $?"; }
+cat "$WORK/sweep.out"
+grep -q 'submitted array job of 2 tasks' "$WORK/sweep.out" || fail "sweep did not submit a 2-task array"
+grep -q '2 ran ok' "$WORK/sweep.out" || fail "array points not ok"
+wait_jobs 240 "$jid" || fail "collectives job $jid still running after 240 s"
+state=$(scontrol show job "$jid" | grep -oE 'JobState=[A-Z]+|ExitCode=[0-9:]+' | tr '\n' ' ')
+cat "$WORK/collectives-$jid.out"
+[[ "$state" == *"JobState=COMPLETED"*"ExitCode=0:0"* ]] || fail "collectives job $jid: $state"
+pass "collectives job $jid: $state"
+
+# 3. the files: six from the batch job, two from the array, verified and carrying the job id.
+n=0
+for b in all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv; do
+  f="$RES/collectives/$b.h5"
+  [[ -s "$f" ]] || fail "$f missing"
+  "$MB_PYTHON" "$T" status "$f" ok >/dev/null || fail "$f status $("$MB_PYTHON" "$T" status "$f")"
+  [[ $("$MB_PYTHON" "$T" attr "$f" slurm_job_id) == "$jid" ]] || fail "$f: slurm_job_id != $jid"
+  grep -q "\"SLURM_JOB_ID\": *\"$jid\"" <<< "$("$MB_PYTHON" "$T" attr "$f" slurm)" || fail "$f: SLURM_JOB_ID not in the slurm attr"
+  n=$((n + 1))
+done
+arr_job=$(grep -oE 'submitted array job of 2 tasks [0-9]+' "$WORK/sweep.out" | awk '{print $NF}')
+for p in all_reduce-r2-mpi-shm all_gather-r2-mpi-shm; do
+  f="$RES/sweep/$p.h5"
+  "$MB_PYTHON" "$T" status "$f" ok >/dev/null || fail "$f not ok"
+  sj=$("$MB_PYTHON" "$T" attr "$f" slurm)
+  grep -q "\"SLURM_ARRAY_JOB_ID\": *\"$arr_job\"" <<< "$sj" || fail "$f: not from array job $arr_job: $sj"
+  n=$((n + 1))
+done
+pass "$n files: status ok, job ids in provenance"
+
+# 4. they merge in scripts/report, every row verified, both jobs present.
+"$MB_PYTHON" "$MB_SRC/scripts/report" "$RES" -f json -o "$WORK/all.json" || fail "report exit $?"
+"$MB_PYTHON" - "$WORK/all.json" "$jid" "$arr_job" <<'PY' || fail "merged report check"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+jobs = {r["slurm_job_id"] for r in rows}
+colls = {r["collective"] for r in rows}
+assert all(r["wrong"] == 0 and r["status"] == "ok" for r in rows), "unverified rows"
+assert sys.argv[2] in jobs and len(jobs) == 3, jobs   # the batch job and the two array tasks
+assert len(colls) == 6, colls
+print(f"{len(rows)} rows from jobs {sorted(jobs)}, {len(colls)} collectives, all verified")
+PY
+pass "report merges both jobs' files"
