@@ -1,0 +1,39 @@
+// Model configuration of the step engine: the GPT shape flags, presets and the rules a
+// configuration must satisfy. validate() throws core::UsageError naming the option and the
+// rule (the driver turns that into exit 2). Not here: parallel degrees (later issues).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshbench::parallel {
+
+struct GptConfig {
+  int layers = 2;       // L
+  int hidden = 64;      // C
+  int heads = 4;        // NH
+  int kv_heads = 4;     // KVH: grouped-query attention when < heads
+  int ffn = 256;        // F: MLP width (default 4C)
+  int seq = 64;         // T: tokens per sample in a step
+  int max_seq = 64;     // rows of the position table (T may not exceed it)
+  int vocab = 512;      // V
+  int micro_batch = 4;  // B
+  bool tied = true;     // LM head shares the token embedding
+
+  int head_size() const { return hidden / heads; }
+  int qkv_width() const { return (heads + 2 * kv_heads) * head_size(); }
+  int64_t tokens() const { return static_cast<int64_t>(micro_batch) * seq; }
+};
+
+// Presets by name: tiny, small (issue 4's first benchmark shape), medium (its second),
+// gpt2-124m. Throws UsageError for an unknown name (listing the known ones).
+GptConfig preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Throws core::UsageError: "--heads 3 must divide --hidden 64", etc.
+void validate(const GptConfig& c);
+
+std::string describe(const GptConfig& c);  // one line: L=2 C=64 NH=4 KVH=4 F=256 ...
+
+}  // namespace meshbench::parallel

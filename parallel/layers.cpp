@@ -1,0 +1,366 @@
+// CPU (OpenMP + OpenBLAS) forward/backward pairs declared in layers.hpp, after llm.c's
+// train_gpt2.c. Instantiated for float (the engine) and double (gradient checks).
+#include "layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <omp.h>
+
+#include "compute/blas.hpp"
+
+namespace meshbench::parallel {
+
+using compute::gemm;
+using compute::Trans;
+
+template <typename S>
+void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                       int C) {
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; ++bt) {
+    const S* e = wte + static_cast<int64_t>(tokens[bt]) * C;
+    const S* p = wpe + static_cast<int64_t>(bt % T) * C;
+    S* o = out + static_cast<int64_t>(bt) * C;
+    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+  }
+}
+
+template <typename S>
+void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
+                        int C) {
+  // Rows with the same token collide in dwte, so rows are walked in order; positions are
+  // distinct per t, so dwpe is parallel over t.
+  for (int bt = 0; bt < B * T; ++bt) {
+    S* e = dwte + static_cast<int64_t>(tokens[bt]) * C;
+    const S* d = dout + static_cast<int64_t>(bt) * C;
+    for (int c = 0; c < C; ++c) e[c] += d[c];
+  }
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; ++t) {
+    S* p = dwpe + static_cast<int64_t>(t) * C;
+    for (int b = 0; b < B; ++b) {
+      const S* d = dout + (static_cast<int64_t>(b) * T + t) * C;
+      for (int c = 0; c < C; ++c) p[c] += d[c];
+    }
+  }
+}
+
+template <typename S>
+void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
+                       int N, int C) {
+  const S eps = S(1e-5);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const S* x = inp + static_cast<int64_t>(n) * C;
+    S m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= S(C);
+    S var = 0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= S(C);
+    const S s = S(1) / std::sqrt(var + eps);
+    S* o = out + static_cast<int64_t>(n) * C;
+    for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+template <typename S>
+void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                        const S* weight, const S* mean, const S* rstd, int N, int C) {
+#pragma omp parallel
+  {
+    // Per-thread partial sums for the parameter gradients, added once at the end.
+    std::vector<S> dw(C, S(0)), db(C, S(0));
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const S* x = inp + static_cast<int64_t>(n) * C;
+      const S* d = dout + static_cast<int64_t>(n) * C;
+      S* dx = dinp + static_cast<int64_t>(n) * C;
+      const S m = mean[n], s = rstd[n];
+      S dnorm_mean = 0, dnorm_norm_mean = 0;
+      for (int c = 0; c < C; ++c) {
+        const S norm = (x[c] - m) * s;
+        const S dnorm = weight[c] * d[c];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+      }
+      dnorm_mean /= S(C);
+      dnorm_norm_mean /= S(C);
+      for (int c = 0; c < C; ++c) {
+        const S norm = (x[c] - m) * s;
+        const S dnorm = weight[c] * d[c];
+        db[c] += d[c];
+        dw[c] += norm * d[c];
+        dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      }
+    }
+#pragma omp critical
+    for (int c = 0; c < C; ++c) {
+      dweight[c] += dw[c];
+      dbias[c] += db[c];
+    }
+  }
+}
+
+template <typename S>
+void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC,
+                    bool accumulate) {
+  // Bias first (broadcast over rows), then one GEMM with beta = 1.
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    S* o = out + static_cast<int64_t>(n) * OC;
+    if (accumulate) {
+      for (int j = 0; j < OC; ++j) o[j] += bias[j];
+    } else {
+      std::memcpy(o, bias, sizeof(S) * OC);
+    }
+  }
+  gemm<S>(Trans::kNo, Trans::kYes, N, OC, C, S(1), inp, C, weight, C, S(1), out, OC);
+}
+
+template <typename S>
+void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                     const S* weight, int N, int C, int OC, bool accumulate_dinp) {
+  if (dinp != nullptr) {
+    gemm<S>(Trans::kNo, Trans::kNo, N, C, OC, S(1), dout, OC, weight, C,
+            accumulate_dinp ? S(1) : S(0), dinp, C);
+  }
+  gemm<S>(Trans::kYes, Trans::kNo, OC, C, N, S(1), dout, OC, inp, C, S(1), dweight, C);
+  // dbias: column sums of dout, in column blocks so each thread owns its columns.
+  constexpr int kBlock = 64;
+  const int nblocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; ++blk) {
+    const int j0 = blk * kBlock, j1 = std::min(OC, j0 + kBlock);
+    S acc[kBlock] = {};
+    for (int n = 0; n < N; ++n) {
+      const S* d = dout + static_cast<int64_t>(n) * OC;
+      for (int j = j0; j < j1; ++j) acc[j - j0] += d[j];
+    }
+    for (int j = j0; j < j1; ++j) dbias[j] += acc[j - j0];
+  }
+}
+
+template <typename S>
+void attention_forward(S* out, S* att, const S* qkv, int B, int T, int NH, int KVH, int hs) {
+  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs, group = NH / KVH;
+  const int Tb = attention_row_block(T);
+  const S scale = S(1) / std::sqrt(S(hs));
+  // One GEMM per (b, h, row block): OpenMP over (b, h), OpenBLAS single-threaded inside.
+  compute::BlasSingleThreaded one_thread;
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH, kvh = h / group;
+    const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
+    const S* q = base + h * hs;
+    const S* k = base + (NH + kvh) * hs;
+    const S* v = base + (NH + KVH + kvh) * hs;
+    S* p = att + static_cast<int64_t>(bh) * T * T;
+    S* y = out + static_cast<int64_t>(b) * T * C + h * hs;
+    // Causal: rows [i0, i1) only see columns [0, i1), so blocks skip the upper triangle.
+    for (int i0 = 0; i0 < T; i0 += Tb) {
+      const int i1 = std::min(T, i0 + Tb), r = i1 - i0;
+      gemm<S>(Trans::kNo, Trans::kYes, r, i1, hs, scale, q + static_cast<int64_t>(i0) * QKV,
+              QKV, k, QKV, S(0), p + static_cast<int64_t>(i0) * T, T);
+      for (int t = i0; t < i1; ++t) {
+        S* row = p + static_cast<int64_t>(t) * T;
+        S mx = row[0];
+        for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
+        S sum = 0;
+        for (int j = 0; j <= t; ++j) {
+          row[j] = std::exp(row[j] - mx);
+          sum += row[j];
+        }
+        const S inv = S(1) / sum;
+        for (int j = 0; j <= t; ++j) row[j] *= inv;
+        for (int j = t + 1; j < T; ++j) row[j] = S(0);
+      }
+      gemm<S>(Trans::kNo, Trans::kNo, r, hs, i1, S(1), p + static_cast<int64_t>(i0) * T, T, v,
+              QKV, S(0), y + static_cast<int64_t>(i0) * C, C);
+    }
+  }
+}
+
+template <typename S>
+void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B,
+                        int T, int NH, int KVH, int hs) {
+  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs, group = NH / KVH;
+  const int Tb = attention_row_block(T);
+  const S scale = S(1) / std::sqrt(S(hs));
+  std::memset(dqkv, 0, sizeof(S) * static_cast<size_t>(B) * T * QKV);
+  compute::BlasSingleThreaded one_thread;
+  // Parallel over (b, kv head): the query heads of one group accumulate into the same dK, dV,
+  // so they run in order inside one iteration.
+#pragma omp parallel for schedule(static)
+  for (int bg = 0; bg < B * KVH; ++bg) {
+    const int b = bg / KVH, kvh = bg % KVH;
+    const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
+    S* dbase = dqkv + static_cast<int64_t>(b) * T * QKV;
+    const S* k = base + (NH + kvh) * hs;
+    const S* v = base + (NH + KVH + kvh) * hs;
+    S* dk = dbase + (NH + kvh) * hs;
+    S* dv = dbase + (NH + KVH + kvh) * hs;
+    for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const int64_t bh = static_cast<int64_t>(b) * NH + h;
+      const S* q = base + h * hs;
+      S* dq = dbase + h * hs;
+      const S* p = att + bh * T * T;
+      S* ds = datt + bh * T * T;
+      const S* dy = dout + static_cast<int64_t>(b) * T * C + h * hs;
+      for (int i0 = 0; i0 < T; i0 += Tb) {
+        const int i1 = std::min(T, i0 + Tb), r = i1 - i0;
+        const S* pb = p + static_cast<int64_t>(i0) * T;
+        S* dsb = ds + static_cast<int64_t>(i0) * T;
+        const S* dyb = dy + static_cast<int64_t>(i0) * C;
+        // dP = dY V^T, then the softmax backward in place: dS = P * (dP - sum_j P dP).
+        gemm<S>(Trans::kNo, Trans::kYes, r, i1, hs, S(1), dyb, C, v, QKV, S(0), dsb, T);
+        for (int t = i0; t < i1; ++t) {
+          const S* prow = p + static_cast<int64_t>(t) * T;
+          S* drow = ds + static_cast<int64_t>(t) * T;
+          S dot = 0;
+          for (int j = 0; j <= t; ++j) dot += prow[j] * drow[j];
+          for (int j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
+          for (int j = t + 1; j < i1; ++j) drow[j] = S(0);
+        }
+        // S = scale * Q K^T: dQ = scale * dS K, dK += scale * dS^T Q, dV += P^T dY.
+        gemm<S>(Trans::kNo, Trans::kNo, r, hs, i1, scale, dsb, T, k, QKV, S(0),
+                dq + static_cast<int64_t>(i0) * QKV, QKV);
+        gemm<S>(Trans::kYes, Trans::kNo, i1, hs, r, scale, dsb, T,
+                q + static_cast<int64_t>(i0) * QKV, QKV, S(1), dk, QKV);
+        gemm<S>(Trans::kYes, Trans::kNo, i1, hs, r, S(1), pb, T, dyb, C, S(1), dv, QKV);
+      }
+    }
+  }
+}
+
+namespace {
+template <typename S>
+constexpr S kGeluScale = S(0.7978845608028654);  // sqrt(2/pi)
+}
+
+template <typename S>
+void gelu_forward(S* out, const S* inp, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const S x = inp[i];
+    const S cube = S(0.044715) * x * x * x;
+    out[i] = S(0.5) * x * (S(1) + std::tanh(kGeluScale<S> * (x + cube)));
+  }
+}
+
+template <typename S>
+void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const S x = inp[i];
+    const S cube = S(0.044715) * x * x * x;
+    const S arg = kGeluScale<S> * (x + cube);
+    const S th = std::tanh(arg);
+    const S sech2 = S(1) - th * th;
+    const S local = S(0.5) * (S(1) + th) +
+                    x * S(0.5) * sech2 * kGeluScale<S> * (S(1) + S(3) * S(0.044715) * x * x);
+    dinp[i] = local * dout[i];
+  }
+}
+
+template <typename S>
+void residual_forward(S* out, const S* a, const S* b, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename S>
+void residual_backward(S* da, S* db, const S* dout, int64_t N) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
+template <typename S>
+S crossentropy_forward(S* probs, S* losses, const S* logits, const int32_t* targets, int N,
+                       int V) {
+  double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int n = 0; n < N; ++n) {
+    const S* x = logits + static_cast<int64_t>(n) * V;
+    S* p = probs + static_cast<int64_t>(n) * V;
+    S mx = x[0];
+    for (int j = 1; j < V; ++j) mx = std::max(mx, x[j]);
+    const S xt = x[targets[n]];
+    S sum = 0;
+    for (int j = 0; j < V; ++j) {
+      p[j] = std::exp(x[j] - mx);
+      sum += p[j];
+    }
+    const S inv = S(1) / sum;
+    for (int j = 0; j < V; ++j) p[j] *= inv;
+    losses[n] = std::log(sum) - (xt - mx);  // -log softmax(x)[target], without log(0)
+    total += static_cast<double>(losses[n]);
+  }
+  return static_cast<S>(total / N);
+}
+
+template <typename S>
+void crossentropy_backward(S* dlogits, const S* probs, const int32_t* targets, S dloss, int N,
+                           int V) {
+  const S scale = dloss / S(N);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const S* p = probs + static_cast<int64_t>(n) * V;
+    S* d = dlogits + static_cast<int64_t>(n) * V;
+    for (int j = 0; j < V; ++j) d[j] = p[j] * scale;
+    d[targets[n]] -= scale;
+  }
+}
+
+template <typename S>
+void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
+                  double weight_decay, int t) {
+  const S lr = S(cfg.lr), b1 = S(cfg.beta1), b2 = S(cfg.beta2), eps = S(cfg.eps);
+  const S decay = S(1.0 - cfg.lr * weight_decay);
+  const S bc1 = S(1.0 - std::pow(cfg.beta1, t));
+  const S bc2_sqrt = S(std::sqrt(1.0 - std::pow(cfg.beta2, t)));
+  const S step = lr / bc1;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const S g = grad[i];
+    const S mi = b1 * m[i] + (S(1) - b1) * g;
+    const S vi = b2 * v[i] + (S(1) - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * decay - step * mi / (std::sqrt(vi) / bc2_sqrt + eps);
+  }
+}
+
+#define MB_INSTANTIATE(S)                                                                     \
+  template void embedding_forward<S>(S*, const int32_t*, const S*, const S*, int, int, int);  \
+  template void embedding_backward<S>(S*, S*, const S*, const int32_t*, int, int, int);       \
+  template void layernorm_forward<S>(S*, S*, S*, const S*, const S*, const S*, int, int);     \
+  template void layernorm_backward<S>(S*, S*, S*, const S*, const S*, const S*, const S*,     \
+                                      const S*, int, int);                                    \
+  template void matmul_forward<S>(S*, const S*, const S*, const S*, int, int, int, bool);     \
+  template void matmul_backward<S>(S*, S*, S*, const S*, const S*, const S*, int, int, int,   \
+                                   bool);                                                     \
+  template void attention_forward<S>(S*, S*, const S*, int, int, int, int, int);              \
+  template void attention_backward<S>(S*, S*, const S*, const S*, const S*, int, int, int,    \
+                                      int, int);                                              \
+  template void gelu_forward<S>(S*, const S*, int64_t);                                       \
+  template void gelu_backward<S>(S*, const S*, const S*, int64_t);                            \
+  template void residual_forward<S>(S*, const S*, const S*, int64_t);                         \
+  template void residual_backward<S>(S*, S*, const S*, int64_t);                              \
+  template S crossentropy_forward<S>(S*, S*, const S*, const int32_t*, int, int);             \
+  template void crossentropy_backward<S>(S*, const S*, const int32_t*, S, int, int);          \
+  template void adamw_update<S>(S*, const S*, S*, S*, int64_t, const AdamWConfig&, double, int);
+
+MB_INSTANTIATE(float)
+MB_INSTANTIATE(double)
+#undef MB_INSTANTIATE
+
+}  // namespace meshbench::parallel

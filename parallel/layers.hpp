@@ -1,0 +1,105 @@
+// The step engine's layers as forward/backward pairs, in the manner of llm.c (train_gpt2.c):
+// plain loops over row-major arrays, OpenMP over rows, GEMMs through compute::gemm
+// (OpenBLAS). Each forward caches exactly what its backward needs; nothing is recomputed.
+// Not here: the model wiring (model.hpp), sharding, devices other than the host.
+//
+// Dimensions: B batch, T sequence, C channels, V vocabulary, NH query heads, KVH key/value
+// heads (grouped-query attention, NH % KVH == 0), hs = C / NH head size, F MLP width,
+// N = B*T rows, QKV = (NH + 2*KVH) * hs the fused projection width.
+//
+// Accumulation rule (as llm.c): parameter gradients +=, activation gradients =, except the
+// residual stream and the gradients named "+=" below, which accumulate.
+//
+// Scalar type T is float (the engine) or double (gradient checks); both are instantiated.
+#pragma once
+
+#include <cstdint>
+
+namespace meshbench::parallel {
+
+// out (B,T,C) = wte[tokens] + wpe[t]. tokens (B,T) in [0,V), wte (V,C), wpe (maxT,C).
+template <typename S>
+void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                       int C);
+// dwte +=, dwpe += (scatter of dout (B,T,C) by token and position).
+template <typename S>
+void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
+                        int C);
+
+// out (N,C) = (inp - mean) * rstd * weight + bias; caches mean (N), rstd (N).
+template <typename S>
+void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
+                       int N, int C);
+// dinp +=, dweight +=, dbias +=.
+template <typename S>
+void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                        const S* weight, const S* mean, const S* rstd, int N, int C);
+
+// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); accumulate: out += instead of =.
+template <typename S>
+void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC,
+                    bool accumulate = false);
+// dinp = dout @ weight (or += when accumulate_dinp); dweight +=, dbias +=. dinp may be null.
+template <typename S>
+void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                     const S* weight, int N, int C, int OC, bool accumulate_dinp = false);
+
+// Attention works in row blocks of this many query rows: block [i0, i1) multiplies only the
+// key columns [0, i1), so the causal upper triangle is mostly skipped (not all of it).
+inline int attention_row_block(int T) { return T < 64 ? T : 64; }
+// Multiply-adds of one (b, h) score product Q K^T as executed with those blocks; the value
+// product P V and each of the four backward products have the same count.
+inline int64_t attention_block_macs(int T, int hs) {
+  const int Tb = attention_row_block(T);
+  int64_t macs = 0;
+  for (int i0 = 0; i0 < T; i0 += Tb) {
+    const int i1 = i0 + Tb < T ? i0 + Tb : T;
+    macs += static_cast<int64_t>(i1 - i0) * i1 * hs;
+  }
+  return macs;
+}
+
+// Causal self-attention on the fused projection qkv (B,T,QKV) laid out [q heads | k heads |
+// v heads], each head hs wide. out (B,T,C) with C = NH*hs; att (B,NH,T,T) caches the
+// softmax probabilities (upper triangle zero). Scores and values are per-(b,h) GEMMs.
+template <typename S>
+void attention_forward(S* out, S* att, const S* qkv, int B, int T, int NH, int KVH, int hs);
+// dqkv = (written in full), datt is scratch (B,NH,T,T).
+template <typename S>
+void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B,
+                        int T, int NH, int KVH, int hs);
+
+// GELU, tanh approximation (GPT-2; torch gelu(approximate="tanh")). out, inp (N).
+template <typename S>
+void gelu_forward(S* out, const S* inp, int64_t N);
+// dinp = dout * gelu'(inp).
+template <typename S>
+void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t N);
+
+// out (N) = a + b.
+template <typename S>
+void residual_forward(S* out, const S* a, const S* b, int64_t N);
+// da +=, db += dout.
+template <typename S>
+void residual_backward(S* da, S* db, const S* dout, int64_t N);
+
+// Softmax cross-entropy over V classes, mean over the N rows.
+// In: logits (N,V). Out: probs (N,V) (may alias logits), losses (N). Returns the mean loss.
+template <typename S>
+S crossentropy_forward(S* probs, S* losses, const S* logits, const int32_t* targets, int N,
+                       int V);
+// dlogits (N,V) = (probs - onehot(target)) * dloss / N; may alias probs.
+template <typename S>
+void crossentropy_backward(S* dlogits, const S* probs, const int32_t* targets, S dloss, int N,
+                           int V);
+
+// AdamW (torch.optim.AdamW semantics) on a flat range: param *= 1 - lr*wd, then the Adam
+// step with bias corrections for step t (1-based). m, v are updated in place.
+struct AdamWConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+template <typename S>
+void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
+                  double weight_decay, int t);
+
+}  // namespace meshbench::parallel

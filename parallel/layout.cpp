@@ -1,0 +1,23 @@
+#include "layout.hpp"
+
+#include <stdexcept>
+
+namespace meshbench::parallel {
+
+int64_t Layout::add(std::string name, std::vector<int64_t> shape, bool weight_decay,
+                    ShardRule shard) {
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const int64_t offset = (total_ + 15) / 16 * 16;
+  entries_.push_back({std::move(name), std::move(shape), offset, numel, weight_decay, shard});
+  total_ = offset + numel;
+  return offset;
+}
+
+const LayoutEntry& Layout::find(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return e;
+  throw std::out_of_range("layout has no entry " + name);
+}
+
+}  // namespace meshbench::parallel

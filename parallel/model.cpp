@@ -1,0 +1,348 @@
+// Gpt<S>: parameter layout, forward, backward and AdamW (llm.c's gpt2_* functions).
+#include "model.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "core/timer.hpp"
+
+namespace meshbench::parallel {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kEmbedding: return "embedding";
+    case Op::kLayerNorm: return "layernorm";
+    case Op::kMatmul: return "matmul";
+    case Op::kAttention: return "attention";
+    case Op::kGelu: return "gelu";
+    case Op::kResidual: return "residual";
+    case Op::kLoss: return "crossentropy";
+    case Op::kAdamW: return "adamw";
+    case Op::kCount: break;
+  }
+  return "?";
+}
+
+namespace {
+// Copies n elements with OpenMP (the residual stream's skip connection).
+template <typename S>
+void copy_rows(S* dst, const S* src, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+}  // namespace
+
+template <typename S>
+Gpt<S>::Gpt(const GptConfig& cfg) : cfg_(cfg) {
+  const int64_t L = cfg.layers, C = cfg.hidden, F = cfg.ffn, V = cfg.vocab,
+                maxT = cfg.max_seq, QKV = cfg.qkv_width();
+  wte_ = layout_.add("wte", {V, C}, true);
+  wpe_ = layout_.add("wpe", {maxT, C}, true);
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    LayerOffsets o{};
+    o.ln1_w = layout_.add(p + "ln1.weight", {C}, false);
+    o.ln1_b = layout_.add(p + "ln1.bias", {C}, false);
+    o.qkv_w = layout_.add(p + "attn.qkv.weight", {QKV, C}, true, ShardRule::kReplicated);
+    o.qkv_b = layout_.add(p + "attn.qkv.bias", {QKV}, false);
+    o.proj_w = layout_.add(p + "attn.proj.weight", {C, C}, true);
+    o.proj_b = layout_.add(p + "attn.proj.bias", {C}, false);
+    o.ln2_w = layout_.add(p + "ln2.weight", {C}, false);
+    o.ln2_b = layout_.add(p + "ln2.bias", {C}, false);
+    o.fc_w = layout_.add(p + "mlp.fc.weight", {F, C}, true);
+    o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false);
+    o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true);
+    o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false);
+    lo_.push_back(o);
+  }
+  lnf_w_ = layout_.add("lnf.weight", {C}, false);
+  lnf_b_ = layout_.add("lnf.bias", {C}, false);
+  head_w_ = cfg.tied ? wte_ : layout_.add("lm_head.weight", {V, C}, true);
+  head_b_ = layout_.add("lm_head.bias", {V}, false);
+  const size_t P = static_cast<size_t>(layout_.total());
+  params_.assign(P, S(0));
+  grads_.assign(P, S(0));
+  m_.assign(P, S(0));
+  v_.assign(P, S(0));
+
+  const int64_t B = cfg.micro_batch, T = cfg.seq, N = B * T, NH = cfg.heads;
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    LayerActs a{};
+    a.ln1 = act_layout_.add(p + "ln1", {B, T, C}, false);
+    a.ln1_mean = act_layout_.add(p + "ln1_mean", {B, T}, false);
+    a.ln1_rstd = act_layout_.add(p + "ln1_rstd", {B, T}, false);
+    a.qkv = act_layout_.add(p + "qkv", {B, T, QKV}, false);
+    a.att = act_layout_.add(p + "att", {B, NH, T, T}, false);
+    a.atty = act_layout_.add(p + "atty", {B, T, C}, false);
+    a.res2 = act_layout_.add(p + "res2", {B, T, C}, false);
+    a.ln2 = act_layout_.add(p + "ln2", {B, T, C}, false);
+    a.ln2_mean = act_layout_.add(p + "ln2_mean", {B, T}, false);
+    a.ln2_rstd = act_layout_.add(p + "ln2_rstd", {B, T}, false);
+    a.fch = act_layout_.add(p + "fch", {B, T, F}, false);
+    a.fch_gelu = act_layout_.add(p + "fch_gelu", {B, T, F}, false);
+    a.res3 = act_layout_.add(p + "res3", {B, T, C}, false);
+    la_.push_back(a);
+  }
+  encoded_ = act_layout_.add("encoded", {B, T, C}, false);
+  lnf_ = act_layout_.add("lnf", {B, T, C}, false);
+  lnf_mean_ = act_layout_.add("lnf_mean", {B, T}, false);
+  lnf_rstd_ = act_layout_.add("lnf_rstd", {B, T}, false);
+  logits_ = act_layout_.add("logits", {B, T, V}, false);  // probs, then dlogits, in place
+  losses_ = act_layout_.add("losses", {B, T}, false);
+  acts_.assign(static_cast<size_t>(act_layout_.total()), S(0));
+
+  dresid_.assign(N * C, S(0));
+  dln_.assign(N * C, S(0));
+  datty_.assign(N * C, S(0));
+  dqkv_.assign(N * QKV, S(0));
+  datt_.assign(B * NH * T * T, S(0));
+  dfch_.assign(N * F, S(0));
+  tokens_.assign(N, 0);
+  targets_.assign(N, 0);
+}
+
+template <typename S>
+int64_t Gpt<S>::num_params() const {
+  int64_t n = 0;
+  for (const auto& e : layout_.entries()) n += e.numel;
+  return n;
+}
+
+template <typename S>
+void Gpt<S>::init_weights(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::fill(params_.begin(), params_.end(), S(0));
+  const double proj_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
+  for (const auto& e : layout_.entries()) {
+    S* p = params_.data() + e.offset;
+    const bool is_norm_weight = e.name.find("ln") != std::string::npos &&
+                                e.name.find(".weight") != std::string::npos;
+    if (is_norm_weight) {
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = S(1);
+    } else if (e.shape.size() == 2) {
+      const bool residual_proj = e.name.find(".proj.weight") != std::string::npos;
+      const double sd = residual_proj ? proj_std : 0.02;
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = static_cast<S>(sd * normal(rng));
+    }  // biases stay 0
+  }
+}
+
+template <typename S>
+template <typename F>
+void Gpt<S>::timed(Op op, F&& f) {
+  if (!profiling_) {
+    f();
+    return;
+  }
+  const double t0 = core::now_seconds();
+  f();
+  op_s_[static_cast<int>(op)] += core::now_seconds() - t0;
+}
+
+template <typename S>
+const S* Gpt<S>::res_in(int l) const {
+  return acts_.data() + (l == 0 ? encoded_ : la_[l - 1].res3);
+}
+
+template <typename S>
+S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
+            NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
+  const int N = B * T;
+  std::memcpy(tokens_.data(), tokens, sizeof(int32_t) * N);
+  std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+  S* a = acts_.data();
+  const S* p = params_.data();
+  timed(Op::kEmbedding,
+        [&] { embedding_forward(a + encoded_, tokens, p + wte_, p + wpe_, B, T, C); });
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const LayerOffsets& w = lo_[l];
+    const LayerActs& x = la_[l];
+    const S* res = res_in(l);
+    timed(Op::kLayerNorm, [&] {
+      layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w,
+                        p + w.ln1_b, N, C);
+    });
+    timed(Op::kMatmul,
+          [&] { matmul_forward(a + x.qkv, a + x.ln1, p + w.qkv_w, p + w.qkv_b, N, C, QKV); });
+    timed(Op::kAttention,
+          [&] { attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, NH, KVH, hs); });
+    // Residual fused into the projection: res2 = res, then res2 += atty @ Wp^T + bp.
+    timed(Op::kResidual, [&] { copy_rows(a + x.res2, res, int64_t{N} * C); });
+    timed(Op::kMatmul, [&] {
+      matmul_forward(a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, C, C, true);
+    });
+    timed(Op::kLayerNorm, [&] {
+      layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w,
+                        p + w.ln2_b, N, C);
+    });
+    timed(Op::kMatmul,
+          [&] { matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F); });
+    timed(Op::kGelu, [&] { gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * F); });
+    timed(Op::kResidual, [&] { copy_rows(a + x.res3, a + x.res2, int64_t{N} * C); });
+    timed(Op::kMatmul, [&] {
+      matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
+    });
+  }
+  timed(Op::kLayerNorm, [&] {
+    layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), p + lnf_w_,
+                      p + lnf_b_, N, C);
+  });
+  timed(Op::kMatmul,
+        [&] { matmul_forward(a + logits_, a + lnf_, p + head_w_, p + head_b_, N, C, V); });
+  if (logits_out != nullptr) std::memcpy(logits_out, a + logits_, sizeof(S) * N * V);
+  S loss{};
+  timed(Op::kLoss, [&] {
+    loss = crossentropy_forward(a + logits_, a + losses_, a + logits_, targets, N, V);
+  });
+  return loss;
+}
+
+template <typename S>
+void Gpt<S>::zero_grad() {
+  std::memset(grads_.data(), 0, sizeof(S) * grads_.size());
+}
+
+template <typename S>
+void Gpt<S>::backward() {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
+            NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
+  const int N = B * T;
+  S* a = acts_.data();
+  const S* p = params_.data();
+  S* g = grads_.data();
+  S* dresid = dresid_.data();
+  S* dln = dln_.data();
+  // d(mean loss)/dloss = 1; probs become dlogits in place.
+  timed(Op::kLoss,
+        [&] { crossentropy_backward(a + logits_, a + logits_, targets_.data(), S(1), N, V); });
+  timed(Op::kMatmul, [&] {
+    matmul_backward(dln, g + head_w_, g + head_b_, a + logits_, a + lnf_, p + head_w_, N, C, V);
+  });
+  std::memset(dresid, 0, sizeof(S) * N * C);
+  timed(Op::kLayerNorm, [&] {
+    layernorm_backward(dresid, g + lnf_w_, g + lnf_b_, dln, res_in(cfg_.layers), p + lnf_w_,
+                       a + lnf_mean_, a + lnf_rstd_, N, C);
+  });
+  // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    const LayerOffsets& w = lo_[l];
+    const LayerActs& x = la_[l];
+    S* dfch = dfch_.data();
+    timed(Op::kMatmul, [&] {
+      matmul_backward(dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, a + x.fch_gelu,
+                      p + w.fcproj_w, N, F, C);
+    });
+    timed(Op::kGelu, [&] { gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * F); });
+    timed(Op::kMatmul, [&] {
+      matmul_backward(dln, g + w.fc_w, g + w.fc_b, dfch, a + x.ln2, p + w.fc_w, N, C, F);
+    });
+    timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
+      layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w,
+                         a + x.ln2_mean, a + x.ln2_rstd, N, C);
+    });
+    timed(Op::kMatmul, [&] {
+      matmul_backward(datty_.data(), g + w.proj_w, g + w.proj_b, dresid, a + x.atty,
+                      p + w.proj_w, N, C, C);
+    });
+    timed(Op::kAttention, [&] {
+      attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T,
+                         NH, KVH, hs);
+    });
+    timed(Op::kMatmul, [&] {
+      matmul_backward(dln, g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1, p + w.qkv_w, N, C,
+                      QKV);
+    });
+    timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
+      layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w,
+                         a + x.ln1_mean, a + x.ln1_rstd, N, C);
+    });
+  }
+  timed(Op::kEmbedding,
+        [&] { embedding_backward(g + wte_, g + wpe_, dresid, tokens_.data(), B, T, C); });
+}
+
+template <typename S>
+void Gpt<S>::update(const AdamWConfig& cfg, int t) {
+  timed(Op::kAdamW, [&] {
+    for (const auto& e : layout_.entries()) {
+      adamw_update(params_.data() + e.offset, grads_.data() + e.offset, m_.data() + e.offset,
+                   v_.data() + e.offset, e.numel, cfg, e.weight_decay ? cfg.weight_decay : 0.0,
+                   t);
+    }
+  });
+}
+
+template <typename S>
+MemoryBytes Gpt<S>::memory_allocated() const {
+  const int64_t s = sizeof(S);
+  MemoryBytes m;
+  m.params = static_cast<int64_t>(params_.capacity()) * s;
+  m.grads = static_cast<int64_t>(grads_.capacity()) * s;
+  m.optimizer = static_cast<int64_t>(m_.capacity() + v_.capacity()) * s;
+  m.activations = static_cast<int64_t>(acts_.capacity()) * s;
+  m.buffers = static_cast<int64_t>(dresid_.capacity() + dln_.capacity() + datty_.capacity() +
+                                   dqkv_.capacity() + datt_.capacity() + dfch_.capacity()) *
+                  s +
+              static_cast<int64_t>(tokens_.capacity() + targets_.capacity()) * 4;
+  return m;
+}
+
+template <typename S>
+MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb) {
+  // Closed forms, written independently of the layout tables (padding not counted).
+  const int64_t L = c.layers, C = c.hidden, F = c.ffn, V = c.vocab, maxT = c.max_seq,
+                QKV = c.qkv_width(), B = c.micro_batch, T = c.seq, N = B * T, NH = c.heads;
+  const int64_t per_layer = 4 * C + QKV * C + QKV + C * C + C + F * C + F + C * F + C;
+  const int64_t P = V * C + maxT * C + L * per_layer + 2 * C + (c.tied ? 0 : V * C) + V;
+  MemoryBytes m;
+  m.params = P * sb;
+  m.grads = P * sb;
+  m.optimizer = 2 * P * sb;
+  // per layer: ln1, atty, res2, ln2, res3 (N*C each), qkv, 2 x fch, att, 4 norm statistics
+  const int64_t act_layer = 5 * N * C + N * QKV + 2 * N * F + B * NH * T * T + 4 * N;
+  m.activations = (L * act_layer + 2 * N * C + 2 * N + N * V + N) * sb;
+  m.buffers = (3 * N * C + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
+  return m;
+}
+
+template class Gpt<float>;
+template class Gpt<double>;
+
+namespace {
+// splitmix64: a counter-based generator, so (seed, step, sample, position) -> id is a pure
+// function and any rank can produce any sample.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+void synthetic_batch(int32_t* tokens, int32_t* targets, DataKind kind, uint64_t seed,
+                     int64_t step, int64_t first_sample, int B, int T, int V) {
+  for (int b = 0; b < B; ++b) {
+    const uint64_t sample = static_cast<uint64_t>(first_sample + b);
+    for (int t = 0; t <= T; ++t) {
+      uint64_t h;
+      if (kind == DataKind::kRandom) {
+        h = mix(mix(mix(seed) ^ static_cast<uint64_t>(step)) ^ sample) ^ static_cast<uint64_t>(t);
+        h = mix(h);
+      } else {
+        h = mix(mix(seed) ^ static_cast<uint64_t>(t % 8));
+      }
+      const int32_t id = static_cast<int32_t>(h % static_cast<uint64_t>(V));
+      if (t < T) tokens[b * T + t] = id;
+      if (t > 0) targets[b * T + t - 1] = id;
+    }
+  }
+}
+
+}  // namespace meshbench::parallel

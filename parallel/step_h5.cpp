@@ -1,0 +1,261 @@
+#include "step_h5.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "results/h5.hpp"
+
+namespace meshbench::parallel {
+
+using results::H5Id;
+using results::h5_check;
+
+namespace {
+
+template <size_t N>
+void put(char (&dst)[N], const std::string& s) {
+  std::memset(dst, 0, N);
+  std::memcpy(dst, s.data(), std::min(N, s.size()));
+}
+
+// An extendible float64 dataset [rows, dims...]; rows appended one at a time by rank 0
+// (one rank in this issue; later issues give each rank its column).
+class Grow {
+ public:
+  Grow(hid_t loc, const std::string& name, std::vector<hsize_t> inner) : inner_(std::move(inner)) {
+    std::vector<hsize_t> dims{0}, maxd{H5S_UNLIMITED}, chunk{64};
+    for (hsize_t d : inner_) {
+      dims.push_back(d);
+      maxd.push_back(d);
+      chunk.push_back(d);
+    }
+    H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxd.data()),
+               H5Sclose);
+    H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    const double nan = NAN;
+    H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan);
+    dset_ = H5Id(h5_check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_DOUBLE, space.get(),
+                                     H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                          "H5Dcreate", name),
+                 H5Dclose);
+  }
+  void append(std::span<const double> row, bool writer) {
+    std::vector<hsize_t> dims{rows_ + 1}, start{rows_}, count{1};
+    for (hsize_t d : inner_) {
+      dims.push_back(d);
+      start.push_back(0);
+      count.push_back(d);
+    }
+    h5_check(H5Dset_extent(dset_.get(), dims.data()), "H5Dset_extent", "step");
+    H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
+                        nullptr);
+    H5Id mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
+                H5Sclose);
+    if (!writer) {
+      H5Sselect_none(fspace.get());
+      H5Sselect_none(mspace.get());
+    }
+    H5Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
+    h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(),
+                      row.data()),
+             "H5Dwrite", "step");
+    ++rows_;
+  }
+
+ private:
+  H5Id dset_;
+  std::vector<hsize_t> inner_;
+  hsize_t rows_ = 0;
+};
+
+struct MemoryRowH5 {
+  int32_t rank;
+  char category[24];
+  double measured, analytic;
+};
+struct CheckRowH5 {
+  char quantity[64];
+  double max_abs, rel, tolerance;
+  uint8_t pass;
+};
+struct CommRowH5 {
+  char dim[16], kind[24];
+  uint64_t calls, bytes;
+  double busy, exposed;
+};
+struct OpRowH5 {
+  char op[24];
+  double seconds;
+};
+
+}  // namespace
+
+struct StepH5::Impl {
+  MPI_Comm world;
+  int rank = 0, size = 1;
+  H5Id file, run, step;
+  std::unique_ptr<Grow> step_times, phases, loss;
+  nlohmann::ordered_json run_attrs;
+};
+
+StepH5::StepH5(const std::string& path, bool append, MPI_Comm world, results::RunContext& ctx,
+               const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.world = world;
+  MPI_Comm_rank(world, &m.rank);
+  MPI_Comm_size(world, &m.size);
+  m.file = results::open_file(path, world, append);
+  hid_t f = m.file.get();
+  if (!append || !results::exists(f, "runs")) {
+    results::write_attr(f, "schema_version", results::kSchemaVersion);
+    results::write_attr(f, "suite_version", results::suite_version());
+    results::write_attr(f, "git_sha", results::git_sha());
+  }
+  std::string id = ctx.run_id;
+  for (int k = 2; results::exists(f, "runs/" + id); ++k) id = ctx.run_id + "-" + std::to_string(k);
+  ctx.run_id = id;
+  ctx.attrs["run_id"] = id;
+  run_id_ = id;
+  m.run = results::create_group(f, "runs/" + id);
+  m.run_attrs = ctx.attrs;
+  results::write_attrs(m.run.get(), m.run_attrs);
+  m.step = results::create_group(m.run.get(), "step");
+  results::write_attrs(m.step.get(), step_attrs);
+  nlohmann::ordered_json names = phase_names;
+  results::write_attr(m.step.get(), "phase_names", names);
+  const auto R = static_cast<hsize_t>(m.size);
+  m.step_times = std::make_unique<Grow>(m.step.get(), "step_times", std::vector<hsize_t>{R});
+  m.phases = std::make_unique<Grow>(m.step.get(), "phases",
+                                    std::vector<hsize_t>{R, phase_names.size()});
+  m.loss = std::make_unique<Grow>(m.step.get(), "loss", std::vector<hsize_t>{});
+  results::flush(f);
+}
+
+StepH5::~StepH5() = default;
+
+void StepH5::append_step(double step_time, std::span<const double> phases, double loss) {
+  Impl& m = *impl_;
+  const bool w = m.rank == 0;
+  m.step_times->append(std::span<const double>(&step_time, 1), w);
+  m.phases->append(phases, w);
+  m.loss->append(std::span<const double>(&loss, 1), w);
+  results::flush(m.file.get());
+}
+
+void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(MemoryRowH5)), H5Tclose);
+  H5Id s24 = results::string_type(24);
+  H5Tinsert(t.get(), "rank", HOFFSET(MemoryRowH5, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "category", HOFFSET(MemoryRowH5, category), s24.get());
+  H5Tinsert(t.get(), "measured_bytes", HOFFSET(MemoryRowH5, measured), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "analytic_bytes", HOFFSET(MemoryRowH5, analytic), H5T_NATIVE_DOUBLE);
+  std::vector<MemoryRowH5> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out[i].rank = impl_->rank;
+    put(out[i].category, rows[i].category);
+    out[i].measured = rows[i].measured_bytes;
+    out[i].analytic = rows[i].analytic_bytes;
+  }
+  results::write_table(impl_->step.get(), "memory", t.get(), out.data(), out.size(),
+                       impl_->rank == 0);
+  // No communication at one rank: an empty comm table keeps the schema's shape.
+  H5Id ct(H5Tcreate(H5T_COMPOUND, sizeof(CommRowH5)), H5Tclose);
+  H5Id s16 = results::string_type(16);
+  H5Tinsert(ct.get(), "dim", HOFFSET(CommRowH5, dim), s16.get());
+  H5Tinsert(ct.get(), "kind", HOFFSET(CommRowH5, kind), s24.get());
+  H5Tinsert(ct.get(), "calls", HOFFSET(CommRowH5, calls), H5T_NATIVE_UINT64);
+  H5Tinsert(ct.get(), "bytes", HOFFSET(CommRowH5, bytes), H5T_NATIVE_UINT64);
+  H5Tinsert(ct.get(), "busy_s", HOFFSET(CommRowH5, busy), H5T_NATIVE_DOUBLE);
+  H5Tinsert(ct.get(), "exposed_s", HOFFSET(CommRowH5, exposed), H5T_NATIVE_DOUBLE);
+  CommRowH5 dummy{};
+  results::write_table(impl_->step.get(), "comm", ct.get(), &dummy, 0, impl_->rank == 0);
+}
+
+void StepH5::write_check(const std::vector<CheckRow>& rows) {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(CheckRowH5)), H5Tclose);
+  H5Id s64 = results::string_type(64);
+  H5Tinsert(t.get(), "quantity", HOFFSET(CheckRowH5, quantity), s64.get());
+  H5Tinsert(t.get(), "max_abs", HOFFSET(CheckRowH5, max_abs), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "rel", HOFFSET(CheckRowH5, rel), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "tolerance", HOFFSET(CheckRowH5, tolerance), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "pass", HOFFSET(CheckRowH5, pass), H5T_NATIVE_UINT8);
+  std::vector<CheckRowH5> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    put(out[i].quantity, rows[i].quantity);
+    out[i].max_abs = rows[i].max_abs;
+    out[i].rel = rows[i].rel;
+    out[i].tolerance = rows[i].tolerance;
+    out[i].pass = rows[i].pass ? 1 : 0;
+  }
+  CheckRowH5 dummy{};
+  results::write_table(impl_->step.get(), "check", t.get(), out.empty() ? &dummy : out.data(),
+                       out.size(), impl_->rank == 0);
+}
+
+void StepH5::write_op_profile(const std::vector<std::pair<std::string, double>>& ops) {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(OpRowH5)), H5Tclose);
+  H5Id s24 = results::string_type(24);
+  H5Tinsert(t.get(), "op", HOFFSET(OpRowH5, op), s24.get());
+  H5Tinsert(t.get(), "seconds_per_step", HOFFSET(OpRowH5, seconds), H5T_NATIVE_DOUBLE);
+  std::vector<OpRowH5> out(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    put(out[i].op, ops[i].first);
+    out[i].seconds = ops[i].second;
+  }
+  OpRowH5 dummy{};
+  results::write_table(impl_->step.get(), "op_profile", t.get(),
+                       out.empty() ? &dummy : out.data(), out.size(), impl_->rank == 0);
+}
+
+void StepH5::write_summary(const StepSummary& s) {
+  struct Row {
+    double step_time_median, step_time_min, step_time_p99, tokens_per_s, flops_per_step,
+        model_flops_per_s, peak_measured_flops, mfu_measured_peak, peak_datasheet_flops,
+        mfu_datasheet, bubble_measured, bubble_theory, exposed_comm_fraction, loss_first,
+        loss_last;
+    int32_t straggler_rank;
+    char check[8];
+  } r{};
+  r.step_time_median = s.step_time_median;
+  r.step_time_min = s.step_time_min;
+  r.step_time_p99 = s.step_time_p99;
+  r.tokens_per_s = s.tokens_per_s;
+  r.flops_per_step = s.flops_per_step;
+  r.model_flops_per_s = s.model_flops_per_s;
+  r.peak_measured_flops = s.peak_measured_flops;
+  r.mfu_measured_peak = s.mfu_measured_peak;
+  r.peak_datasheet_flops = s.peak_datasheet_flops;
+  r.mfu_datasheet = s.mfu_datasheet;
+  r.bubble_measured = s.bubble_measured;
+  r.bubble_theory = s.bubble_theory;
+  r.exposed_comm_fraction = s.exposed_comm_fraction;
+  r.loss_first = s.loss_first;
+  r.loss_last = s.loss_last;
+  r.straggler_rank = s.straggler_rank;
+  put(r.check, s.check);
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(Row)), H5Tclose);
+#define MB_F(f) H5Tinsert(t.get(), #f, HOFFSET(Row, f), H5T_NATIVE_DOUBLE)
+  MB_F(step_time_median); MB_F(step_time_min); MB_F(step_time_p99); MB_F(tokens_per_s);
+  MB_F(flops_per_step); MB_F(model_flops_per_s); MB_F(peak_measured_flops);
+  MB_F(mfu_measured_peak); MB_F(peak_datasheet_flops); MB_F(mfu_datasheet);
+  MB_F(bubble_measured); MB_F(bubble_theory); MB_F(exposed_comm_fraction); MB_F(loss_first);
+  MB_F(loss_last);
+#undef MB_F
+  H5Tinsert(t.get(), "straggler_rank", HOFFSET(Row, straggler_rank), H5T_NATIVE_INT32);
+  H5Id s8 = results::string_type(8);
+  H5Tinsert(t.get(), "check", HOFFSET(Row, check), s8.get());
+  results::write_table(impl_->step.get(), "summary", t.get(), &r, 1, impl_->rank == 0);
+}
+
+void StepH5::finish(const std::string& status) {
+  Impl& m = *impl_;
+  results::write_attr(m.run.get(), "end_time", results::utc_now_iso());
+  results::write_attr(m.run.get(), "status", status);
+  results::flush(m.file.get());
+}
+
+}  // namespace meshbench::parallel
