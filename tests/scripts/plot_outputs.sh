@@ -3,7 +3,7 @@
 # map per run are written, are real PNGs, are not blank, and carry one line per fabric.
 . "$(dirname "$0")/lib.bash"
 P="$MB_SRC/scripts/plot"
-SZ=(-b 8 -e 256K -f 8 -n 5 -w 1 -c 1)
+SZ=(-b 8 -e 256K -f 8 -n 5 -w 1 -c 1 --inplace no)
 run2 UCX_TLS=self,sm -- all_reduce_bench "${SZ[@]}" --tag shm -O "$WORK/shm.h5" || fail "shm run failed"
 run2 UCX_TLS=self,tcp UCX_NET_DEVICES=lo -- all_reduce_bench "${SZ[@]}" --tag tcp-lo -O "$WORK/tcp.h5" || fail "tcp-lo run failed"
 
