@@ -76,7 +76,8 @@ double tolerance(DType t, std::optional<RedOp> op, int ranks, double expected) {
 }  // namespace
 
 double Inputs::value(int rank, std::size_t i) const {
-  std::uint64_t h = mix((static_cast<std::uint64_t>(rank) << 40) ^ i);
+  int who = members ? (*members)[static_cast<std::size_t>(rank)] : rank;
+  std::uint64_t h = mix((static_cast<std::uint64_t>(who) << 40) ^ i);
   if (!op) return static_cast<double>(static_cast<int>(h % 64) - 32);  // copies: [-32, 31]
   if (*op == RedOp::kProd) {
     // One rank contributes 2 and one -1, the rest 1: the product is exactly +-2.

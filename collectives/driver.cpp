@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "comm/agree.hpp"
 #include "comm/topology.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
@@ -32,35 +33,15 @@ using results::Placement;
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
-// Every rank learns whether any rank failed a check, and rank 0's copy of the first
-// failing rank's message; all ranks then throw the same UsageError (exit 2, no hang).
-void agree(MPI_Comm world, const std::string& my_error) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
-  int mine = my_error.empty() ? size : rank, first = size;
-  MB_CHECK_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, world), "world");
-  if (first == size) return;
-  unsigned long long n = rank == first ? my_error.size() : 0;
-  MB_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, first, world), "world");
-  std::string msg = rank == first ? my_error : std::string(n, ' ');
-  MB_CHECK_MPI(MPI_Bcast(msg.data(), static_cast<int>(n), MPI_CHAR, first, world), "world");
-  throw UsageError(msg);
-}
-
 struct Buffers {
   compute::Buffer send, recv;
   std::vector<std::byte> host_in, host_out;
 };
 
-struct Point {
-  results::PointResult result;
-};
-
 class Runner {
  public:
-  Runner(const Spec& spec, const Options& opt, comm::Communicator& comm, MPI_Comm world)
-      : spec_(spec), opt_(opt), comm_(comm), world_(world) {
+  Runner(const Spec& spec, const Options& opt, comm::Communicator& comm, MPI_Comm world, const GroupPlan& plan)
+      : spec_(spec), opt_(opt), comm_(comm), world_(world), plan_(plan) {
     MPI_Comm_rank(world, &world_rank_);
     MPI_Comm_size(world, &world_size_);
   }
@@ -149,6 +130,15 @@ class Runner {
       r.t_mean = s.t_mean;
       r.t_p99 = s.t_p99;
       r.slowest_rank = s.slowest_rank;
+      // Per group: the median over iterations of the group's slowest member.
+      for (const auto& g : plan_.run_groups) {
+        std::vector<double> worst(static_cast<std::size_t>(iters), 0.0);
+        for (int i = 0; i < iters; ++i)
+          for (int m : g.ranks)
+            worst[static_cast<std::size_t>(i)] =
+                std::max(worst[static_cast<std::size_t>(i)], by_iter[static_cast<std::size_t>(i * world_size_ + m)]);
+        r.group_t_median.push_back(core::median(worst));
+      }
     }
     r.my_samples = std::move(mine);
     return r;
@@ -159,6 +149,7 @@ class Runner {
   const Options& opt_;
   comm::Communicator& comm_;
   MPI_Comm world_;
+  const GroupPlan& plan_;
   int world_rank_ = 0, world_size_ = 1;
 };
 
@@ -209,7 +200,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
                     : fmt::format("--mem device: no usable GPU on rank {} ({})", rank, comm::host_name());
   if (dev_error.empty() && opt.backend == comm::Backend::kNccl && !comm::built_with_nccl())
     dev_error = "--backend nccl: this meshbench was built without NCCL (use --backend mpi)";
-  agree(world, dev_error);
+  comm::agree_or_throw(world, dev_error);
 
   comm::Topology topo = comm::discover_topology(world, "cpu");
   int local_device = devices > 0 ? topo.ranks[static_cast<std::size_t>(rank)].local_rank % devices : -1;
@@ -221,10 +212,11 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   // The process groups the collective runs in (the world, or every group of a mesh dim).
   GroupPlan plan = plan_groups(opt, world, topo);
   MPI_Comm group_comm = plan.comm;
+  std::string group_name = plan.dim == "world" ? "world" : fmt::format("{}#{}", plan.dim, plan.my_group);
   const int n = plan.group_size;
   std::unique_ptr<comm::Communicator> comm =
-      opt.backend == comm::Backend::kNccl ? comm::make_nccl_communicator(group_comm, plan.dim, local_device)
-                                          : comm::make_mpi_communicator(group_comm, plan.dim);
+      opt.backend == comm::Backend::kNccl ? comm::make_nccl_communicator(group_comm, group_name, local_device)
+                                          : comm::make_mpi_communicator(group_comm, group_name);
   if (spec.rooted && opt.root >= n)
     throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank {} groups", opt.root, n, plan.dim));
 
@@ -244,6 +236,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
       b.root = spec.rooted ? opt.root : -1;
       b.group = plan.dim;
       b.group_size = n;
+      b.groups = static_cast<int>(plan.run_groups.size());
       b.bus_factor = spec.bus_factor(n);
       b.timing = name(opt.timing);
       b.iters = opt.iters;
@@ -282,7 +275,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     else if (p.has_parent_path() && !fs::exists(p.parent_path()) && !fs::create_directories(p.parent_path(), ec))
       out_error = fmt::format("-O/--output {}: cannot create folder {}: {}", opt.output, p.parent_path().string(), ec.message());
   }
-  agree(world, out_error);
+  comm::agree_or_throw(world, out_error);
   bool append = opt.append && fs::exists(opt.output);
 
   results::RunContext ctx = results::make_run_context(world, binary, argc, argv, topo);
@@ -298,6 +291,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   a["order"] = plan.mesh_json.empty() ? "" : opt.order;
   a["mesh"] = plan.mesh_json.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(plan.mesh_json);
   a["group_dim"] = plan.dim;
+  a["groups"] = static_cast<int>(plan.run_groups.size());
   a["comm_setup_seconds"] = plan.setup_seconds;
   results::sync_from_root(ctx, world);
 
@@ -307,9 +301,11 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     reporters.push_back(std::make_unique<results::Hdf5Reporter>(opt.output, append, world, ctx));
     reporters.push_back(std::make_unique<results::JsonLinesReporter>(jsonl_path(opt.output), rank));
   }
-  for (auto& r : reporters) r->begin_run(ctx, plan.groups);
-  if (rank == 0 && !opt.quiet)
+  for (auto& r : reporters) r->begin_run(ctx, plan.all_groups);
+  if (rank == 0 && !opt.quiet) {
+    for (const auto& w : plan.warnings) std::printf("# warning: %s\n", w.c_str());
     for (const auto& s : skipped) std::printf("# skipped %s\n", s.c_str());
+  }
 
   // Buffers sized for the largest point.
   std::size_t max_send = 0, max_recv = 0;
@@ -322,7 +318,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   Buffers bufs{compute::Buffer(opt.mem, max_send), compute::Buffer(opt.mem, max_recv),
                std::vector<std::byte>(std::max(max_send, max_recv)), std::vector<std::byte>(std::max(max_send, max_recv))};
 
-  Runner runner(spec, opt, *comm, world);
+  Runner runner(spec, opt, *comm, world, plan);
   results::RunStatus status = results::RunStatus::kOk;
   std::uint64_t wrong_total = 0;
   double t0 = core::now_seconds();
@@ -331,7 +327,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     const results::Block& b = blocks[k];
     for (auto& r : reporters) r->begin_block(b);
     for (std::size_t count : counts[k]) {
-      Inputs in{keys[k].first, keys[k].second, n, spec.rooted ? opt.root : 0, spec.layout(count, n)};
+      Inputs in{keys[k].first, keys[k].second, n, spec.rooted ? opt.root : 0, spec.layout(count, n), &plan.members};
       results::Row row;
       std::size_t elt = comm::size_of(in.dtype);
       row.sizes = {count * elt, count, in.layout.send * elt, in.layout.recv * elt,

@@ -58,9 +58,10 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
               timing = "isolated";
   auto opt = [&](const std::string& flags, auto& var, const std::string& help) {
     auto* o_ = app.add_option(flags, var, help);
-    std::string long_name = o_->get_name(false, true);
-    if (long_name.rfind("--", 0) == 0) long_name = long_name.substr(2);
-    o_->envname(env_name(long_name));
+    // The long name without dashes ("iters" for "-n,--iters"): get_name(false, true) would
+    // give "-n,--iters" and so MESHBENCH__N,__ITERS.
+    const auto& lnames = o_->get_lnames();
+    o_->envname(env_name(lnames.empty() ? o_->get_single_name() : lnames.front()));
     return o_;
   };
   opt("-b,--min-bytes", min_b, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
@@ -70,8 +71,11 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   opt("-w,--warmup", o.warmup, "untimed iterations per size before timing")->capture_default_str();
   opt("-c,--check", o.check, "verify the result of the first call at each size (0 or 1)")->capture_default_str();
   opt("-d,--dtype", dtype, "float, double, int32, int8, bf16, half, a comma list, or all")->capture_default_str();
-  if (reduces) opt("-o,--op", op, "sum, prod, min, max, avg, a comma list, or all")->capture_default_str();
-  if (rooted) opt("-r,--root", o.root, "root rank")->capture_default_str();
+  // Accepted by every binary, so one command line or environment serves them all.
+  opt("-o,--op", op, reduces ? "sum, prod, min, max, avg, a comma list, or all"
+                             : "reduction op (ignored: this collective does not reduce)")->capture_default_str();
+  opt("-r,--root", o.root, rooted ? "root rank" : "root rank (ignored: this collective has no root)")
+      ->capture_default_str();
   opt("--backend", backend, "mpi or nccl")->capture_default_str();
   opt("--mem", mem, "host or device (default: host for mpi, device for nccl)");
   opt("--inplace", inplace, "yes, no or both")->capture_default_str();

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "comm/communicator.hpp"
 
@@ -26,6 +27,9 @@ struct Inputs {
   int ranks = 1;
   int root = 0;
   Layout layout;
+  // World ranks of the group's members in communicator order: inputs depend on them, so a
+  // communicator whose members differ from the computed group list fails the check.
+  const std::vector<int>* members = nullptr;
 
   double value(int rank, std::size_t i) const;   // rank's send element i
   double reduce(std::size_t i) const;            // op over all ranks' element i

@@ -65,9 +65,16 @@ void ConsoleReporter::begin_run(const RunContext& ctx, const std::vector<GroupIn
                    timing == "pipelined" ? "back-to-back calls, each timed between consecutive marks"
                                          : "barrier before each call, excluded from the time",
                    a.value("iters", 0), a.value("warmup", 0), a.value("check", 0) ? "on" : "off");
-  if (!groups.empty() && groups.front().dim != "world") {
-    s += fmt::format("# groups: {} x {} ({}), {} ranks each\n", groups.size(), groups.front().dim,
-                     groups.front().span, groups.front().ranks.size());
+  std::string dim = a.value("group_dim", "world");
+  if (dim != "world") {
+    if (a.contains("mesh") && !a["mesh"].empty()) s += fmt::format("# mesh {} order {}\n", a["mesh"].dump(), a.value("order", ""));
+    for (const auto& g : groups) {
+      if (g.dim != dim) continue;
+      std::string list;
+      for (std::size_t i = 0; i < g.ranks.size(); ++i) list += (i ? "," : "") + std::to_string(g.ranks[i]);
+      s += fmt::format("# group {}#{}: ranks {} ({} node{}, {}-node)\n", g.dim, g.id, list, g.nodes_spanned,
+                       g.nodes_spanned == 1 ? "" : "s", g.span);
+    }
   }
   if (!a.value("tag", "").empty()) s += fmt::format("# tag {}\n", a.value("tag", ""));
   s += "# time: median over iterations of the slowest rank; algbw = size / time; busbw = algbw x factor\n";
@@ -76,8 +83,9 @@ void ConsoleReporter::begin_run(const RunContext& ctx, const std::vector<GroupIn
 
 void ConsoleReporter::begin_block(const Block& b) {
   if (rank_ != 0 || quiet_) return;
-  std::string s = fmt::format("#\n# {} {} {}: group {} of {} ranks, busbw factor {:.4g}\n", b.collective, b.dtype,
-                              b.redop == "none" ? "" : b.redop, b.group, b.group_size, b.bus_factor);
+  std::string what = b.redop == "none" ? b.dtype : b.dtype + " " + b.redop;
+  std::string s = fmt::format("#\n# {} {}: group {} of {} ranks, busbw factor {:.4g}\n", b.collective, what, b.group,
+                              b.group_size, b.bus_factor);
   for (int p = 0; p < 2; ++p)
     if (!b.runs[static_cast<size_t>(p)] && !b.why_not[static_cast<size_t>(p)].empty())
       s += fmt::format("# {} not measured: {}\n", name(static_cast<Placement>(p)),

@@ -162,6 +162,40 @@ void SampleCube::append(std::span<const double> mine, int rank) {
   ++rows_;
 }
 
+AppendMatrix::AppendMatrix(hid_t loc, const std::string& name, hsize_t cols) : cols_(cols) {
+  hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, chunk[2] = {1, cols};
+  H5Id space(H5Screate_simple(2, dims, maxdims), H5Sclose);
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_chunk(dcpl.get(), 2, chunk);
+  double nan = std::numeric_limits<double>::quiet_NaN();
+  H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan);
+  dset_ = H5Id(h5_check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, dcpl.get(),
+                                   H5P_DEFAULT),
+                        "H5Dcreate", name),
+               H5Dclose);
+}
+
+void AppendMatrix::append(std::span<const double> row, bool writer) {
+  hsize_t dims[2] = {rows_ + 1, cols_};
+  h5_check(H5Dset_extent(dset_.get(), dims), "H5Dset_extent", "matrix");
+  H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
+  hsize_t start[2] = {rows_, 0}, count[2] = {1, cols_};
+  H5Id mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
+  std::vector<double> blank(cols_, 0.0);
+  if (writer && row.size() == cols_) {
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  } else {
+    H5Sselect_none(fspace.get());
+    H5Sselect_none(mspace.get());
+    writer = false;
+  }
+  H5Id dxpl = collective_xfer();
+  h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(),
+                    writer ? row.data() : blank.data()),
+           "H5Dwrite", "matrix");
+  ++rows_;
+}
+
 void write_table(hid_t loc, const std::string& name, hid_t row_type, const void* rows, std::size_t n,
                  bool writer) {
   hsize_t dims[1] = {n};

@@ -87,6 +87,17 @@ class SampleCube {
   hsize_t iters_, ranks_, rows_ = 0;
 };
 
+// A float64 dataset [rows, cols], extended one row at a time; one writer supplies each row.
+class AppendMatrix {
+ public:
+  AppendMatrix(hid_t loc, const std::string& name, hsize_t cols);
+  void append(std::span<const double> row, bool writer);
+
+ private:
+  H5Id dset_;
+  hsize_t cols_, rows_ = 0;
+};
+
 // Writes a whole 1-D compound table at once from rank 0's rows (other ranks pass any rows;
 // only rank 0's are written).
 void write_table(hid_t loc, const std::string& name, hid_t row_type, const void* rows, std::size_t n,

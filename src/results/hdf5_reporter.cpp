@@ -118,6 +118,7 @@ struct Hdf5Reporter::Impl {
     H5Id group;
     std::unique_ptr<AppendTable> sizes, summary;
     std::unique_ptr<SampleCube> samples;
+    std::unique_ptr<AppendMatrix> group_t_median;
   };
   std::map<std::string, Series> series;  // by HDF5 path, placement included
   nlohmann::ordered_json attrs;
@@ -196,13 +197,14 @@ void Hdf5Reporter::begin_block(const Block& b) {
     s.group = create_group(m.run.get(), path);
     nlohmann::ordered_json a = {{"collective", b.collective}, {"dtype", b.dtype}, {"redop", b.redop},
                                 {"placement", name(static_cast<Placement>(p))}, {"group", b.group},
-                                {"group_size", b.group_size}, {"bus_factor", b.bus_factor}, {"root", b.root},
+                                {"group_size", b.group_size}, {"groups", b.groups}, {"bus_factor", b.bus_factor}, {"root", b.root},
                                 {"timing", b.timing}, {"iters", b.iters}, {"warmup", b.warmup}};
     write_attrs(s.group.get(), a);
     s.sizes = std::make_unique<AppendTable>(s.group.get(), "sizes", m.size_t_.get(), sizeof(SizeRow));
     s.samples = std::make_unique<SampleCube>(s.group.get(), "samples", static_cast<hsize_t>(b.iters),
                                              static_cast<hsize_t>(m.size));
     s.summary = std::make_unique<AppendTable>(s.group.get(), "summary", m.summary_t_.get(), sizeof(SummaryRow));
+    s.group_t_median = std::make_unique<AppendMatrix>(s.group.get(), "group_t_median", static_cast<hsize_t>(b.groups));
     m.series[path] = std::move(s);
   }
 }
@@ -234,6 +236,7 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
     sum.wrong = pt.wrong;
     sum.slowest_rank = pt.slowest_rank;
     it->second.summary->append(&sum, m.rank == 0);
+    it->second.group_t_median->append(pt.group_t_median, m.rank == 0);
   }
   flush(m.file.get());
 }

@@ -29,6 +29,7 @@ struct Block {
   int root = -1;            // -1 when the collective has no root
   std::string group = "world";
   int group_size = 1;       // n in the bus-bandwidth factor
+  int groups = 1;           // groups running at once (the collective runs in each)
   double bus_factor = 1;    // busbw / algbw
   std::string timing;       // isolated | pipelined
   int iters = 0, warmup = 0;
@@ -51,6 +52,7 @@ struct PointResult {
   std::uint64_t wrong = 0;      // summed over ranks; all ranks hold the same value
   int slowest_rank = -1;        // valid on rank 0
   std::vector<double> my_samples;  // this rank's time per iteration
+  std::vector<double> group_t_median;  // rank 0: per group, median of the group's slowest member
 };
 
 // One size of a block: both placements.
