@@ -38,7 +38,9 @@ if scripts_netns_usable=$("$MB_SRC/scripts/netns-fabric" check 2>&1); then
   for p in all_reduce-r2-mpi-netns sendrecv-r2-mpi-netns; do
     py "$T" status "$OUT/$p.h5" ok >/dev/null || fail "$p not ok"
     [[ $(py "$T" attr "$OUT/$p.h5" nodes) == 2 ]] || fail "$p: nodes = $(py "$T" attr "$OUT/$p.h5" nodes), expected 2 (one per namespace)"
-    grep -q '"UCX_NET_DEVICES": *"mbfab0"' <<< "$(py "$T" attr "$OUT/$p.h5" env)" || fail "$p: UCX not on the veth"
+    env_json=$(py "$T" attr "$OUT/$p.h5" env)
+    grep -q '"UCX_NET_DEVICES": *"mbfab0"' <<< "$env_json" || fail "$p: UCX not on the veth: $env_json"
+    grep -q '"MESHBENCH_NETNS_RATE": *"[0-9]*[kmg]bit"' <<< "$env_json" || fail "$p: shaped rate not recorded: $env_json"
   done
   if [[ $had_netns -eq 0 ]]; then
     ! ip netns list | grep -qw mb-ns0 || fail "sweep left the namespaces behind"
