@@ -57,11 +57,12 @@ std::optional<Options> parse(int argc, char** argv) {
   Options o;
   CLI::App app{"step_bench: time GPT training steps (forward, backward, AdamW) on one rank",
                "step_bench"};
-  app.option_defaults()->always_capture_default();
+  // A repeated option takes its last value, so wrappers can append overrides to defaults.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string preset_name = o.preset;
   GptConfig m;
   auto env = [](CLI::Option* opt, const char* name) { return opt->envname(name); };
-  env(app.add_option("--model", preset_name, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
+  auto* o_model = env(app.add_option("--model", preset_name, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
                                             "; the shape flags below override it"),
       "MESHBENCH_MODEL");
   auto* o_layers = env(app.add_option("--layers", m.layers, "transformer blocks L"), "MESHBENCH_LAYERS");
@@ -71,7 +72,9 @@ std::optional<Options> parse(int argc, char** argv) {
                    "MESHBENCH_KV_HEADS");
   auto* o_ffn = env(app.add_option("--ffn", m.ffn, "MLP width F; default 4*hidden"), "MESHBENCH_FFN");
   auto* o_seq = env(app.add_option("--seq", m.seq, "sequence length T"), "MESHBENCH_SEQ");
-  auto* o_maxseq = env(app.add_option("--max-seq", m.max_seq, "position-table rows; default max(preset, seq)"),
+  auto* o_maxseq = env(app.add_option("--max-seq", m.max_seq,
+                                      "position-table rows; default: the --model preset's table, or "
+                                      "max(64, seq) when no --model is given"),
                        "MESHBENCH_MAX_SEQ");
   auto* o_vocab = env(app.add_option("--vocab", m.vocab, "vocabulary V"), "MESHBENCH_VOCAB");
   auto* o_mb = env(app.add_option("--micro-batch", m.micro_batch, "samples per step B"), "MESHBENCH_MICRO_BATCH");
@@ -128,7 +131,8 @@ std::optional<Options> parse(int argc, char** argv) {
   c.kv_heads = o_kv->count() ? m.kv_heads : (o_heads->count() ? c.heads : c.kv_heads);
   c.ffn = o_ffn->count() ? m.ffn : (o_hidden->count() ? 4 * c.hidden : c.ffn);
   if (o_seq->count()) c.seq = m.seq;
-  c.max_seq = o_maxseq->count() ? m.max_seq : std::max(c.max_seq, c.seq);
+  // A preset's position table is part of the model; a custom shape sizes its own to fit.
+  c.max_seq = o_maxseq->count() ? m.max_seq : (o_model->count() ? c.max_seq : std::max(c.max_seq, c.seq));
   if (o_vocab->count()) c.vocab = m.vocab;
   if (o_mb->count()) c.micro_batch = m.micro_batch;
   if (o_tied->count()) c.tied = m.tied;
@@ -290,14 +294,40 @@ int run(int argc, char** argv, int world_rank, int world_size) {
           model.num_params(), human_bytes(static_cast<double>(model.num_params()) * 4), flops,
           fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
 
-  const Peak peak = measure_sgemm_peak(c, 0.5);
-  out.out("  SGEMM peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls\n",
-          peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K, peak.best / 1e9,
+  const bool gpu = o.device == "cuda";
+  const cuda::Precision prec = o.dtype == "bf16" ? cuda::Precision::kBf16 : cuda::Precision::kFp32;
+  Peak peak;
+  double datasheet = NAN;
+  std::string gpu_name = "none";
+  if (gpu) {
+    gpu_name = cuda::device_name();
+    peak.shape = largest_gemm(c);
+    peak.best = peak.median = cuda::measure_gemm_peak(peak.shape.M, peak.shape.N, peak.shape.K, prec);
+    peak.reps = 3;
+    datasheet = cuda::datasheet_peak(gpu_name, prec);
+    out.out("  GPU {}: datasheet dense {} peak {}\n", gpu_name, o.dtype,
+            std::isnan(datasheet) ? std::string("unknown (not in the table: no datasheet MFU)")
+                                  : fmt::format("{:.1f} TFLOP/s", datasheet / 1e12));
+  } else {
+    peak = measure_sgemm_peak(c, 0.5);
+  }
+  out.out("  {} peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls\n",
+          gpu ? (o.dtype == "bf16" ? "cuBLAS bf16 GEMM" : "cuBLAS SGEMM") : "SGEMM", peak.shape.name,
+          peak.shape.M, peak.shape.N, peak.shape.K, peak.best / 1e9,
           peak.median / 1e9, peak.reps);
 
   std::vector<CheckRow> check_rows;
   std::string check = "off";
-  if (o.check) {
+  if (o.check && gpu) {
+    // On a GPU the reference is the CPU float32 path: one whole step, normalised errors.
+    for (const auto& r : cuda::step_parity(c, prec, static_cast<unsigned>(o.seed)))
+      check_rows.push_back({"cuda_vs_cpu:" + r.op, NAN, r.rel_err, r.tolerance, r.rel_err <= r.tolerance});
+    bool ok = true;
+    for (const auto& r : check_rows) ok = ok && r.pass;
+    check = ok ? "pass" : "fail";
+    for (const auto& r : check_rows)
+      out.out("  check {:<32} rel {:.3e} tol {:.0e} {}\n", r.quantity, r.rel, r.tolerance, r.pass ? "ok" : "FAIL");
+  } else if (o.check) {
     synthetic_batch(tok.data(), tgt.data(), data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
     check_rows = check_against_fp64(model, tok.data(), tgt.data());
     bool ok = true;
@@ -339,7 +369,9 @@ int run(int argc, char** argv, int world_rank, int world_size) {
                         "QK^T,PV fwd + 4 bwd products in causal 64-row blocks"},
       {"peak_measured_flops", peak.best}, {"peak_measured_median_flops", peak.median},
       {"peak_gemm", fmt::format("{} {}x{}x{} sgemm", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K)},
-      {"peak_datasheet_flops", NAN}, {"peak_datasheet_source", "none (cpu)"}};
+      {"peak_datasheet_flops", datasheet},
+      {"peak_datasheet_source", gpu ? "NVIDIA datasheet dense peak by device name: " + gpu_name : "none (cpu)"},
+      {"gpu", gpu_name}};
   std::unique_ptr<StepH5> h5;
   if (!o.output.empty()) {
     h5 = std::make_unique<StepH5>(o.output, o.append, MPI_COMM_WORLD, ctx, sattrs, phase_names);
@@ -347,7 +379,20 @@ int run(int argc, char** argv, int world_rank, int world_size) {
 
   std::vector<double> t_step, t_fwd, t_bwd, t_opt, losses;
   model.set_profiling(o.profile);
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+  if (gpu) {
+    const cuda::GpuStepTimes g = cuda::run_steps(c, prec, o.warmup, o.steps, static_cast<unsigned>(o.seed));
+    t_step = g.step;
+    t_fwd = g.forward;
+    t_bwd = g.backward;
+    t_opt = g.optimizer;
+    losses = g.loss;
+    if (h5)
+      for (size_t i = 0; i < t_step.size(); ++i) {
+        const double ph[3] = {t_fwd[i], t_bwd[i], t_opt[i]};
+        h5->append_step(t_step[i], ph, losses[i]);
+      }
+  }
+  for (int s = 0; s < (gpu ? 0 : o.warmup + o.steps); ++s) {
     if (s == o.warmup) model.reset_profile();  // the op profile covers timed steps only
     synthetic_batch(tok.data(), tgt.data(), data, o.seed, s, 0, c.micro_batch, c.seq, c.vocab);
     const double t0 = mb::core::now_seconds();
@@ -382,8 +427,8 @@ int run(int argc, char** argv, int world_rank, int world_size) {
   sum.model_flops_per_s = flops / sum.step_time_median;
   sum.peak_measured_flops = peak.best;
   sum.mfu_measured_peak = sum.model_flops_per_s / peak.best;
-  sum.peak_datasheet_flops = NAN;
-  sum.mfu_datasheet = NAN;
+  sum.peak_datasheet_flops = datasheet;
+  sum.mfu_datasheet = sum.model_flops_per_s / datasheet;  // NaN without a datasheet entry
   sum.bubble_measured = 0;
   sum.bubble_theory = 0;
   sum.exposed_comm_fraction = 0;
@@ -409,9 +454,11 @@ int run(int argc, char** argv, int world_rank, int world_size) {
   out.out("  phases (median): forward {:.3f} ms, backward {:.3f} ms, optimizer {:.3f} ms\n",
           mb::core::median(t_fwd) * 1e3, mb::core::median(t_bwd) * 1e3,
           mb::core::median(t_opt) * 1e3);
-  out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of measured SGEMM peak {:.2f} GFLOP/s; datasheet MFU n/a on cpu\n",
+  out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of measured GEMM peak {:.2f} GFLOP/s; datasheet MFU {}\n",
           sum.tokens_per_s, sum.model_flops_per_s / 1e9, 100 * sum.mfu_measured_peak,
-          peak.best / 1e9);
+          peak.best / 1e9,
+          std::isnan(sum.mfu_datasheet) ? std::string(gpu ? "n/a (device not in the table)" : "n/a on cpu")
+                                        : fmt::format("{:.1f}%", 100 * sum.mfu_datasheet));
   out.out("  loss {:.4f} -> {:.4f}\n", sum.loss_first, sum.loss_last);
   out.out("  memory            measured     analytic\n");
   for (const auto& r : mem)

@@ -71,6 +71,17 @@ class Grow {
   hsize_t rows_ = 0;
 };
 
+// A table with no rows: created, never written (HDF5 1.10's collective write of a
+// zero-sized contiguous dataset fails with an undefined address).
+void create_empty(hid_t loc, const std::string& name, hid_t type) {
+  hsize_t dims[1] = {0};
+  H5Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+  H5Id d(h5_check(H5Dcreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                             H5P_DEFAULT),
+                  "H5Dcreate", name),
+         H5Dclose);
+}
+
 struct MemoryRowH5 {
   int32_t rank;
   char category[24];
@@ -171,8 +182,7 @@ void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
   H5Tinsert(ct.get(), "bytes", HOFFSET(CommRowH5, bytes), H5T_NATIVE_UINT64);
   H5Tinsert(ct.get(), "busy_s", HOFFSET(CommRowH5, busy), H5T_NATIVE_DOUBLE);
   H5Tinsert(ct.get(), "exposed_s", HOFFSET(CommRowH5, exposed), H5T_NATIVE_DOUBLE);
-  CommRowH5 dummy{};
-  results::write_table(impl_->step.get(), "comm", ct.get(), &dummy, 0, impl_->rank == 0);
+  create_empty(impl_->step.get(), "comm", ct.get());
 }
 
 void StepH5::write_check(const std::vector<CheckRow>& rows) {
@@ -191,9 +201,12 @@ void StepH5::write_check(const std::vector<CheckRow>& rows) {
     out[i].tolerance = rows[i].tolerance;
     out[i].pass = rows[i].pass ? 1 : 0;
   }
-  CheckRowH5 dummy{};
-  results::write_table(impl_->step.get(), "check", t.get(), out.empty() ? &dummy : out.data(),
-                       out.size(), impl_->rank == 0);
+  if (out.empty()) {
+    create_empty(impl_->step.get(), "check", t.get());
+    return;
+  }
+  results::write_table(impl_->step.get(), "check", t.get(), out.data(), out.size(),
+                       impl_->rank == 0);
 }
 
 void StepH5::write_op_profile(const std::vector<std::pair<std::string, double>>& ops) {

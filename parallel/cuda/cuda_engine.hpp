@@ -34,6 +34,9 @@ std::vector<ParityRow> layer_parity(Precision p, unsigned seed);
 // tokens as the CPU model: normalised errors of loss, logits, grads and updated params.
 std::vector<ParityRow> step_parity(const GptConfig& cfg, Precision p, unsigned seed);
 
+// cuBLAS GEMM FLOP/s on C (M,N) = A (M,K) B (N,K)^T, best of at least 3 calls over 0.3 s.
+double measure_gemm_peak(int M, int N, int K, Precision p);
+
 // Times `steps` training steps on the GPU after `warmup`; per-step seconds.
 struct GpuStepTimes {
   std::vector<double> step, forward, backward, optimizer, loss;

@@ -18,6 +18,9 @@ std::vector<ParityRow> layer_parity(Precision, unsigned) {
 std::vector<ParityRow> step_parity(const GptConfig&, Precision, unsigned) {
   throw core::UsageError("--device cuda: meshbench was built without CUDA");
 }
+double measure_gemm_peak(int, int, int, Precision) {
+  throw core::UsageError("--device cuda: meshbench was built without CUDA");
+}
 GpuStepTimes run_steps(const GptConfig&, Precision, int, int, unsigned) {
   throw core::UsageError("--device cuda: meshbench was built without CUDA");
 }

@@ -1,0 +1,205 @@
+#!/usr/bin/python3
+"""Side-by-side step time: PyTorch 1.13 CPU against meshbench's step_bench (issue 4).
+
+For each model shape and thread count, runs PyTorch (forward + backward + AdamW, the model a
+user would write with nn.Linear/LayerNorm/Embedding and plain causal attention) and
+step_bench on the same shape, the same synthetic tokens and the same thread count, in the
+same environment, alternating the two `--repeats` times so machine noise hits both. Each run
+reports the median step time after warm-up; the table gives the median over repeats and the
+ratio torch / step_bench (> 1: step_bench is faster). OPENBLAS_CORETYPE is left as the
+machine sets it and recorded. Run with Debian's /usr/bin/python3 (python3-torch).
+
+  scripts/torch_step_bench.py --step-bench build/bin/step_bench --threads 1,2 --json out.json
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+SHAPES = {
+    # name: layers, hidden, heads, seq, micro_batch, vocab (issue 4's two benchmark shapes)
+    "small": dict(layers=2, hidden=256, heads=4, seq=128, micro_batch=8, vocab=4096),
+    "medium": dict(layers=4, hidden=512, heads=8, seq=256, micro_batch=4, vocab=8192),
+    "tiny": dict(layers=2, hidden=64, heads=4, seq=64, micro_batch=4, vocab=512),
+}
+
+M64 = (1 << 64) - 1
+
+
+def mix(x):
+    """splitmix64, as parallel/model.cpp synthetic_batch (random kind)."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def synthetic_batch(seed, step, B, T, V):
+    ids = [[mix(mix(mix(mix(seed) ^ step) ^ b) ^ t) % V for t in range(T + 1)] for b in range(B)]
+    return [r[:T] for r in ids], [r[1:] for r in ids]
+
+
+def torch_worker(a):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(a.threads)
+    s = SHAPES[a.shape]
+    L, C, NH, T, B, V = s["layers"], s["hidden"], s["heads"], s["seq"], s["micro_batch"], s["vocab"]
+    hs = C // NH
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+            self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+            self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+        def forward(self, x):
+            q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+            q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            att = att.masked_fill(~self.mask, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+            x = x + self.proj(y)
+            return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+            self.blocks = nn.ModuleList([Block() for _ in range(L)])
+            self.lnf = nn.LayerNorm(C)
+            self.head = nn.Linear(C, V)
+            self.head.weight = self.wte.weight  # tied, as step_bench's default
+            self.register_buffer("pos", torch.arange(T))
+
+        def forward(self, idx, targets):
+            x = self.wte(idx) + self.wpe(self.pos)
+            for b in self.blocks:
+                x = b(x)
+            logits = self.head(self.lnf(x))
+            return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+    torch.manual_seed(0)
+    model = GPT()
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
+    times = []
+    for step in range(a.warmup + a.steps):
+        x, y = synthetic_batch(a.seed, step, B, T, V)
+        x, y = torch.tensor(x), torch.tensor(y)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        t1 = time.perf_counter()
+        if step >= a.warmup:
+            times.append(t1 - t0)
+    print(json.dumps({"median": statistics.median(times), "loss": loss.item(),
+                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+
+
+def env_for(threads):
+    e = dict(os.environ)
+    e.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads),
+             OMP_WAIT_POLICY=e.get("OMP_WAIT_POLICY", "PASSIVE"))
+    return e
+
+
+def run_torch(a, shape, threads):
+    cmd = [sys.executable, __file__, "--worker", "--shape", shape, "--threads", str(threads),
+           "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed)]
+    out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_engine(a, shape, threads, out_h5=None):
+    s = SHAPES[shape]
+    cmd = [a.step_bench, "--layers", str(s["layers"]), "--hidden", str(s["hidden"]),
+           "--heads", str(s["heads"]), "--seq", str(s["seq"]), "--micro-batch", str(s["micro_batch"]),
+           "--vocab", str(s["vocab"]), "--threads", str(threads), "--steps", str(a.steps),
+           "--warmup", str(a.warmup), "--seed", str(a.seed)]
+    if a.profile:
+        cmd.append("--profile")
+    out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True).stdout
+    r = {}
+    for line in out.splitlines():
+        line = line.strip()
+        if line.startswith("step time median"):
+            r["median"] = float(line.split()[3]) / 1e3
+        elif line.startswith("SGEMM peak"):
+            r["peak_gflops"] = float(line.split("best ")[1].split()[0])
+        elif line.startswith("tokens/s"):
+            r["gflops"] = float(line.split(", ")[1].split()[0])
+        elif line.startswith("parameters"):
+            r["flops_per_step"] = float(line.split("FLOPs/step ")[1].split()[0])
+    r["stdout"] = out
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--shape", default="small")
+    ap.add_argument("--shapes", default="small,medium", help="comma list of " + ",".join(SHAPES))
+    ap.add_argument("--threads", default="1,2", help="comma list of thread counts")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3, help="alternating torch/step_bench runs")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--step-bench", default="build/bin/step_bench")
+    ap.add_argument("--profile", action="store_true", help="pass --profile to step_bench and print it")
+    ap.add_argument("--json", help="write the results here")
+    a = ap.parse_args()
+    if a.worker:
+        a.threads = int(a.threads)
+        return torch_worker(a)
+    info = {"OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
+            "OMP_WAIT_POLICY": env_for(1)["OMP_WAIT_POLICY"], "host": platform.node(),
+            "cpus": os.cpu_count(), "load_before": os.getloadavg()}
+    print(f"torch_step_bench: OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} "
+          f"OMP_WAIT_POLICY={info['OMP_WAIT_POLICY']} cpus={info['cpus']} load={info['load_before']}")
+    rows = []
+    for shape in a.shapes.split(","):
+        for th in [int(t) for t in a.threads.split(",")]:
+            tt, ee, last = [], [], None
+            for _ in range(a.repeats):
+                tr = run_torch(a, shape, th)
+                er = run_engine(a, shape, th)
+                tt.append(tr["median"])
+                ee.append(er["median"])
+                last = er
+            t_med, e_med = statistics.median(tt), statistics.median(ee)
+            row = dict(shape=shape, threads=th, torch_s=t_med, step_bench_s=e_med,
+                       speedup=t_med / e_med, torch_runs=tt, step_bench_runs=ee,
+                       flops_per_step=last["flops_per_step"], peak_gflops=last["peak_gflops"],
+                       step_bench_gflops=last["flops_per_step"] / e_med / 1e9,
+                       torch_gflops=last["flops_per_step"] / t_med / 1e9)
+            row["mfu"] = row["step_bench_gflops"] / row["peak_gflops"]
+            rows.append(row)
+            print(f"{shape:>7} threads={th}: torch {t_med*1e3:8.2f} ms  step_bench {e_med*1e3:8.2f} ms  "
+                  f"speedup {row['speedup']:.2f}x  step_bench {row['step_bench_gflops']:.1f} GFLOP/s "
+                  f"({100*row['mfu']:.0f}% of SGEMM peak {row['peak_gflops']:.1f})  "
+                  f"runs torch {[round(x*1e3,1) for x in tt]} engine {[round(x*1e3,1) for x in ee]}",
+                  flush=True)
+            if a.profile:
+                print(last["stdout"])
+    info["load_after"] = os.getloadavg()
+    if a.json:
+        json.dump({"info": info, "rows": rows}, open(a.json, "w"), indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

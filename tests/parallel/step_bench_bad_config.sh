@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Bad configurations exit 2 with one message naming the option and the rule.
+set -u
+bin="$MB_BIN/step_bench"
+fail=0
+expect() {  # expect <exit code> <message fragment> <args...>
+  local want=$1 frag=$2; shift 2
+  local err rc
+  err=$(timeout 60 "$bin" --steps 1 --warmup 0 "$@" 2>&1 >/dev/null); rc=$?
+  if [[ $rc -ne $want ]]; then echo "FAIL: step_bench $* exited $rc, want $want: $err"; fail=1; return; fi
+  if [[ "$err" != *"$frag"* ]]; then echo "FAIL: step_bench $*: message '$err' lacks '$frag'"; fail=1; return; fi
+  if [[ $want -eq 2 && $(grep -c . <<<"$err") -ne 1 ]]; then echo "FAIL: step_bench $*: want one line, got: $err"; fail=1; return; fi
+  echo "ok: step_bench $* -> $rc: $err"
+}
+expect 2 "--heads 3 must divide --hidden 64" --heads 3
+expect 2 "--kv-heads 3 must divide --heads 4" --kv-heads 3
+expect 2 "--seq 128 exceeds the position table (--max-seq 64)" --seq 128 --max-seq 64
+expect 2 "--seq 2048 exceeds the position table (--max-seq 1024)" --model gpt2-124m --seq 2048
+expect 2 "--model huge: unknown preset" --model huge
+expect 2 "--steps 0: must be at least 1" --steps 0
+expect 2 "--device" --device tpu
+MESHBENCH_HEADS=5 expect 2 "--heads 5 must divide --hidden 64"
+expect 2 "--device cuda: no usable GPU" --device cuda
+# a good configuration still runs (the test can tell the difference)
+expect 0 "" --layers 1 --hidden 32 --heads 2 --seq 8 --vocab 16 --micro-batch 1 --quiet
+exit $fail

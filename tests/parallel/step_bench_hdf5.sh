@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# step_bench -O writes /runs/<id>/step/ as DESIGN.md lays out; refuses to overwrite; --append
+# adds a second run; --check passes and is recorded.
+set -eu
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+bin="$MB_BIN/step_bench"
+args=(--layers 1 --hidden 32 --heads 4 --kv-heads 2 --seq 16 --vocab 64 --micro-batch 2 --steps 3 --warmup 1 --threads 2)
+"$bin" "${args[@]}" --check -O "$tmp/s.h5" --tag t1 --quiet
+set +e
+"$bin" "${args[@]}" -O "$tmp/s.h5" --quiet 2>"$tmp/err"; rc=$?
+set -e
+[[ $rc -eq 2 ]] || { echo "FAIL: overwrite exited $rc"; exit 1; }
+grep -q "file exists" "$tmp/err" || { echo "FAIL: overwrite message: $(cat "$tmp/err")"; exit 1; }
+"$bin" "${args[@]}" -O "$tmp/s.h5" --append --tag t2 --quiet
+"$MB_PYTHON" - "$tmp/s.h5" "$tmp/s.jsonl" <<'PY'
+import json, math, sys
+import h5py
+f = h5py.File(sys.argv[1], "r")
+assert f.attrs["schema_version"] == 1
+runs = sorted(f["runs"].keys())
+assert len(runs) == 2, runs
+for rid in runs:
+    r = f["runs"][rid]
+    assert r.attrs["status"] == "ok", r.attrs["status"]
+    assert r.attrs["binary"] == "step_bench"
+    s = r["step"]
+    assert s["step_times"].shape == (3, 1), s["step_times"].shape
+    assert s["phases"].shape == (3, 1, 3)
+    assert list(json.loads(s.attrs["phase_names"])) == ["forward", "backward", "optimizer"]
+    assert (s["step_times"][:] > 0).all()
+    ph = s["phases"][:, 0, :].sum(axis=1)
+    assert (abs(ph - s["step_times"][:, 0]) <= 1e-3 * s["step_times"][:, 0] + 1e-6).all()
+    assert s.attrs["hidden"] == 32 and s.attrs["kv_heads"] == 2
+    assert s.attrs["peak_measured_flops"] > 1e8
+    summ = s["summary"][0]
+    assert summ["tokens_per_s"] > 0 and 0 < summ["mfu_measured_peak"] < 1.5
+    assert math.isclose(summ["tokens_per_s"], 32 / summ["step_time_median"], rel_tol=1e-9)
+    mem = {m["category"].decode(): m for m in s["memory"][:]}
+    for k in ("params", "grads", "optimizer", "activations"):
+        assert mem[k]["measured_bytes"] >= mem[k]["analytic_bytes"] > 0, k
+    assert s["comm"].shape == (0,)
+c1 = f["runs"][runs[0]]["step"]
+assert c1["summary"][0]["check"] == b"pass", c1["summary"][0]["check"]
+assert c1["check"].shape[0] > 3 and c1["check"]["pass"].all()
+assert f["runs"][runs[1]]["step"]["summary"][0]["check"] == b"off"
+lines = [json.loads(l) for l in open(sys.argv[2])]
+assert sum(1 for l in lines if l.get("summary")) == 2
+print("ok:", runs)
+PY
