@@ -27,6 +27,10 @@ def truth(files):
     for f in files:
         with h5py.File(f, "r") as h:
             for rid, run in h["runs"].items():
+                sizes = {}
+                if "topology/groups" in run:
+                    for g in run["topology/groups"][()]:
+                        sizes.setdefault(s(g["dim"]), int(g["size"]))
                 for cname, coll in run["collectives"].items():
                     for gname, g in coll.items():
                         for row in g["summary"][()]:
@@ -34,6 +38,7 @@ def truth(files):
                                  for k in row.dtype.names}
                             d["tag"] = s(run.attrs["tag"])
                             d["ranks"] = int(run.attrs["world_size"])
+                            d["group_size"] = sizes.get(s(g.attrs["group"]))
                             key = (f, rid, cname, s(g.attrs["placement"]), s(g.attrs["group"]), d["bytes"])
                             out[key] = d
     return out
@@ -61,6 +66,8 @@ def check_rows(rows, files):
         for k in ("count", "wrong", "slowest_rank"):
             if int(r[k]) != want[k]:
                 die(f"{key} {k}: report {r[k]!r} != file {want[k]!r}")
+        if want["group_size"] is not None and int(r["group_size"]) != want["group_size"]:
+            die(f"{key}: group_size {r['group_size']} != topology's {want['group_size']}")
         if r["tag"] != want["tag"] or int(r["ranks"]) != want["ranks"]:
             die(f"{key}: tag/ranks {r['tag']}/{r['ranks']} != {want['tag']}/{want['ranks']}")
     if len(seen) != len(t):
