@@ -1,0 +1,237 @@
+#!/usr/bin/python3
+"""tests/mpi/h5check.py: checks of the collective binaries' HDF5 files for the MPI tests,
+written from results/README.md (not from the C++ code). Exit 0 when every check holds, else
+1 with every failed check listed.
+
+  h5check.py verify FILE COLLECTIVE WORLD SWEEP...  every run ok; every (dtype, op, placement)
+      series the MPI backend supports is present, once per SWEEP (b:e:f, one run each, in
+      order); the sizes table equals the sweep rounded down to the collective's granularity;
+      per-rank/total bytes, bus factor, algbw/busbw follow the README; wrong == 0; no NaN.
+      Options: --dtypes a,b  --ops a,b  (what was asked for; default every MPI one)
+  h5check.py fault FILE COLLECTIVE        status failed, and every row with data has wrong == 1
+  h5check.py crash FILE STATUS [MIN_ROWS]  status == STATUS; sizes/summary/samples have equal
+      row counts >= MIN_ROWS (default 2) in every series; no NaN in any present row
+"""
+import math
+import sys
+
+import h5py
+import numpy as np
+
+MPI_DTYPES = {"float": 4, "double": 8, "int32": 4, "int8": 1}
+MPI_OPS = ["sum", "prod", "min", "max"]
+REDUCES = {"all_reduce", "reduce_scatter"}
+GRAN_N = {"all_gather", "reduce_scatter", "all_to_all"}  # granularity: n elements, else 1
+
+errors = []
+
+
+def check(cond, msg):
+    if not cond:
+        errors.append(msg)
+    return cond
+
+
+def s(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def factor(coll, n):
+    if coll == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def byte_rules(coll, count, elt, n):
+    """(send_bytes_per_rank, recv_bytes_per_rank, total_bytes) of results/README.md."""
+    S = count * elt
+    if coll == "all_gather":
+        return S // n, S, S
+    if coll == "reduce_scatter":
+        return S, S // n, S * n
+    if coll == "broadcast":
+        return S, S, S
+    return S, S, S * n  # all_reduce, all_to_all, sendrecv
+
+
+def sweep(b, e, f):
+    out, x = [], b
+    while x <= e:
+        out.append(x)
+        if x == 0:
+            x = 1
+            continue
+        x *= f
+    return out
+
+
+def counts(coll, n, elt, b, e, f):
+    g = n if coll in GRAN_N else 1
+    out = []
+    for nbytes in sweep(b, e, f):
+        c = nbytes // elt // g * g
+        if c == 0 and nbytes != 0:
+            continue
+        if not out or out[-1] != c:
+            out.append(c)
+    return out
+
+
+def series_of(h):
+    """[(run_id, run, collective, name, group)] in file order of runs."""
+    out = []
+    for rid in sorted(h["runs"]):
+        run = h["runs"][rid]
+        for coll in run.get("collectives", {}):
+            for name, g in run["collectives"][coll].items():
+                out.append((rid, run, coll, name, g))
+    return out
+
+
+def check_series_values(tag, g, coll, n):
+    sizes, summ, samp = g["sizes"][()], g["summary"][()], g["samples"][()]
+    rows = len(summ)
+    check(len(sizes) == rows and samp.shape[0] == rows, f"{tag}: rows sizes={len(sizes)} summary={rows} samples={samp.shape}")
+    iters = int(g.attrs["iters"])
+    check(samp.shape[1:] == (iters, n), f"{tag}: samples shape {samp.shape}, want [rows, {iters}, {n}]")
+    check(not np.isnan(samp).any(), f"{tag}: NaN in samples")
+    check(np.isfinite(samp).all() and (samp >= 0).all(), f"{tag}: negative or infinite samples")
+    want_f = factor(coll, n)
+    check(math.isclose(float(g.attrs["bus_factor"]), want_f, rel_tol=1e-12, abs_tol=1e-15),
+          f"{tag}: bus_factor attr {g.attrs['bus_factor']}, want {want_f}")
+    for i, r in enumerate(summ):
+        t = float(r["t_median"])
+        slowest = samp[i].max(axis=1)  # per iteration, the slowest rank
+        check(math.isclose(t, float(np.median(slowest)), rel_tol=1e-12),
+              f"{tag} row {i}: t_median {t} != median of per-iteration max {np.median(slowest)}")
+        check(math.isclose(float(r["t_min"]), float(slowest.min()), rel_tol=1e-12), f"{tag} row {i}: t_min")
+        check(math.isclose(float(r["t_mean"]), float(slowest.mean()), rel_tol=1e-9), f"{tag} row {i}: t_mean")
+        check(math.isclose(float(r["t_p99"]), float(np.percentile(slowest, 99)), rel_tol=1e-12), f"{tag} row {i}: t_p99")
+        check(r["t_min"] <= r["t_median"] <= r["t_p99"], f"{tag} row {i}: t_min <= t_median <= t_p99 fails")
+        check(0 <= r["slowest_rank"] < n, f"{tag} row {i}: slowest_rank {r['slowest_rank']} not in [0, {n})")
+        check(math.isfinite(r["t_first"]) and r["t_first"] >= 0, f"{tag} row {i}: t_first {r['t_first']}")
+        nbytes = int(r["bytes"])
+        if nbytes > 0:
+            check(t > 0, f"{tag} row {i}: t_median {t} not > 0 at {nbytes} B")
+            check(math.isclose(float(r["algbw"]), nbytes / t / 1e9, rel_tol=1e-12),
+                  f"{tag} row {i}: algbw {r['algbw']} != bytes/t_median/1e9 = {nbytes / t / 1e9}")
+        check(math.isclose(float(r["busbw"]), float(r["algbw"]) * want_f, rel_tol=1e-12, abs_tol=1e-300),
+              f"{tag} row {i}: busbw {r['busbw']} != algbw*{want_f}")
+        check(int(sizes[i]["bytes"]) == nbytes and int(sizes[i]["count"]) == int(r["count"]),
+              f"{tag} row {i}: sizes and summary disagree")
+    return summ, sizes
+
+
+def verify(path, coll, n, sweeps, dtypes, ops):
+    with h5py.File(path, "r") as h:
+        runs = sorted(h["runs"])
+        check(len(runs) == len(sweeps), f"{path}: {len(runs)} runs, want {len(sweeps)}")
+        for rid in runs:
+            run = h["runs"][rid]
+            check(s(run.attrs["status"]) == "ok", f"{rid}: status {s(run.attrs['status'])}")
+            check(int(run.attrs["world_size"]) == n, f"{rid}: world_size {run.attrs['world_size']}")
+        placements = ["in-place"] if coll == "broadcast" else ["out-of-place", "in-place"]
+        redops = ops if coll in REDUCES else ["none"]
+        total_rows = 0
+        for k, (rid, sw) in enumerate(zip(runs, sweeps)):
+            b, e, f = sw
+            colls = h["runs"][rid]["collectives"]
+            check(list(colls) == [coll], f"{rid}: collectives {list(colls)}, want [{coll}]")
+            if coll not in colls:
+                continue
+            names = set(colls[coll])
+            want = {f"{d}-{o}-{p}-world" for d in dtypes for o in redops for p in placements}
+            check(names == want, f"{rid}: series {sorted(names)} != {sorted(want)}")
+            for name in sorted(names & want):
+                g = colls[coll][name]
+                d = name.split("-")[0]
+                elt = MPI_DTYPES[d]
+                tag = f"{rid}/{name}"
+                summ, sizes = check_series_values(tag, g, coll, n)
+                want_counts = counts(coll, n, elt, b, e, f)
+                got_counts = [int(x) for x in sizes["count"]]
+                check(got_counts == want_counts, f"{tag}: counts {got_counts} != {want_counts} (sweep {b}:{e}:{f})")
+                for i, r in enumerate(summ):
+                    c = int(r["count"])
+                    sb, rb, tb = byte_rules(coll, c, elt, n)
+                    z = sizes[i]
+                    check(int(z["bytes"]) == c * elt, f"{tag} row {i}: bytes {z['bytes']} != count*elt {c * elt}")
+                    check((int(z["send_bytes_per_rank"]), int(z["recv_bytes_per_rank"]), int(z["total_bytes"])) == (sb, rb, tb),
+                          f"{tag} row {i}: send/recv/total {z['send_bytes_per_rank']}/{z['recv_bytes_per_rank']}/{z['total_bytes']} != {sb}/{rb}/{tb}")
+                    check(int(r["wrong"]) == 0, f"{tag} row {i} ({c} elements): wrong = {r['wrong']}")
+                    check(s(r["dtype"]) == d and s(r["redop"]) == name.split("-")[1],
+                          f"{tag} row {i}: dtype/redop columns {s(r['dtype'])}/{s(r['redop'])}")
+                    check(int(r["inplace"]) == (1 if "-in-place-" in name else 0), f"{tag} row {i}: inplace column")
+                total_rows += len(summ)
+        return total_rows
+
+
+def fault(path, coll):
+    with h5py.File(path, "r") as h:
+        for rid, run, c, name, g in series_of(h):
+            check(s(run.attrs["status"]) == "failed", f"{rid}: status {s(run.attrs['status'])}, want failed")
+            check(c == coll, f"{rid}: collective {c}")
+            summ = g["summary"][()]
+            check(len(summ) > 0, f"{rid}/{name}: no rows")
+            for r in summ:
+                if int(r["count"]) > 0:
+                    check(int(r["wrong"]) == 1, f"{rid}/{name} {r['bytes']} B: wrong = {r['wrong']}, want 1 (one flipped element)")
+        runs = list(h["runs"])
+        check(len(runs) == 1, f"{path}: {len(runs)} runs")
+        check(sum(int(r["wrong"]) for _, _, _, _, g in series_of(h) for r in g["summary"][()]) > 0, f"{path}: no wrong element at all")
+
+
+def crash(path, status, min_rows):
+    with h5py.File(path, "r") as h:
+        runs = list(h["runs"])
+        check(len(runs) == 1, f"{path}: {len(runs)} runs")
+        for rid in runs:
+            got = s(h["runs"][rid].attrs["status"])
+            check(got == status, f"{rid}: status {got}, want {status}")
+        ser = series_of(h)
+        check(len(ser) > 0, f"{path}: no series")
+        for rid, run, c, name, g in ser:
+            n_sz, n_sm, n_sa = len(g["sizes"]), len(g["summary"]), g["samples"].shape[0]
+            check(n_sz == n_sm == n_sa, f"{rid}/{name}: rows sizes={n_sz} summary={n_sm} samples={n_sa}")
+            check(n_sm >= min_rows, f"{rid}/{name}: {n_sm} rows, want >= {min_rows}")
+            samp = g["samples"][()][:n_sm]
+            check(not np.isnan(samp).any(), f"{rid}/{name}: NaN in the samples of a finished row")
+            summ = g["summary"][()]
+            check(all(math.isfinite(float(r["t_median"])) and r["t_median"] > 0 for r in summ),
+                  f"{rid}/{name}: a finished row has no t_median")
+        print(f"{path}: status {status}, rows per series {[len(g['summary']) for *_, g in ser]}")
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__)
+        return 2
+    cmd = argv[1]
+    if cmd == "verify":
+        args = [a for a in argv[2:] if not a.startswith("--")]
+        opts = dict(a[2:].split("=", 1) for a in argv[2:] if a.startswith("--"))
+        path, coll, n = args[0], args[1], int(args[2])
+        sweeps = [tuple(int(x) for x in sw.split(":")) for sw in args[3:]]
+        dtypes = opts.get("dtypes", ",".join(MPI_DTYPES)).split(",")
+        ops = opts.get("ops", ",".join(MPI_OPS)).split(",")
+        rows = verify(path, coll, n, sweeps, dtypes, ops)
+        if not errors:
+            print(f"{path}: {coll} at {n} ranks: {rows} rows verified")
+    elif cmd == "fault":
+        fault(argv[2], argv[3])
+    elif cmd == "crash":
+        crash(argv[2], argv[3], int(argv[4]) if len(argv) > 4 else 2)
+    else:
+        print(__doc__)
+        return 2
+    for e in errors[:40]:
+        print(f"h5check: {e}", file=sys.stderr)
+    if len(errors) > 40:
+        print(f"h5check: ... and {len(errors) - 40} more", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,64 @@
+# tests/mpi/lib.bash: shared by the collective MPI tests (sourced; not a test itself, since
+# only *.sh files become CTest tests). CTest sets MB_BIN, MB_SRC, MB_PYTHON, MB_MPIEXEC and
+# MB_UCX_YIELD; the defaults let a developer run one by hand: `MB_BIN=build/bin bash
+# tests/mpi/inject_fault.sh`. KEEP=1 keeps the work folder.
+set -euo pipefail
+MB_SRC="${MB_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+MB_BIN="${MB_BIN:-$MB_SRC/build/bin}"
+MB_PYTHON="${MB_PYTHON:-/usr/bin/python3}"
+MB_MPIEXEC="${MB_MPIEXEC:-mpiexec}"
+# The LD_PRELOAD shim (tests/support/ucx_yield.c) used for oversubscribed runs; MB_UCX_YIELD=
+# (empty) turns it off, e.g. to measure what it saves.
+MB_UCX_YIELD="${MB_UCX_YIELD-$(ls "$MB_BIN"/../tests/libucx_yield.so 2>/dev/null || true)}"
+TEST_NAME="$(basename "$0" .sh)"
+# Every launch has a limit: MPICH can hang in MPI_Finalize (ENVIRONMENT.md).
+RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
+CORES="$(nproc)"
+
+[[ -x "$MB_BIN/all_reduce_bench" ]] || { echo "FAIL [$TEST_NAME]: no binaries in $MB_BIN" >&2; exit 1; }
+if [[ -n "$MB_UCX_YIELD" && ! -f "$MB_UCX_YIELD" ]]; then
+  echo "note [$TEST_NAME]: $MB_UCX_YIELD missing: oversubscribed runs busy-poll (slow)" >&2
+  MB_UCX_YIELD=""
+fi
+
+WORK="$(mktemp -d "/tmp/mb-$TEST_NAME.XXXXXX")"
+cleanup() { [[ -n "${KEEP:-}" ]] || rm -rf "$WORK"; }
+trap cleanup EXIT
+
+FAILS=0
+fail() { echo "FAIL [$TEST_NAME]: $*" >&2; FAILS=$((FAILS + 1)); }
+pass() { echo "ok   [$TEST_NAME]: $*"; }
+# The verdict: call last. Exits 1 if any check failed.
+finish() {
+  if [[ $FAILS -ne 0 ]]; then echo "FAILED [$TEST_NAME]: $FAILS check(s)" >&2; exit 1; fi
+  echo "PASSED [$TEST_NAME] in ${SECONDS}s"
+}
+
+# mpirun N BINARY ARGS...: one run with a timeout; stdout/stderr go to $WORK/out, $WORK/err.
+# Returns the exit code (never aborts the script). Ranks beyond the core count get the yield
+# shim when it exists.
+mpirun() {
+  local n=$1 exe="$MB_BIN/$2"; shift 2
+  local -a pre=()
+  if [[ -n "$MB_UCX_YIELD" && $n -gt $CORES ]]; then pre=(-genv LD_PRELOAD "$MB_UCX_YIELD"); fi
+  local rc=0
+  timeout --kill-after=10 "$RUN_TIMEOUT" "$MB_MPIEXEC" "${pre[@]}" -n "$n" "$exe" "$@" \
+    > "$WORK/out" 2> "$WORK/err" || rc=$?
+  return $rc
+}
+
+# expect_rc WANT N BINARY ARGS...: run and require exit code WANT; on a mismatch print the tail.
+expect_rc() {
+  local want=$1; shift
+  local rc=0
+  mpirun "$@" || rc=$?
+  if [[ $rc -ne $want ]]; then
+    fail "mpiexec -n $* -> exit $rc, want $want"
+    tail -5 "$WORK/err" >&2 || true
+    tail -5 "$WORK/out" >&2 || true
+    return 1
+  fi
+  return 0
+}
+
+py() { "$MB_PYTHON" "$@"; }
