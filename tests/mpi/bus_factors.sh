@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Bus-bandwidth factors and byte-count rules of each collective, tested through the binaries
+# themselves (the specs live in each binary's main file) at n = 1, 2, 4 and 8 ranks: the
+# series' bus_factor attribute and busbw/algbw of every row must be all-reduce 2(n-1)/n;
+# all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast, send/recv 1; and the sizes table
+# must hold the requested sizes rounded down to the granularity (100 B and 1000 B of int32:
+# 25 and 250 elements, 24 and 248 where n divides the count) with the per-rank and total
+# bytes of results/README.md. h5check.py computes the expectations independently.
+source "$(dirname "$0")/lib.bash"
+
+COLLS=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv)
+for n in 1 2 4 8; do
+  for c in "${COLLS[@]}"; do
+    f="$WORK/$c-$n.h5"
+    expect_rc 0 "$n" "${c}_bench" -n 1 -w 0 -d int32 -o sum -b 100 -e 1000 -f 10 -O "$f" -q || continue
+    if py "$MB_SRC/tests/mpi/h5check.py" verify "$f" "$c" "$n" 100:1000:10 --dtypes=int32 --ops=sum \
+         > "$WORK/check" 2>&1; then
+      factor=$(py -c "import h5py,sys; h=h5py.File(sys.argv[1],'r'); r=list(h['runs'].values())[0]; g=list(r['collectives'][sys.argv[2]].values())[0]; print(round(float(g.attrs['bus_factor']),4))" "$f" "$c")
+      pass "$c at $n ranks: bus factor $factor, byte counts as documented"
+    else
+      fail "$c at $n ranks:"; cat "$WORK/check" >&2
+    fi
+  done
+done
+
+finish
