@@ -51,3 +51,20 @@ print(f"total wrong elements: {bad}; binaries with a non-zero exit: {sum(v != '0
 PY
 [[ $failed == 0 ]] || exit 1
 # --- step engine (issue 4) appends its CUDA parity checks below this line ---
+# ---- step engine (issue 4): CUDA parity and a timed step ------------------------------------
+# 1. every layer (fp32, bf16) and one whole step against the CPU float32 path, by normalised
+#    error (CudaParity.*; they skip without a GPU, which counts as a failure here);
+# 2. step_bench --device cuda --check (whole-step parity, exit 1 on mismatch), fp32 and bf16;
+# 3. a timed bf16 run: MFU against the measured cuBLAS peak and the datasheet peak.
+engine_failed=0
+echo "== step engine: CUDA parity tests"
+"$BUILD/bin/engine_tests" --gtest_filter='CudaParity.*' >"$out/engine_parity.txt" 2>&1 || engine_failed=1
+tail -8 "$out/engine_parity.txt"
+if grep -q "SKIPPED" "$out/engine_parity.txt"; then echo "step engine: parity tests skipped"; engine_failed=1; fi
+for dt in fp32 bf16; do
+  mpiexec -n 1 "$BUILD/bin/step_bench" --device cuda --dtype $dt --check --model tiny --kv-heads 2 \
+    --steps 3 --warmup 1 || engine_failed=1
+done
+mpiexec -n 1 "$BUILD/bin/step_bench" --device cuda --dtype bf16 --model medium --steps 10 --warmup 3 \
+  -O "$out/step_cuda.h5" || engine_failed=1
+[[ $engine_failed == 0 ]] || exit 1
