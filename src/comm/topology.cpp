@@ -17,6 +17,8 @@ struct Packed {
   std::array<char, 64> host{};
   std::array<char, 64> cores{};
   std::array<char, 32> device{};
+  std::array<char, 64> gpus{};
+  std::array<char, 64> nics{};
   int local_rank = 0;
   int node = 0;
   int online_cores = 1;
@@ -27,12 +29,13 @@ void put(std::array<char, N>& dst, const std::string& s) {
   std::memcpy(dst.data(), s.data(), std::min(N - 1, s.size()));
 }
 
-// The rank's CPU binding and the host's core count, from hwloc.
-void probe_cpus(std::string& binding, int& online_cores) {
+// The rank's CPU binding, the host's core count, and the GPUs and NICs hwloc sees.
+void probe_host(std::string& binding, int& online_cores, std::string& gpus, std::string& nics) {
   hwloc_topology_t topo;
   binding = "?";
   online_cores = 1;
   if (hwloc_topology_init(&topo) != 0) return;
+  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (hwloc_topology_load(topo) == 0) {
     int cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
     int pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
@@ -46,6 +49,15 @@ void probe_cpus(std::string& binding, int& online_cores) {
       }
     }
     hwloc_bitmap_free(set);
+    for (hwloc_obj_t o = hwloc_get_next_osdev(topo, nullptr); o; o = hwloc_get_next_osdev(topo, o)) {
+      if (!o->name) continue;
+      auto t = o->attr->osdev.type;
+      std::string& list = (t == HWLOC_OBJ_OSDEV_GPU || t == HWLOC_OBJ_OSDEV_COPROC) ? gpus
+                          : (t == HWLOC_OBJ_OSDEV_NETWORK || t == HWLOC_OBJ_OSDEV_OPENFABRICS) ? nics
+                                                                                                : binding;
+      if (&list == &binding) continue;
+      list += (list.empty() ? "" : ",") + std::string(o->name);
+    }
   }
   hwloc_topology_destroy(topo);
 }
@@ -72,9 +84,11 @@ Topology discover_topology(MPI_Comm comm, const std::string& device) {
 
   Packed mine;
   put(mine.host, host_name());
-  std::string binding;
-  probe_cpus(binding, mine.online_cores);
+  std::string binding, gpus, nics;
+  probe_host(binding, mine.online_cores, gpus, nics);
   put(mine.cores, binding);
+  put(mine.gpus, gpus);
+  put(mine.nics, nics);
   put(mine.device, device);
   mine.local_rank = local_rank;
 
@@ -89,7 +103,8 @@ Topology discover_topology(MPI_Comm comm, const std::string& device) {
     const Packed& p = all[static_cast<size_t>(r)];
     std::string host = p.host.data();
     auto [it, fresh] = node_of_host.try_emplace(host, static_cast<int>(node_of_host.size()));
-    RankPlace place{r, host, it->second, p.local_rank, p.cores.data(), p.device.data()};
+    RankPlace place{r, host, it->second, p.local_rank, p.cores.data(), p.device.data(), p.gpus.data(),
+                    p.nics.data()};
     topo.ranks.push_back(place);
     ++ranks_on_node[it->second];
     cores_on_node[it->second] = p.online_cores;

@@ -18,6 +18,8 @@ struct RankPlace {
   int local_rank = 0;
   std::string cores;   // hwloc cpuset list of the rank's binding, e.g. "0-1"
   std::string device;  // "cpu" or "cuda:<index>"
+  std::string gpus;    // GPUs hwloc sees on the host ("cuda0,cuda1" / "nvidia0"), "" if none
+  std::string nics;    // network and RDMA devices hwloc sees ("eth0,mlx5_0"), "" if none
 };
 
 struct Topology {

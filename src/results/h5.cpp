@@ -203,6 +203,7 @@ void write_table(hid_t loc, const std::string& name, hid_t row_type, const void*
   H5Id dset(h5_check(H5Dcreate2(loc, name.c_str(), row_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                      "H5Dcreate", name),
             H5Dclose);
+  if (n == 0) return;
   H5Id mspace(H5Screate_simple(1, dims, nullptr), H5Sclose);
   H5Id fspace(H5Dget_space(dset.get()), H5Sclose);
   if (!writer) {

@@ -1,0 +1,156 @@
+#include "results/run_file.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+namespace meshbench::results {
+namespace {
+
+template <size_t N>
+void put(char (&dst)[N], const std::string& s) {
+  std::memset(dst, 0, N);
+  std::memcpy(dst, s.data(), std::min(N, s.size()));
+}
+
+struct RankRow {
+  std::int32_t rank;
+  char host[64];
+  std::int32_t node, local_rank;
+  char cores[64], device[32], gpus[64], nics[64];
+};
+
+struct GroupRow {
+  char dim[16];
+  std::int32_t id, size;
+  char ranks[256];
+  std::int32_t nodes_spanned;
+  char span[8];
+};
+H5Id rank_type() {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(RankRow)), H5Tclose);
+  H5Id s64 = string_type(64), s32 = string_type(32);
+  H5Tinsert(t.get(), "rank", offsetof(RankRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "host", offsetof(RankRow, host), s64.get());
+  H5Tinsert(t.get(), "node", offsetof(RankRow, node), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "local_rank", offsetof(RankRow, local_rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "cores", offsetof(RankRow, cores), s64.get());
+  H5Tinsert(t.get(), "device", offsetof(RankRow, device), s32.get());
+  H5Tinsert(t.get(), "gpus", offsetof(RankRow, gpus), s64.get());
+  H5Tinsert(t.get(), "nics", offsetof(RankRow, nics), s64.get());
+  return t;
+}
+
+H5Id group_type() {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(GroupRow)), H5Tclose);
+  H5Id s16 = string_type(16), s256 = string_type(256), s8 = string_type(8);
+  H5Tinsert(t.get(), "dim", offsetof(GroupRow, dim), s16.get());
+  H5Tinsert(t.get(), "id", offsetof(GroupRow, id), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "size", offsetof(GroupRow, size), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "ranks", offsetof(GroupRow, ranks), s256.get());
+  H5Tinsert(t.get(), "nodes_spanned", offsetof(GroupRow, nodes_spanned), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "span", offsetof(GroupRow, span), s8.get());
+  return t;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  if (s.size() > 255) s = s.substr(0, 252) + "...";
+  return s;
+}
+
+}  // namespace
+
+RunFile::RunFile(const std::string& path, bool append, MPI_Comm world, RunContext& ctx) : world_(world) {
+  MPI_Comm_rank(world, &rank_);
+  MPI_Comm_size(world, &size_);
+  file_ = open_file(path, world, append);
+  hid_t f = file_.get();
+  if (!append || !exists(f, "runs")) {
+    write_attr(f, "schema_version", kSchemaVersion);
+    write_attr(f, "suite_version", suite_version());
+    write_attr(f, "git_sha", git_sha());
+  }
+  std::string id = ctx.run_id;
+  for (int k = 2; exists(f, "runs/" + id); ++k) id = ctx.run_id + "-" + std::to_string(k);
+  ctx.run_id = id;
+  ctx.attrs["run_id"] = id;
+}
+
+void RunFile::begin(const RunContext& ctx, const std::vector<GroupInfo>& groups) {
+  run_ = create_group(file_.get(), "runs/" + ctx.run_id);
+  write_attrs(run_.get(), ctx.attrs);
+  write_topology(run_.get(), ctx.topology, groups, rank_ == 0);
+  flush();
+}
+
+void RunFile::finish(RunStatus status) {
+  if (run_.get() < 0) return;
+  write_attr(run_.get(), "status", name(status));
+  // Attribute values must agree on every rank: take rank 0's clock.
+  char end[32] = {};
+  if (rank_ == 0) put(end, utc_now_iso());
+  MPI_Bcast(end, sizeof end, MPI_CHAR, 0, world_);
+  write_attr(run_.get(), "end_time", std::string(end));
+  flush();
+}
+
+void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups, bool writer) {
+  H5Id g = create_group(run, "topology");
+  write_attr(g.get(), "nodes_emulated", topo.emulated);
+  std::vector<RankRow> ranks(topo.ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const auto& p = topo.ranks[i];
+    ranks[i].rank = p.rank;
+    put(ranks[i].host, p.host);
+    ranks[i].node = p.node;
+    ranks[i].local_rank = p.local_rank;
+    put(ranks[i].cores, p.cores);
+    put(ranks[i].device, p.device);
+    put(ranks[i].gpus, p.gpus);
+    put(ranks[i].nics, p.nics);
+  }
+  H5Id rt = rank_type();
+  write_table(g.get(), "ranks", rt.get(), ranks.data(), ranks.size(), writer);
+  std::vector<GroupRow> rows(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    put(rows[i].dim, groups[i].dim);
+    rows[i].id = groups[i].id;
+    rows[i].size = static_cast<std::int32_t>(groups[i].ranks.size());
+    put(rows[i].ranks, join(groups[i].ranks));
+    rows[i].nodes_spanned = groups[i].nodes_spanned;
+    put(rows[i].span, groups[i].span);
+  }
+  H5Id gt = group_type();
+  GroupRow dummy{};
+  write_table(g.get(), "groups", gt.get(), rows.empty() ? &dummy : rows.data(), rows.size(), writer);
+
+  // The full member lists, since the ranks string is cut at 255 characters: int32
+  // [n_groups, largest group], padded with -1.
+  std::size_t width = 1;
+  for (const auto& gi : groups) width = std::max(width, gi.ranks.size());
+  std::vector<std::int32_t> members(groups.size() * width, -1);
+  for (size_t i = 0; i < groups.size(); ++i)
+    for (size_t j = 0; j < groups[i].ranks.size(); ++j) members[i * width + j] = groups[i].ranks[j];
+  hsize_t dims[2] = {groups.size(), width};
+  H5Id space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  H5Id dset(h5_check(H5Dcreate2(g.get(), "group_members", H5T_NATIVE_INT32, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                H5P_DEFAULT),
+                     "H5Dcreate", "group_members"),
+            H5Dclose);
+  if (!groups.empty()) {
+    H5Id fspace(H5Dget_space(dset.get()), H5Sclose);
+    H5Id mspace(H5Screate_simple(2, dims, nullptr), H5Sclose);
+    if (!writer) {
+      H5Sselect_none(fspace.get());
+      H5Sselect_none(mspace.get());
+    }
+    H5Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
+    h5_check(H5Dwrite(dset.get(), H5T_NATIVE_INT32, mspace.get(), fspace.get(), dxpl.get(), members.data()),
+             "H5Dwrite", "group_members");
+  }
+}
+
+}  // namespace meshbench::results
