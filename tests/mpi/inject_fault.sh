@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.bash"
 
 COLLS=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv)
-ARGS=(-n 2 -w 1 -b 64 -e 4K -f 8 -d int32 -q)
+ARGS=(-n 2 -w 1 -b 64 -e 4K -f 8 -d int8,double -q)
 
 for c in "${COLLS[@]}"; do
   f="$WORK/$c-ok.h5"

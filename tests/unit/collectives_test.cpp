@@ -1,8 +1,8 @@
 // Tests of the collective binaries' shared pieces (collectives/): option validation through
 // parse_options with argv arrays, the size sweep, element encoding (reference bit patterns
 // from numpy float16 and torch bfloat16), the check inputs, and count_wrong. The per-collective
-// specs (bus factors, byte-count rules) live in each binary's main file: they are tested
-// through the binaries' HDF5 output (tests/mpi/bus_factors.sh), not through copies here.
+// specs (bus factors, byte-count rules) are tested in spec_test.cpp; end to end through
+// the binaries' HDF5 output in tests/mpi/.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -408,6 +408,30 @@ TEST(CountWrong, CorrectResultsPassAndOneFlippedElementIsCaught) {
       got[(kCount - 1) * elt + elt - 1] ^= std::byte{0x40};  // last element
       EXPECT_EQ(count_wrong(kReduceSpec, in, 2, got.data(), kCount), 3u) << comm::name(t) << " " << comm::name(op);
       EXPECT_EQ(count_wrong(kReduceSpec, in, 2, got.data(), kCount - 1), 2u);  // count bounds the check
+    }
+  }
+}
+
+// --inject-fault (driver.cpp) flips bit 6 of element 0's most significant byte. That must be
+// caught for every dtype and op wherever the element sits, including avg (compared within a
+// tolerance) and elements whose expected value is 0. A low-byte flip was not: it was missed
+// for every double avg element and for the zeros of float/half/bf16 avg.
+TEST(CountWrong, InjectedFaultPatternIsCaughtForEveryDtypeAndOp) {
+  constexpr std::size_t kCount = 200;
+  for (DType t : comm::kAllDTypes) {
+    for (RedOp op : comm::kAllRedOps) {
+      for (int ranks : {2, 4}) {
+        Inputs in{t, op, ranks, 0, {kCount, kCount}};
+        auto got = reduced(in, kCount);
+        std::size_t elt = comm::size_of(t);
+        int missed = 0;
+        for (std::size_t j = 0; j < kCount; ++j) {
+          got[j * elt + elt - 1] ^= std::byte{0x40};
+          missed += count_wrong(kReduceSpec, in, 0, got.data(), kCount) != 1;
+          got[j * elt + elt - 1] ^= std::byte{0x40};
+        }
+        EXPECT_EQ(missed, 0) << comm::name(t) << " " << comm::name(op) << " at " << ranks << " ranks";
+      }
     }
   }
 }
