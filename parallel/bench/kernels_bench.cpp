@@ -1,7 +1,8 @@
 // Google Benchmark micro-benchmarks of the step engine's CPU kernels at the shapes of the
 // issue-4 benchmark models (small: C=256 T=128 B=8 V=4096; medium: C=512 T=256 B=4 V=8192).
 // GEMMs report FLOP/s (2*M*N*K), attention FLOP/s of its GEMM products, the elementwise
-// kernels bytes/s (bytes read + written once). Counters are rates (kIsRate), so Google
+// kernels bytes/s (bytes read + written once). Counters are rates over wall time
+// (UseRealTime: OpenBLAS and OpenMP run several threads), so Google
 // Benchmark divides by the measured time; nothing here computes units itself.
 // Built from parallel/CMakeLists.txt because it needs meshbench_engine.
 #include <benchmark/benchmark.h>
@@ -129,13 +130,13 @@ void BM_AdamW(benchmark::State& st) {
 
 }  // namespace
 
-BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_LayerNormForward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_LayerNormBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GeluForward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GeluBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_CrossEntropy)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_AdamW)->Arg(1 << 20)->Arg(16 << 20)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LayerNormForward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LayerNormBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_GeluForward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_GeluBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_CrossEntropy)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AdamW)->Arg(1 << 20)->Arg(16 << 20)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();
