@@ -4,31 +4,30 @@
 #include "spec.hpp"
 
 namespace mc = meshbench::comm;
-using namespace meshbench::collectives;
+namespace meshbench::collectives {
 
-namespace {
+const Spec& all_gather_spec() {
+  static const Spec kSpec{
+      .kind = mc::Collective::kAllGather,
+      .reduces = false,
+      .rooted = false,
+      .granularity = [](int n) -> std::size_t { return static_cast<std::size_t>(n); },
+      .layout = [](std::size_t count, int n) { return Layout{count / static_cast<std::size_t>(n), count}; },
+      .bus_factor = [](int n) { return static_cast<double>(n - 1) / n; },
+      .total_bytes = [](std::size_t count, std::size_t elt, int) -> std::uint64_t { return count * elt; },
+      .expected =
+          [](const Inputs& in, int, std::size_t j) {
+            std::size_t block = in.layout.send;
+            return in.value(static_cast<int>(j / block), j % block);
+          },
+      .inplace =
+          [](const mc::Communicator& c, mc::View buf, Layout l) {
+            return Views{buf.slice(static_cast<std::size_t>(c.rank()) * l.send, l.send), buf};
+          },
+      .inplace_buffer = [](Layout l) { return l.recv; },
+      .call = [](mc::Communicator& c, const Views& v, const Inputs&) { c.all_gather(v.send, v.recv); },
+  };
+  return kSpec;
+}
 
-const Spec kSpec{
-    .kind = mc::Collective::kAllGather,
-    .reduces = false,
-    .rooted = false,
-    .granularity = [](int n) -> std::size_t { return static_cast<std::size_t>(n); },
-    .layout = [](std::size_t count, int n) { return Layout{count / static_cast<std::size_t>(n), count}; },
-    .bus_factor = [](int n) { return static_cast<double>(n - 1) / n; },
-    .total_bytes = [](std::size_t count, std::size_t elt, int) -> std::uint64_t { return count * elt; },
-    .expected =
-        [](const Inputs& in, int, std::size_t j) {
-          std::size_t block = in.layout.send;
-          return in.value(static_cast<int>(j / block), j % block);
-        },
-    .inplace =
-        [](const mc::Communicator& c, mc::View buf, Layout l) {
-          return Views{buf.slice(static_cast<std::size_t>(c.rank()) * l.send, l.send), buf};
-        },
-    .inplace_buffer = [](Layout l) { return l.recv; },
-    .call = [](mc::Communicator& c, const Views& v, const Inputs&) { c.all_gather(v.send, v.recv); },
-};
-
-}  // namespace
-
-int main(int argc, char** argv) { return run(kSpec, argc, argv); }
+}  // namespace meshbench::collectives

@@ -3,24 +3,23 @@
 #include "spec.hpp"
 
 namespace mc = meshbench::comm;
-using namespace meshbench::collectives;
+namespace meshbench::collectives {
 
-namespace {
+const Spec& broadcast_spec() {
+  static const Spec kSpec{
+      .kind = mc::Collective::kBroadcast,
+      .reduces = false,
+      .rooted = true,
+      .granularity = [](int) -> std::size_t { return 1; },
+      .layout = [](std::size_t count, int) { return Layout{count, count}; },
+      .bus_factor = [](int) { return 1.0; },
+      .total_bytes = [](std::size_t count, std::size_t elt, int) -> std::uint64_t { return count * elt; },
+      .expected = [](const Inputs& in, int, std::size_t j) { return in.value(in.root, j); },
+      .inplace = [](const mc::Communicator&, mc::View buf, Layout) { return Views{buf, buf}; },
+      .inplace_buffer = [](Layout l) { return l.recv; },
+      .call = [](mc::Communicator& c, const Views& v, const Inputs& in) { c.broadcast(v.send, v.recv, in.root); },
+  };
+  return kSpec;
+}
 
-const Spec kSpec{
-    .kind = mc::Collective::kBroadcast,
-    .reduces = false,
-    .rooted = true,
-    .granularity = [](int) -> std::size_t { return 1; },
-    .layout = [](std::size_t count, int) { return Layout{count, count}; },
-    .bus_factor = [](int) { return 1.0; },
-    .total_bytes = [](std::size_t count, std::size_t elt, int) -> std::uint64_t { return count * elt; },
-    .expected = [](const Inputs& in, int, std::size_t j) { return in.value(in.root, j); },
-    .inplace = [](const mc::Communicator&, mc::View buf, Layout) { return Views{buf, buf}; },
-    .inplace_buffer = [](Layout l) { return l.recv; },
-    .call = [](mc::Communicator& c, const Views& v, const Inputs& in) { c.broadcast(v.send, v.recv, in.root); },
-};
-
-}  // namespace
-
-int main(int argc, char** argv) { return run(kSpec, argc, argv); }
+}  // namespace meshbench::collectives

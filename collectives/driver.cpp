@@ -274,6 +274,9 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     fs::path p(opt.output);
     if (fs::exists(p) && !opt.append)
       out_error = fmt::format("-O/--output {}: the file exists; meshbench never overwrites (choose a new name, or add --append)", opt.output);
+    else if (!fs::exists(p) && fs::exists(jsonl_path(opt.output)))
+      out_error = fmt::format("-O/--output {}: {} exists from another run; meshbench never mixes runs (choose a new name)",
+                              opt.output, jsonl_path(opt.output));
     else if (p.has_parent_path() && !fs::exists(p.parent_path()) && !fs::create_directories(p.parent_path(), ec))
       out_error = fmt::format("-O/--output {}: cannot create folder {}: {}", opt.output, p.parent_path().string(), ec.message());
   }

@@ -58,6 +58,15 @@ struct Spec {
   void (*call)(comm::Communicator& c, const Views& v, const Inputs& in);
 };
 
+// The six plug-ins (one file each: all_reduce.cpp, ...).
+const Spec& all_reduce_spec();
+const Spec& all_gather_spec();
+const Spec& reduce_scatter_spec();
+const Spec& all_to_all_spec();
+const Spec& broadcast_spec();
+const Spec& sendrecv_spec();
+const Spec* find_spec(comm::Collective kind);
+
 // The driver: parses options, sweeps sizes, times, verifies, reports. Returns the exit code.
 int run(const Spec& spec, int argc, char** argv);
 

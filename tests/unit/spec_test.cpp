@@ -1,0 +1,109 @@
+// The collective plug-ins' rules, checked against nccl-tests' definitions written out by
+// hand: granularity, per-rank buffer layouts, bus-bandwidth factors, total bytes, and the
+// expected results of each collective on a small world.
+#include <gtest/gtest.h>
+
+#include "spec.hpp"
+
+using namespace meshbench::collectives;
+using meshbench::comm::Collective;
+using meshbench::comm::DType;
+using meshbench::comm::RedOp;
+
+namespace {
+const Spec& spec(Collective c) { return *find_spec(c); }
+}  // namespace
+
+TEST(Spec, EveryCollectiveIsRegistered) {
+  for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
+                       Collective::kAllToAll, Collective::kBroadcast, Collective::kSendRecv}) {
+    ASSERT_NE(find_spec(c), nullptr);
+    EXPECT_EQ(find_spec(c)->kind, c);
+  }
+}
+
+TEST(Spec, BusFactorsAreNcclTests) {
+  for (int n : {1, 2, 4, 8}) {
+    double ring = static_cast<double>(n - 1) / n;
+    EXPECT_DOUBLE_EQ(spec(Collective::kAllReduce).bus_factor(n), 2 * ring) << n;
+    EXPECT_DOUBLE_EQ(spec(Collective::kAllGather).bus_factor(n), ring) << n;
+    EXPECT_DOUBLE_EQ(spec(Collective::kReduceScatter).bus_factor(n), ring) << n;
+    EXPECT_DOUBLE_EQ(spec(Collective::kAllToAll).bus_factor(n), ring) << n;
+    EXPECT_DOUBLE_EQ(spec(Collective::kBroadcast).bus_factor(n), 1.0) << n;
+    EXPECT_DOUBLE_EQ(spec(Collective::kSendRecv).bus_factor(n), 1.0) << n;
+  }
+  EXPECT_DOUBLE_EQ(spec(Collective::kAllReduce).bus_factor(8), 1.75);
+}
+
+TEST(Spec, GranularityAndLayouts) {
+  // count = elements of the size column S; n = 4 ranks.
+  const int n = 4;
+  EXPECT_EQ(spec(Collective::kAllReduce).granularity(n), 1u);
+  EXPECT_EQ(spec(Collective::kAllGather).granularity(n), 4u);
+  EXPECT_EQ(spec(Collective::kReduceScatter).granularity(n), 4u);
+  EXPECT_EQ(spec(Collective::kAllToAll).granularity(n), 4u);
+  EXPECT_EQ(spec(Collective::kBroadcast).granularity(n), 1u);
+  EXPECT_EQ(spec(Collective::kSendRecv).granularity(n), 1u);
+
+  auto l = spec(Collective::kAllReduce).layout(100, n);
+  EXPECT_EQ(l.send, 100u);
+  EXPECT_EQ(l.recv, 100u);
+  l = spec(Collective::kAllGather).layout(100, n);  // send a block, receive all blocks
+  EXPECT_EQ(l.send, 25u);
+  EXPECT_EQ(l.recv, 100u);
+  l = spec(Collective::kReduceScatter).layout(100, n);  // send all blocks, receive one
+  EXPECT_EQ(l.send, 100u);
+  EXPECT_EQ(l.recv, 25u);
+  l = spec(Collective::kAllToAll).layout(100, n);
+  EXPECT_EQ(l.send, 100u);
+  EXPECT_EQ(l.recv, 100u);
+}
+
+TEST(Spec, TotalBytesAreAllRanksInputs) {
+  const int n = 4;
+  const std::size_t elt = 4, count = 1024;
+  EXPECT_EQ(spec(Collective::kAllReduce).total_bytes(count, elt, n), 4u * 4096u);
+  EXPECT_EQ(spec(Collective::kAllGather).total_bytes(count, elt, n), 4096u);  // n blocks of S/n
+  EXPECT_EQ(spec(Collective::kReduceScatter).total_bytes(count, elt, n), 4u * 4096u);
+  EXPECT_EQ(spec(Collective::kAllToAll).total_bytes(count, elt, n), 4u * 4096u);
+  EXPECT_EQ(spec(Collective::kBroadcast).total_bytes(count, elt, n), 4096u);  // the root's buffer
+  EXPECT_EQ(spec(Collective::kSendRecv).total_bytes(count, elt, n), 4u * 4096u);
+}
+
+TEST(Spec, ExpectedResultsFollowTheDefinitions) {
+  const int n = 4;
+  Inputs in{DType::kInt32, RedOp::kSum, n, 2, spec(Collective::kAllReduce).layout(8, n)};
+  // all-reduce: element j is the sum over ranks of element j.
+  double sum = 0;
+  for (int r = 0; r < n; ++r) sum += in.value(r, 5);
+  EXPECT_EQ(spec(Collective::kAllReduce).expected(in, 3, 5), sum);
+
+  // reduce-scatter: rank 2's element j is the reduction of element 2*block + j.
+  in.layout = spec(Collective::kReduceScatter).layout(8, n);
+  EXPECT_EQ(spec(Collective::kReduceScatter).expected(in, 2, 1), in.reduce(2 * 2 + 1));
+
+  // all-gather: element j comes from rank j / block, element j % block.
+  Inputs copy{DType::kFloat, std::nullopt, n, 2, spec(Collective::kAllGather).layout(8, n)};
+  EXPECT_EQ(spec(Collective::kAllGather).expected(copy, 0, 5), copy.value(2, 1));
+
+  // all-to-all: rank 1's block p is rank p's block 1.
+  copy.layout = spec(Collective::kAllToAll).layout(8, n);
+  EXPECT_EQ(spec(Collective::kAllToAll).expected(copy, 1, 6), copy.value(3, 1 * 2 + 0));
+
+  // broadcast: the root's data; send/recv: the left neighbour's.
+  copy.layout = spec(Collective::kBroadcast).layout(8, n);
+  EXPECT_EQ(spec(Collective::kBroadcast).expected(copy, 3, 4), copy.value(2, 4));
+  EXPECT_EQ(spec(Collective::kSendRecv).expected(copy, 0, 4), copy.value(3, 4));
+  EXPECT_EQ(spec(Collective::kSendRecv).expected(copy, 2, 4), copy.value(1, 4));
+}
+
+TEST(Spec, InputsDependOnMemberWorldRanks) {
+  // Two groups of a 4-rank world with the same group ranks get different inputs, so a
+  // communicator holding the wrong members fails the check.
+  std::vector<int> g0 = {0, 1}, g1 = {2, 3};
+  Inputs a{DType::kFloat, RedOp::kSum, 2, 0, {16, 16}, &g0};
+  Inputs b{DType::kFloat, RedOp::kSum, 2, 0, {16, 16}, &g1};
+  int differ = 0;
+  for (std::size_t i = 0; i < 16; ++i) differ += a.reduce(i) != b.reduce(i);
+  EXPECT_GT(differ, 4);
+}
