@@ -70,7 +70,17 @@ def check_run(rid, run, want, cores):
     check(set(ranks["node"]) == {0}, f"{rid}: nodes {set(ranks['node'])}")
     check({s(h) for h in ranks["host"]} == {socket.gethostname()}, f"{rid}: hosts {set(ranks['host'])} != {socket.gethostname()}")
     check(all(s(c) for c in ranks["cores"]), f"{rid}: empty core set")
+    for f_ in ("rank", "host", "node", "local_rank", "cores", "device", "gpus", "nics"):
+        check(f_ in ranks.dtype.names, f"{rid}: topology/ranks lacks {f_}")
     groups = run["topology/groups"][()]
+    if check("group_members" in run["topology"], f"{rid}: topology/group_members missing"):
+        gm = run["topology/group_members"][()]
+        check(gm.shape == (len(groups), max(int(g["size"]) for g in groups)),
+              f"{rid}: group_members shape {gm.shape}, groups {len(groups)} of up to {max(groups['size'])}")
+        for i, g in enumerate(groups):
+            members = [int(x) for x in gm[i] if x >= 0]
+            check(members == [int(x) for x in s(g["ranks"]).split(",")] and len(members) == int(g["size"]),
+                  f"{rid}: group {i} members {members} vs ranks '{s(g['ranks'])}' size {g['size']}")
     world = [g for g in groups if s(g["dim"]) == "world"]
     check(len(world) == 1, f"{rid}: {len(world)} world groups in topology/groups")
     if world:
