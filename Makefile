@@ -3,6 +3,8 @@
 #   make run      install deps, build, run every collective on local ranks, print where results went
 #   make test     install deps, build, run the whole test suite (ctest)
 #   make deps     install the Debian packages (root) or list what is missing
+#   make fabrics  the six collectives at 2 ranks under shared memory, TCP loopback and an
+#                 emulated two-node fabric (netns + tc), with a report and plots
 #   make clean    remove build/
 BUILD ?= build
 JOBS  ?= $(shell nproc)
@@ -28,6 +30,10 @@ run: deps
 test: deps
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
+
+fabrics: deps
+	@$(MAKE) --no-print-directory build
+	MB_BIN=$(CURDIR)/$(BUILD)/bin /usr/bin/python3 scripts/sweep examples/fabrics-local.toml
 
 clean:
 	rm -rf $(BUILD)
