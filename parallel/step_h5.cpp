@@ -264,6 +264,10 @@ void StepH5::write_summary(const StepSummary& s) {
   results::write_table(impl_->step.get(), "summary", t.get(), &r, 1, impl_->rank == 0);
 }
 
+void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {
+  results::write_attrs(impl_->step.get(), attrs);
+}
+
 void StepH5::finish(const std::string& status) {
   Impl& m = *impl_;
   results::write_attr(m.run.get(), "end_time", results::utc_now_iso());

@@ -53,6 +53,7 @@ class StepH5 {
   void write_check(const std::vector<CheckRow>& rows);
   void write_summary(const StepSummary& s);
   void write_op_profile(const std::vector<std::pair<std::string, double>>& op_seconds);
+  void write_step_attrs(const nlohmann::ordered_json& attrs);  // adds or overwrites
   void finish(const std::string& status);  // end_time, status; flushes
 
   const std::string& run_id() const { return run_id_; }
