@@ -8,6 +8,8 @@
 #include <mpi.h>
 
 #include <nlohmann/json.hpp>
+#include <algorithm>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
@@ -56,6 +58,13 @@ H5Id open_group(hid_t loc, const std::string& path);
 // as int8 0/1, arrays and objects as their JSON text. Overwrites an existing attribute.
 void write_attr(hid_t obj, const std::string& name, const nlohmann::ordered_json& value);
 void write_attrs(hid_t obj, const nlohmann::ordered_json& object);
+
+// Copies `s` into a fixed-length, NUL-padded field of a compound row (cut at N bytes).
+template <std::size_t N>
+void put_fixed(char (&dst)[N], const std::string& s) {
+  std::memset(dst, 0, N);
+  std::memcpy(dst, s.data(), std::min(N, s.size()));
+}
 
 // A fixed-length, NUL-padded string type of `n` bytes for compound tables.
 H5Id string_type(std::size_t n);

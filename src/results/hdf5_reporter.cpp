@@ -15,11 +15,6 @@
 namespace meshbench::results {
 namespace {
 
-template <size_t N>
-void put(char (&dst)[N], const std::string& s) {
-  std::memset(dst, 0, N);
-  std::memcpy(dst, s.data(), std::min(N, s.size()));
-}
 
 struct SizeRow {
   std::uint64_t bytes, count, send_bytes_per_rank, recv_bytes_per_rank, total_bytes;
@@ -135,8 +130,8 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
     SummaryRow sum{};
     sum.bytes = r.sizes.bytes;
     sum.count = r.sizes.count;
-    put(sum.dtype, b.dtype);
-    put(sum.redop, b.redop);
+    put_fixed(sum.dtype, b.dtype);
+    put_fixed(sum.redop, b.redop);
     sum.inplace = p == 1;
     sum.root = b.root;
     sum.t_median = pt.t_median;

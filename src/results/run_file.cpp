@@ -7,11 +7,6 @@
 namespace meshbench::results {
 namespace {
 
-template <size_t N>
-void put(char (&dst)[N], const std::string& s) {
-  std::memset(dst, 0, N);
-  std::memcpy(dst, s.data(), std::min(N, s.size()));
-}
 
 struct RankRow {
   std::int32_t rank;
@@ -90,7 +85,7 @@ void RunFile::finish(RunStatus status) {
   write_attr(run_.get(), "status", name(status));
   // Attribute values must agree on every rank: take rank 0's clock.
   char end[32] = {};
-  if (rank_ == 0) put(end, utc_now_iso());
+  if (rank_ == 0) put_fixed(end, utc_now_iso());
   MPI_Bcast(end, sizeof end, MPI_CHAR, 0, world_);
   write_attr(run_.get(), "end_time", std::string(end));
   flush();
@@ -103,24 +98,24 @@ void write_topology(hid_t run, const comm::Topology& topo, const std::vector<Gro
   for (size_t i = 0; i < ranks.size(); ++i) {
     const auto& p = topo.ranks[i];
     ranks[i].rank = p.rank;
-    put(ranks[i].host, p.host);
+    put_fixed(ranks[i].host, p.host);
     ranks[i].node = p.node;
     ranks[i].local_rank = p.local_rank;
-    put(ranks[i].cores, p.cores);
-    put(ranks[i].device, p.device);
-    put(ranks[i].gpus, p.gpus);
-    put(ranks[i].nics, p.nics);
+    put_fixed(ranks[i].cores, p.cores);
+    put_fixed(ranks[i].device, p.device);
+    put_fixed(ranks[i].gpus, p.gpus);
+    put_fixed(ranks[i].nics, p.nics);
   }
   H5Id rt = rank_type();
   write_table(g.get(), "ranks", rt.get(), ranks.data(), ranks.size(), writer);
   std::vector<GroupRow> rows(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
-    put(rows[i].dim, groups[i].dim);
+    put_fixed(rows[i].dim, groups[i].dim);
     rows[i].id = groups[i].id;
     rows[i].size = static_cast<std::int32_t>(groups[i].ranks.size());
-    put(rows[i].ranks, join(groups[i].ranks));
+    put_fixed(rows[i].ranks, join(groups[i].ranks));
     rows[i].nodes_spanned = groups[i].nodes_spanned;
-    put(rows[i].span, groups[i].span);
+    put_fixed(rows[i].span, groups[i].span);
   }
   H5Id gt = group_type();
   GroupRow dummy{};

@@ -353,35 +353,10 @@ TEST(Inputs, RanksGetDifferentData) {
 
 // ---- count_wrong ---------------------------------------------------------------------------
 
-// An all-reduce-shaped spec: element j of every rank's result is the reduction of element j.
-const Spec kReduceSpec{
-    .kind = comm::Collective::kAllReduce,
-    .reduces = true,
-    .rooted = false,
-    .granularity = [](int) -> std::size_t { return 1; },
-    .layout = [](std::size_t count, int) { return Layout{count, count}; },
-    .bus_factor = [](int n) { return 2.0 * (n - 1) / n; },
-    .total_bytes = [](std::size_t count, std::size_t elt, int n) -> std::uint64_t { return count * elt * n; },
-    .expected = [](const Inputs& in, int, std::size_t j) { return in.reduce(j); },
-    .inplace = nullptr,
-    .inplace_buffer = nullptr,
-    .call = nullptr,
-};
-
-// A send/recv-shaped spec: rank r receives rank r-1's input.
-const Spec kShiftSpec{
-    .kind = comm::Collective::kSendRecv,
-    .reduces = false,
-    .rooted = false,
-    .granularity = [](int) -> std::size_t { return 1; },
-    .layout = [](std::size_t count, int) { return Layout{count, count}; },
-    .bus_factor = [](int) { return 1.0; },
-    .total_bytes = [](std::size_t count, std::size_t elt, int) -> std::uint64_t { return count * elt; },
-    .expected = [](const Inputs& in, int rank, std::size_t j) { return in.value((rank - 1 + in.ranks) % in.ranks, j); },
-    .inplace = nullptr,
-    .inplace_buffer = nullptr,
-    .call = nullptr,
-};
+// The real plug-ins: all-reduce (element j is the reduction of element j on every rank)
+// and send/recv (rank r receives rank r-1's input).
+const Spec& kReduceSpec = all_reduce_spec();
+const Spec& kShiftSpec = sendrecv_spec();
 
 // What a correct all-reduce leaves in every rank's buffer.
 std::vector<std::byte> reduced(const Inputs& in, std::size_t count) {
