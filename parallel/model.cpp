@@ -135,14 +135,16 @@ void Gpt<S>::init_weights(uint64_t seed) {
 
 template <typename S>
 template <typename F>
-void Gpt<S>::timed(Op op, F&& f) {
+void Gpt<S>::timed(Op op, F&& f, double flops) {
   if (!profiling_) {
     f();
     return;
   }
   const double t0 = core::now_seconds();
   f();
-  op_s_[static_cast<int>(op)] += core::now_seconds() - t0;
+  const double t1 = core::now_seconds();
+  op_s_[static_cast<int>(op)] += t1 - t0;
+  if (trace_ != nullptr) trace_->push_back({trace_step_, trace_layer_, op, trace_phase_, flops, t0, t1});
 }
 
 template <typename S>
@@ -155,6 +157,8 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
   const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
             NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
   const int N = B * T;
+  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
+  trace_phase_ = 'F';
   std::memcpy(tokens_.data(), tokens, sizeof(int32_t) * N);
   std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
   S* a = acts_.data();
@@ -162,6 +166,7 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
   timed(Op::kEmbedding,
         [&] { embedding_forward(a + encoded_, tokens, p + wte_, p + wpe_, B, T, C); });
   for (int l = 0; l < cfg_.layers; ++l) {
+    trace_layer_ = l;
     const LayerOffsets& w = lo_[l];
     const LayerActs& x = la_[l];
     const S* res = res_in(l);
@@ -170,32 +175,33 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
                         p + w.ln1_b, N, C);
     });
     timed(Op::kMatmul,
-          [&] { matmul_forward(a + x.qkv, a + x.ln1, p + w.qkv_w, p + w.qkv_b, N, C, QKV); });
+          [&] { matmul_forward(a + x.qkv, a + x.ln1, p + w.qkv_w, p + w.qkv_b, N, C, QKV); }, 2.0 * N * C * QKV);
     timed(Op::kAttention,
-          [&] { attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, NH, KVH, hs); });
+          [&] { attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, NH, KVH, hs); }, attn_fwd_flops);
     // Residual fused into the projection: res2 = res, then res2 += atty @ Wp^T + bp.
     timed(Op::kResidual, [&] { copy_rows(a + x.res2, res, int64_t{N} * C); });
     timed(Op::kMatmul, [&] {
       matmul_forward(a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, C, C, true);
-    });
+    }, 2.0 * N * C * C);
     timed(Op::kLayerNorm, [&] {
       layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w,
                         p + w.ln2_b, N, C);
     });
     timed(Op::kMatmul,
-          [&] { matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F); });
+          [&] { matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F); }, 2.0 * N * C * F);
     timed(Op::kGelu, [&] { gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * F); });
     timed(Op::kResidual, [&] { copy_rows(a + x.res3, a + x.res2, int64_t{N} * C); });
     timed(Op::kMatmul, [&] {
       matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
-    });
+    }, 2.0 * N * F * C);
   }
+  trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
   timed(Op::kLayerNorm, [&] {
     layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), p + lnf_w_,
                       p + lnf_b_, N, C);
   });
   timed(Op::kMatmul,
-        [&] { matmul_forward(a + logits_, a + lnf_, p + head_w_, p + head_b_, N, C, V); });
+        [&] { matmul_forward(a + logits_, a + lnf_, p + head_w_, p + head_b_, N, C, V); }, 2.0 * N * C * V);
   if (logits_out != nullptr) std::memcpy(logits_out, a + logits_, sizeof(S) * N * V);
   S loss{};
   timed(Op::kLoss, [&] {
@@ -214,6 +220,9 @@ void Gpt<S>::backward() {
   const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
             NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
   const int N = B * T;
+  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
+  trace_phase_ = 'B';
+  trace_layer_ = -1;
   S* a = acts_.data();
   const S* p = params_.data();
   S* g = grads_.data();
@@ -224,7 +233,7 @@ void Gpt<S>::backward() {
         [&] { crossentropy_backward(a + logits_, a + logits_, targets_.data(), S(1), N, V); });
   timed(Op::kMatmul, [&] {
     matmul_backward(dln, g + head_w_, g + head_b_, a + logits_, a + lnf_, p + head_w_, N, C, V);
-  });
+  }, 4.0 * N * C * V);
   std::memset(dresid, 0, sizeof(S) * N * C);
   timed(Op::kLayerNorm, [&] {
     layernorm_backward(dresid, g + lnf_w_, g + lnf_b_, dln, res_in(cfg_.layers), p + lnf_w_,
@@ -232,17 +241,18 @@ void Gpt<S>::backward() {
   });
   // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
   for (int l = cfg_.layers - 1; l >= 0; --l) {
+    trace_layer_ = l;
     const LayerOffsets& w = lo_[l];
     const LayerActs& x = la_[l];
     S* dfch = dfch_.data();
     timed(Op::kMatmul, [&] {
       matmul_backward(dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, a + x.fch_gelu,
                       p + w.fcproj_w, N, F, C);
-    });
+    }, 4.0 * N * F * C);
     timed(Op::kGelu, [&] { gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * F); });
     timed(Op::kMatmul, [&] {
       matmul_backward(dln, g + w.fc_w, g + w.fc_b, dfch, a + x.ln2, p + w.fc_w, N, C, F);
-    });
+    }, 4.0 * N * C * F);
     timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
       layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w,
                          a + x.ln2_mean, a + x.ln2_rstd, N, C);
@@ -250,26 +260,29 @@ void Gpt<S>::backward() {
     timed(Op::kMatmul, [&] {
       matmul_backward(datty_.data(), g + w.proj_w, g + w.proj_b, dresid, a + x.atty,
                       p + w.proj_w, N, C, C);
-    });
+    }, 4.0 * N * C * C);
     timed(Op::kAttention, [&] {
       attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T,
                          NH, KVH, hs);
-    });
+    }, 2 * attn_fwd_flops);
     timed(Op::kMatmul, [&] {
       matmul_backward(dln, g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1, p + w.qkv_w, N, C,
                       QKV);
-    });
+    }, 4.0 * N * C * QKV);
     timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
       layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w,
                          a + x.ln1_mean, a + x.ln1_rstd, N, C);
     });
   }
+  trace_layer_ = -1;
   timed(Op::kEmbedding,
         [&] { embedding_backward(g + wte_, g + wpe_, dresid, tokens_.data(), B, T, C); });
 }
 
 template <typename S>
 void Gpt<S>::update(const AdamWConfig& cfg, int t) {
+  trace_phase_ = 'O';
+  trace_layer_ = -1;
   timed(Op::kAdamW, [&] {
     for (const auto& e : layout_.entries()) {
       adamw_update(params_.data() + e.offset, grads_.data() + e.offset, m_.data() + e.offset,

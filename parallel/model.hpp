@@ -23,6 +23,15 @@ enum class Op { kEmbedding, kLayerNorm, kMatmul, kAttention, kGelu, kResidual, k
                 kCount };
 const char* op_name(Op op);
 
+// One op call in the trace (--profile): what ran, where, its FLOPs (GEMMs and attention
+// products; 0 for the elementwise ops) and its steady-clock start and end (seconds).
+struct OpEvent {
+  int step, layer;  // layer -1: embedding, final norm, head, loss, optimizer
+  Op op;
+  char phase;       // 'F' forward, 'B' backward, 'O' optimizer
+  double flops, t_start, t_end;
+};
+
 struct MemoryBytes {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
 };
@@ -58,6 +67,12 @@ class Gpt {
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }
+  // With profiling on, every op call of the following steps is appended to `sink` (nullptr
+  // stops it) tagged with `step`.
+  void set_trace(std::vector<OpEvent>* sink, int step) {
+    trace_ = sink;
+    trace_step_ = step;
+  }
   const std::array<double, static_cast<int>(Op::kCount)>& op_seconds() const { return op_s_; }
 
  private:
@@ -70,7 +85,7 @@ class Gpt {
         fch_gelu, res3;
   };
   template <typename F>
-  void timed(Op op, F&& f);
+  void timed(Op op, F&& f, double flops = 0.0);
   const S* res_in(int l) const;
 
   GptConfig cfg_;
@@ -88,6 +103,9 @@ class Gpt {
   std::vector<int32_t> tokens_, targets_;
 
   bool profiling_ = false;
+  std::vector<OpEvent>* trace_ = nullptr;
+  int trace_step_ = 0, trace_layer_ = -1;
+  char trace_phase_ = 'F';
   std::array<double, static_cast<int>(Op::kCount)> op_s_{};
 };
 

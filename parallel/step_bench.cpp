@@ -379,6 +379,8 @@ int run(int argc, char** argv, int world_rank, int world_size) {
   }
 
   std::vector<double> t_step, t_fwd, t_bwd, t_opt, losses;
+  std::vector<OpEvent> events;  // --profile: every op call of the timed steps
+  const double t_origin = mb::core::now_seconds();
   model.set_profiling(o.profile);
   if (gpu) {
     const cuda::GpuStepTimes g = cuda::run_steps(c, prec, o.warmup, o.steps, static_cast<unsigned>(o.seed));
@@ -395,6 +397,7 @@ int run(int argc, char** argv, int world_rank, int world_size) {
   }
   for (int s = 0; s < (gpu ? 0 : o.warmup + o.steps); ++s) {
     if (s == o.warmup) model.reset_profile();  // the op profile covers timed steps only
+    model.set_trace(s >= o.warmup ? &events : nullptr, s - o.warmup);
     synthetic_batch(tok.data(), tgt.data(), data, o.seed, s, 0, c.micro_batch, c.seq, c.vocab);
     const double t0 = mb::core::now_seconds();
     model.zero_grad();
@@ -493,6 +496,7 @@ int run(int argc, char** argv, int world_rank, int world_size) {
     h5->write_check(check_rows);
     h5->write_summary(sum);
     if (o.profile) h5->write_op_profile(ops);
+    h5->write_events(events, t_origin);
     h5->finish(check == "fail" ? "failed" : "ok");
     if (world_rank == 0) {
       std::ofstream js(std::filesystem::path(o.output).replace_extension(".jsonl"), std::ios::app);

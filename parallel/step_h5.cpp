@@ -264,6 +264,48 @@ void StepH5::write_summary(const StepSummary& s) {
   results::write_table(impl_->step.get(), "summary", t.get(), &r, 1, impl_->rank == 0);
 }
 
+void StepH5::write_events(const std::vector<OpEvent>& events, double t_origin) {
+  struct Row {
+    int32_t rank, step, microbatch, chunk, layer;
+    char kind[24], dim[8];
+    uint64_t bytes;
+    double flops, t_start, t_end;
+  };
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(Row)), H5Tclose);
+  H5Id s24 = results::string_type(24), s8 = results::string_type(8);
+  H5Tinsert(t.get(), "rank", HOFFSET(Row, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "step", HOFFSET(Row, step), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "microbatch", HOFFSET(Row, microbatch), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "chunk", HOFFSET(Row, chunk), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "layer", HOFFSET(Row, layer), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "kind", HOFFSET(Row, kind), s24.get());
+  H5Tinsert(t.get(), "dim", HOFFSET(Row, dim), s8.get());
+  H5Tinsert(t.get(), "bytes", HOFFSET(Row, bytes), H5T_NATIVE_UINT64);
+  H5Tinsert(t.get(), "flops", HOFFSET(Row, flops), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "t_start", HOFFSET(Row, t_start), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "t_end", HOFFSET(Row, t_end), H5T_NATIVE_DOUBLE);
+  if (events.empty()) {
+    create_empty(impl_->step.get(), "events", t.get());
+    return;
+  }
+  std::vector<Row> rows(events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    const OpEvent& e = events[i];
+    Row& r = rows[i];
+    r = Row{};
+    r.rank = impl_->rank;
+    r.step = e.step;
+    r.layer = e.layer;
+    const char* ph = e.phase == 'F' ? "fwd" : (e.phase == 'B' ? "bwd" : "opt");
+    put(r.kind, std::string(op_name(e.op)) + "." + ph);
+    r.flops = e.flops;
+    r.t_start = e.t_start - t_origin;
+    r.t_end = e.t_end - t_origin;
+  }
+  results::write_table(impl_->step.get(), "events", t.get(), rows.data(), rows.size(),
+                       impl_->rank == 0);
+}
+
 void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {
   results::write_attrs(impl_->step.get(), attrs);
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model.hpp"
 #include "results/run_context.hpp"
 
 namespace meshbench::parallel {
@@ -53,6 +54,8 @@ class StepH5 {
   void write_check(const std::vector<CheckRow>& rows);
   void write_summary(const StepSummary& s);
   void write_op_profile(const std::vector<std::pair<std::string, double>>& op_seconds);
+  // The op trace (DESIGN.md events): one row per op call; times relative to `t_origin`.
+  void write_events(const std::vector<OpEvent>& events, double t_origin);
   void write_step_attrs(const nlohmann::ordered_json& attrs);  // adds or overwrites
   void finish(const std::string& status);  // end_time, status; flushes
 

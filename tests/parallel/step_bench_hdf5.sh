@@ -11,7 +11,7 @@ set +e
 set -e
 [[ $rc -eq 2 ]] || { echo "FAIL: overwrite exited $rc"; exit 1; }
 grep -q "file exists" "$tmp/err" || { echo "FAIL: overwrite message: $(cat "$tmp/err")"; exit 1; }
-"$bin" "${args[@]}" -O "$tmp/s.h5" --append --tag t2 --quiet
+"$bin" "${args[@]}" -O "$tmp/s.h5" --append --tag t2 --profile --quiet
 "$MB_PYTHON" - "$tmp/s.h5" "$tmp/s.jsonl" <<'PY'
 import json, math, sys
 import h5py
@@ -42,7 +42,19 @@ for rid in runs:
 c1 = f["runs"][runs[0]]["step"]
 assert c1["summary"][0]["check"] == b"pass", c1["summary"][0]["check"]
 assert c1["check"].shape[0] > 3 and c1["check"]["pass"].all()
-assert f["runs"][runs[1]]["step"]["summary"][0]["check"] == b"off"
+s2 = f["runs"][runs[1]]["step"]
+assert s2["summary"][0]["check"] == b"off"
+assert c1["events"].shape == (0,)  # no --profile, no trace
+ev = s2["events"][:]
+assert len(ev) > 0 and set(ev["step"]) == {0, 1, 2}, set(ev["step"])
+kinds = {k.decode() for k in ev["kind"]}
+assert {"matmul.fwd", "matmul.bwd", "attention.fwd", "attention.bwd", "adamw.opt"} <= kinds, kinds
+assert (ev["t_end"] >= ev["t_start"]).all()
+# the trace's FLOPs of one step are exactly the FLOPs the step counted from the op shapes
+step0 = ev[ev["step"] == 0]["flops"].sum()
+assert math.isclose(step0, s2.attrs["flops_per_step"], rel_tol=1e-12), (step0, s2.attrs["flops_per_step"])
+ops = {o["op"].decode() for o in s2["op_profile"][:]}
+assert "matmul" in ops
 lines = [json.loads(l) for l in open(sys.argv[2])]
 assert sum(1 for l in lines if l.get("summary")) == 2
 print("ok:", runs)
