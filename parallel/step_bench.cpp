@@ -22,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "comm/mesh.hpp"
 #include "comm/topology.hpp"
 #include "compute/blas.hpp"
 #include "config.hpp"
@@ -47,6 +48,10 @@ struct Options {
   std::string preset = "tiny";
   int steps = 10, warmup = 2, threads = 0;
   std::string device = "cpu", dtype = "fp32", output, tag, export_dir, data = "random";
+  // Flags every meshbench binary shares (DESIGN.md); at one rank only their defaults run.
+  std::string mesh, order = std::string(mb::comm::kDefaultOrder), group = "world", backend = "mpi";
+  double time_limit = 0;
+  int ranks_per_node = 0;
   bool append = false, check = false, profile = false, quiet = false;
   uint64_t seed = 1234;
   AdamWConfig adam;
@@ -114,6 +119,17 @@ std::optional<Options> parse(int argc, char** argv) {
   env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"),
       "MESHBENCH_WEIGHT_DECAY");
   env(app.add_flag("--quiet", o.quiet, "only the summary line"), "MESHBENCH_QUIET");
+  env(app.add_option("--mesh", o.mesh, "parallel degrees (tp=1,pp=1,...); this version runs one rank, so every degree must be 1"),
+      "MESHBENCH_MESH");
+  env(app.add_option("--order", o.order, "mesh order, stored with the run"), "MESHBENCH_ORDER");
+  env(app.add_option("--group", o.group, "mesh group, stored with the run (world at one rank)"), "MESHBENCH_GROUP");
+  env(app.add_option("--backend", o.backend, "communication backend, stored (no communication at one rank)")
+          ->check(CLI::IsMember({"mpi", "nccl"})),
+      "MESHBENCH_BACKEND");
+  env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"),
+      "MESHBENCH_TIME_LIMIT");
+  env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"),
+      "MESHBENCH_RANKS_PER_NODE");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -141,6 +157,18 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.steps < 1) throw UsageError(fmt::format("--steps {}: must be at least 1", o.steps));
   if (o.warmup < 0) throw UsageError(fmt::format("--warmup {}: must be >= 0", o.warmup));
   if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0", o.threads));
+  if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
+  if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
+  {
+    const mb::comm::MeshSpec ms = mb::comm::parse_mesh(o.mesh);  // throws UsageError
+    for (int d : {ms.tp, ms.cp, ms.ep, ms.dp, ms.pp, ms.etp, ms.edp})
+      if (d > 1)
+        throw UsageError(fmt::format("--mesh {}: step_bench runs the single-rank engine in this version; every "
+                                     "degree must be 1 (the parallel strategies come with their own issues)",
+                                     o.mesh));
+    mb::comm::parse_order(o.order);
+    mb::comm::parse_group_kind(o.group);
+  }
   if (!(o.adam.lr > 0)) throw UsageError("--lr: must be positive");
   if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1) || !(o.adam.beta2 >= 0 && o.adam.beta2 < 1))
     throw UsageError("--beta1/--beta2: must be in [0, 1)");
@@ -341,10 +369,14 @@ int run(int argc, char** argv, int world_rank, int world_size) {
 
   // The run context and the file are created before timing, so a killed run leaves the
   // finished steps readable.
-  mb::results::RunContext ctx = mb::results::make_run_context(
-      MPI_COMM_WORLD, "step_bench", argc, argv, mb::comm::discover_topology(MPI_COMM_WORLD, o.device));
+  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
+  if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
+  mb::results::RunContext ctx = mb::results::make_run_context(MPI_COMM_WORLD, "step_bench", argc, argv, topo);
   ctx.attrs["tag"] = o.tag;
-  ctx.attrs["backend"] = "mpi";
+  ctx.attrs["backend"] = o.backend;
+  ctx.attrs["order"] = o.order;
+  ctx.attrs["group"] = o.group;
+  ctx.attrs["time_limit"] = o.time_limit;
   ctx.attrs["mem"] = o.device == "cuda" ? "device" : "host";
   ctx.attrs["iters"] = o.steps;
   ctx.attrs["warmup"] = o.warmup;
@@ -395,7 +427,14 @@ int run(int argc, char** argv, int world_rank, int world_size) {
         h5->append_step(t_step[i], ph, losses[i]);
       }
   }
+  bool timed_out = false;
   for (int s = 0; s < (gpu ? 0 : o.warmup + o.steps); ++s) {
+    if (o.time_limit > 0 && mb::core::now_seconds() - t_origin > o.time_limit) {
+      timed_out = true;
+      out.warn("step_bench: --time-limit {} s reached after {} of {} steps\n", o.time_limit, s,
+               o.warmup + o.steps);
+      break;
+    }
     if (s == o.warmup) model.reset_profile();  // the op profile covers timed steps only
     model.set_trace(s >= o.warmup ? &events : nullptr, s - o.warmup);
     synthetic_batch(tok.data(), tgt.data(), data, o.seed, s, 0, c.micro_batch, c.seq, c.vocab);
@@ -449,8 +488,8 @@ int run(int argc, char** argv, int world_rank, int world_size) {
   sum.bubble_measured = 0;
   sum.bubble_theory = 0;
   sum.exposed_comm_fraction = 0;
-  sum.loss_first = losses.front();
-  sum.loss_last = losses.back();
+  sum.loss_first = losses.empty() ? NAN : losses.front();
+  sum.loss_last = losses.empty() ? NAN : losses.back();
   sum.straggler_rank = 0;
   sum.check = check;
 
@@ -497,7 +536,7 @@ int run(int argc, char** argv, int world_rank, int world_size) {
     h5->write_summary(sum);
     if (o.profile) h5->write_op_profile(ops);
     h5->write_events(events, t_origin);
-    h5->finish(check == "fail" ? "failed" : "ok");
+    h5->finish(timed_out ? "timeout" : (check == "fail" ? "failed" : "ok"));
     if (world_rank == 0) {
       std::ofstream js(std::filesystem::path(o.output).replace_extension(".jsonl"), std::ios::app);
       for (size_t i = 0; i < t_step.size(); ++i)
@@ -520,6 +559,7 @@ int run(int argc, char** argv, int world_rank, int world_size) {
   out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured SGEMM peak), check {}\n",
              sum.step_time_median * 1e3, sum.tokens_per_s, sum.model_flops_per_s / 1e9,
              100 * sum.mfu_measured_peak, check);
+  if (timed_out) return 3;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got
   return check == "fail" ? 1 : 0;
 }
 

@@ -21,6 +21,11 @@ expect 2 "--steps 0: must be at least 1" --steps 0
 expect 2 "--device" --device tpu
 MESHBENCH_HEADS=5 expect 2 "--heads 5 must divide --hidden 64"
 expect 2 "--device cuda: no usable GPU" --device cuda
+expect 2 "--mesh tp=2: step_bench runs the single-rank engine" --mesh tp=2
+expect 2 "" --mesh bogus=2
+expect 2 "--backend" --backend gloo
+# the shared flags a sweep passes are accepted at their single-rank values
+expect 0 "" --mesh tp=1,pp=1 --order tp-cp-ep-dp-pp --group world --backend mpi --layers 1 --hidden 32 --heads 2 --seq 8 --vocab 16 --micro-batch 1 --quiet
 # a good configuration still runs (the test can tell the difference)
 expect 0 "" --layers 1 --hidden 32 --heads 2 --seq 8 --vocab 16 --micro-batch 1 --quiet
 exit $fail

@@ -12,6 +12,21 @@ set -e
 [[ $rc -eq 2 ]] || { echo "FAIL: overwrite exited $rc"; exit 1; }
 grep -q "file exists" "$tmp/err" || { echo "FAIL: overwrite message: $(cat "$tmp/err")"; exit 1; }
 "$bin" "${args[@]}" -O "$tmp/s.h5" --append --tag t2 --profile --quiet
+# --time-limit: stops early, exit 3 (runtime fault), the file says timeout and keeps the steps
+set +e
+"$bin" "${args[@]}" --steps 100000 --time-limit 0.5 -O "$tmp/t.h5" --quiet 2>/dev/null; rc=$?
+set -e
+[[ $rc -eq 3 ]] || { echo "FAIL: --time-limit exited $rc, want 3"; exit 1; }
+"$MB_PYTHON" - "$tmp/t.h5" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+(rid,) = f["runs"].keys()
+r = f["runs"][rid]
+assert r.attrs["status"] == "timeout", r.attrs["status"]
+n = r["step"]["step_times"].shape[0]
+assert 0 < n < 100000, n
+print("ok: timeout after", n, "steps")
+PY
 "$MB_PYTHON" - "$tmp/s.h5" "$tmp/s.jsonl" <<'PY'
 import json, math, sys
 import h5py
