@@ -8,28 +8,18 @@
 #include "comm/mesh.hpp"
 #include "comm/mesh_comm.hpp"
 #include "core/error.hpp"
+#include "results/run_file.hpp"
 
 namespace meshbench::collectives {
 namespace {
 
 using core::UsageError;
 
-std::string short_span(comm::SpanKind k) {
-  switch (k) {
-    case comm::SpanKind::kIntraNode: return "intra";
-    case comm::SpanKind::kInterNode: return "inter";
-    case comm::SpanKind::kMixed: return "mixed";
-  }
-  return "?";
-}
-
 std::vector<results::GroupInfo> describe(const std::string& dim, const std::vector<comm::RankList>& lists,
-                                         const std::vector<int>& node_of) {
+                                         const comm::Topology& topo) {
   std::vector<results::GroupInfo> out;
-  for (std::size_t g = 0; g < lists.size(); ++g) {
-    comm::NodeSpan s = comm::node_span(lists[g], node_of);
-    out.push_back({dim, static_cast<int>(g), lists[g], s.nodes, short_span(s.kind)});
-  }
+  for (std::size_t g = 0; g < lists.size(); ++g)
+    out.push_back(results::describe_group(dim, static_cast<int>(g), lists[g], topo));
   return out;
 }
 
@@ -85,14 +75,14 @@ GroupPlan plan_groups(const Options& opt, MPI_Comm world, comm::Topology& topo) 
       }
   MPI_Comm_set_errhandler(plan.comm, MPI_ERRORS_RETURN);
   plan.group_size = static_cast<int>(plan.members.size());
-  plan.run_groups = describe(plan.dim, lists, node_of);
+  plan.run_groups = describe(plan.dim, lists, topo);
 
   if (grid) {
     const comm::Degrees& d = grid->degrees();
     plan.mesh_json = fmt::format(R"({{"tp":{},"cp":{},"ep":{},"dp":{},"pp":{},"etp":{},"edp":{}}})", d.tp, d.cp,
                                  d.ep, d.dp, d.pp, d.etp, d.edp);
     for (comm::GroupKind k : comm::all_group_kinds()) {
-      auto rows = describe(std::string(comm::group_kind_name(k)), grid->groups(k), node_of);
+      auto rows = describe(std::string(comm::group_kind_name(k)), grid->groups(k), topo);
       plan.all_groups.insert(plan.all_groups.end(), rows.begin(), rows.end());
       if (auto w = comm::span_warning(k, grid->groups(k), node_of)) plan.warnings.push_back(*w);
     }

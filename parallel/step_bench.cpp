@@ -178,6 +178,13 @@ std::optional<Options> parse(int argc, char** argv) {
                                  "or another name)", o.output));
   if (!o.output.empty() && o.append && !std::filesystem::exists(o.output))
     throw UsageError(fmt::format("--append: -O {} does not exist", o.output));
+  if (!o.output.empty()) {  // as the collective binaries do: make the folder
+    std::filesystem::path parent = std::filesystem::path(o.output).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      throw UsageError(fmt::format("-O {}: cannot create folder {}", o.output, parent.string()));
+  }
   return o;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "results/h5.hpp"
+#include "results/run_file.hpp"
 
 namespace meshbench::parallel {
 
@@ -105,36 +106,26 @@ struct OpRowH5 {
 }  // namespace
 
 struct StepH5::Impl {
-  MPI_Comm world;
+  std::unique_ptr<results::RunFile> file;
   int rank = 0, size = 1;
-  H5Id file, run, step;
+  H5Id step;
   std::unique_ptr<Grow> step_times, phases, loss;
-  nlohmann::ordered_json run_attrs;
 };
 
 StepH5::StepH5(const std::string& path, bool append, MPI_Comm world, results::RunContext& ctx,
                const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.world = world;
-  MPI_Comm_rank(world, &m.rank);
-  MPI_Comm_size(world, &m.size);
-  m.file = results::open_file(path, world, append);
-  hid_t f = m.file.get();
-  if (!append || !results::exists(f, "runs")) {
-    results::write_attr(f, "schema_version", results::kSchemaVersion);
-    results::write_attr(f, "suite_version", results::suite_version());
-    results::write_attr(f, "git_sha", results::git_sha());
-  }
-  std::string id = ctx.run_id;
-  for (int k = 2; results::exists(f, "runs/" + id); ++k) id = ctx.run_id + "-" + std::to_string(k);
-  ctx.run_id = id;
-  ctx.attrs["run_id"] = id;
-  run_id_ = id;
-  m.run = results::create_group(f, "runs/" + id);
-  m.run_attrs = ctx.attrs;
-  results::write_attrs(m.run.get(), m.run_attrs);
-  m.step = results::create_group(m.run.get(), "step");
+  m.file = std::make_unique<results::RunFile>(path, append, world, ctx);
+  m.rank = m.file->rank();
+  m.size = m.file->size();
+  run_id_ = ctx.run_id;
+  // One group, the world, until the parallel strategies bring their mesh.
+  std::vector<int> all(static_cast<std::size_t>(m.size));
+  for (int r = 0; r < m.size; ++r) all[static_cast<std::size_t>(r)] = r;
+  m.file->begin(ctx, {results::describe_group("world", 0, all, ctx.topology)});
+  hid_t f = m.file->file();
+  m.step = results::create_group(m.file->run(), "step");
   results::write_attrs(m.step.get(), step_attrs);
   nlohmann::ordered_json names = phase_names;
   results::write_attr(m.step.get(), "phase_names", names);
@@ -154,7 +145,7 @@ void StepH5::append_step(double step_time, std::span<const double> phases, doubl
   m.step_times->append(std::span<const double>(&step_time, 1), w);
   m.phases->append(phases, w);
   m.loss->append(std::span<const double>(&loss, 1), w);
-  results::flush(m.file.get());
+  m.file->flush();
 }
 
 void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
@@ -311,10 +302,7 @@ void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {
 }
 
 void StepH5::finish(const std::string& status) {
-  Impl& m = *impl_;
-  results::write_attr(m.run.get(), "end_time", results::utc_now_iso());
-  results::write_attr(m.run.get(), "status", status);
-  results::flush(m.file.get());
+  impl_->file->finish(status);
 }
 
 }  // namespace meshbench::parallel

@@ -49,8 +49,6 @@ for (c, d, o, p), r in sorted(rows.items()):
 bad = sum(r["wrong"] for r in rows.values())
 print(f"total wrong elements: {bad}; binaries with a non-zero exit: {sum(v != '0' for v in rc.values())}")
 PY
-[[ $failed == 0 ]] || exit 1
-# --- step engine (issue 4) appends its CUDA parity checks below this line ---
 # ---- step engine (issue 4): CUDA parity and a timed step ------------------------------------
 # 1. every layer (fp32, bf16) and one whole step against the CPU float32 path, by normalised
 #    error (CudaParity.*; they skip without a GPU, which counts as a failure here);
@@ -67,4 +65,5 @@ for dt in fp32 bf16; do
 done
 mpiexec -n 1 "$BUILD/bin/step_bench" --device cuda --dtype bf16 --model medium --steps 10 --warmup 3 \
   -O "$out/step_cuda.h5" || engine_failed=1
-[[ $engine_failed == 0 ]] || exit 1
+# Both parts run; either failing fails the check.
+[[ $failed == 0 && $engine_failed == 0 ]] || exit 1

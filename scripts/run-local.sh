@@ -35,7 +35,7 @@ if [[ -x $BUILD/bin/step_bench ]]; then
   echo
   echo "=== step_bench (one rank, CPU) ==="
   rc=0
-  "${launch[@]:0:2}" 1 "$BUILD/bin/step_bench" --model tiny --steps 10 --warmup 2 -O "$out/step.h5" || rc=$?
+  "${launch[@]:0:2}" 1 "$BUILD/bin/step_bench" --model tiny --steps 10 --warmup 2 --check -O "$out/step.h5" || rc=$?
   [[ $rc == 0 ]] || { echo "make run: step_bench exited $rc" >&2; status=$rc; }
   step_note="  $out/step.h5 (+ step.jsonl): step_bench"
 fi

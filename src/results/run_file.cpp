@@ -1,5 +1,7 @@
 #include "results/run_file.hpp"
 
+#include "comm/mesh.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -80,15 +82,25 @@ void RunFile::begin(const RunContext& ctx, const std::vector<GroupInfo>& groups)
   flush();
 }
 
-void RunFile::finish(RunStatus status) {
+void RunFile::finish(const std::string& status) {
   if (run_.get() < 0) return;
-  write_attr(run_.get(), "status", name(status));
+  write_attr(run_.get(), "status", status);
   // Attribute values must agree on every rank: take rank 0's clock.
   char end[32] = {};
   if (rank_ == 0) put_fixed(end, utc_now_iso());
   MPI_Bcast(end, sizeof end, MPI_CHAR, 0, world_);
   write_attr(run_.get(), "end_time", std::string(end));
   flush();
+}
+
+GroupInfo describe_group(std::string dim, int id, std::vector<int> ranks, const comm::Topology& topo) {
+  std::vector<int> node_of(topo.ranks.size());
+  for (std::size_t r = 0; r < node_of.size(); ++r) node_of[r] = topo.ranks[r].node;
+  comm::NodeSpan s = comm::node_span(ranks, node_of);
+  const char* span = s.kind == comm::SpanKind::kIntraNode   ? "intra"
+                     : s.kind == comm::SpanKind::kInterNode ? "inter"
+                                                            : "mixed";
+  return {std::move(dim), id, std::move(ranks), s.nodes, span};
 }
 
 void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups, bool writer) {

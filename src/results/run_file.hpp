@@ -24,7 +24,8 @@ class RunFile {
   // Creates /runs/<run_id> with ctx.attrs and topology/{ranks, groups}. Collective.
   void begin(const RunContext& ctx, const std::vector<GroupInfo>& groups);
   // Sets status and end_time (rank 0's clock). Collective.
-  void finish(RunStatus status);
+  void finish(RunStatus status) { finish(std::string(name(status))); }
+  void finish(const std::string& status);
   void flush() { results::flush(file_.get()); }
 
   hid_t file() const { return file_.get(); }
@@ -38,6 +39,10 @@ class RunFile {
   int rank_ = 0, size_ = 1;
   H5Id file_, run_;
 };
+
+// A group's record: the nodes its members span and whether it is intra-node, inter-node
+// (every member on its own node) or mixed.
+GroupInfo describe_group(std::string dim, int id, std::vector<int> ranks, const comm::Topology& topo);
 
 // topology/ranks and topology/groups under `run`.
 void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups, bool writer);
