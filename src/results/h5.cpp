@@ -1,5 +1,6 @@
 #include "results/h5.hpp"
 
+#include <initializer_list>
 #include <limits>
 #include <vector>
 
@@ -12,6 +13,26 @@ H5Id collective_xfer() {
   H5Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
   H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
   return dxpl;
+}
+
+// A float64 dataset [0 (unlimited), tail...], one row per chunk, NaN where never written.
+H5Id growing_f64(hid_t loc, const std::string& name, std::initializer_list<hsize_t> tail) {
+  std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{1};
+  for (hsize_t d : tail) {
+    dims.push_back(d);
+    maxdims.push_back(d);
+    chunk.push_back(d);
+  }
+  auto rank = static_cast<int>(dims.size());
+  H5Id space(H5Screate_simple(rank, dims.data(), maxdims.data()), H5Sclose);
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_chunk(dcpl.get(), rank, chunk.data());
+  double nan = std::numeric_limits<double>::quiet_NaN();
+  H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan);
+  return H5Id(h5_check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, dcpl.get(),
+                                  H5P_DEFAULT),
+                       "H5Dcreate", name),
+              H5Dclose);
 }
 
 }  // namespace
@@ -135,18 +156,7 @@ void AppendTable::append(const void* row, bool writer) {
 }
 
 SampleCube::SampleCube(hid_t loc, const std::string& name, hsize_t iters, hsize_t ranks)
-    : iters_(iters), ranks_(ranks) {
-  hsize_t dims[3] = {0, iters, ranks}, maxdims[3] = {H5S_UNLIMITED, iters, ranks}, chunk[3] = {1, iters, ranks};
-  H5Id space(H5Screate_simple(3, dims, maxdims), H5Sclose);
-  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  H5Pset_chunk(dcpl.get(), 3, chunk);
-  double nan = std::numeric_limits<double>::quiet_NaN();
-  H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan);
-  dset_ = H5Id(h5_check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, dcpl.get(),
-                                   H5P_DEFAULT),
-                        "H5Dcreate", name),
-               H5Dclose);
-}
+    : dset_(growing_f64(loc, name, {iters, ranks})), iters_(iters), ranks_(ranks) {}
 
 void SampleCube::append(std::span<const double> mine, int rank) {
   hsize_t dims[3] = {rows_ + 1, iters_, ranks_};
@@ -162,18 +172,8 @@ void SampleCube::append(std::span<const double> mine, int rank) {
   ++rows_;
 }
 
-AppendMatrix::AppendMatrix(hid_t loc, const std::string& name, hsize_t cols) : cols_(cols) {
-  hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, chunk[2] = {1, cols};
-  H5Id space(H5Screate_simple(2, dims, maxdims), H5Sclose);
-  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  H5Pset_chunk(dcpl.get(), 2, chunk);
-  double nan = std::numeric_limits<double>::quiet_NaN();
-  H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan);
-  dset_ = H5Id(h5_check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, dcpl.get(),
-                                   H5P_DEFAULT),
-                        "H5Dcreate", name),
-               H5Dclose);
-}
+AppendMatrix::AppendMatrix(hid_t loc, const std::string& name, hsize_t cols)
+    : dset_(growing_f64(loc, name, {cols})), cols_(cols) {}
 
 void AppendMatrix::append(std::span<const double> row, bool writer) {
   hsize_t dims[2] = {rows_ + 1, cols_};
