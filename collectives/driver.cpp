@@ -198,13 +198,13 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   // Devices: refused on every rank if any rank lacks one.
   int devices = compute::device_count();
   std::string dev_error;
-  if (opt.mem == compute::MemKind::kDevice && devices == 0)
+  if (opt.backend == comm::Backend::kNccl && !comm::built_with_nccl())
+    dev_error = "--backend nccl: this meshbench was built without NCCL (use --backend mpi)";
+  else if (opt.mem == compute::MemKind::kDevice && devices == 0)
     dev_error = opt.backend == comm::Backend::kNccl
                     ? fmt::format("--backend nccl: no usable GPU on rank {} ({}): NCCL needs one GPU per rank (use --backend mpi)",
                                   rank, comm::host_name())
                     : fmt::format("--mem device: no usable GPU on rank {} ({})", rank, comm::host_name());
-  if (dev_error.empty() && opt.backend == comm::Backend::kNccl && !comm::built_with_nccl())
-    dev_error = "--backend nccl: this meshbench was built without NCCL (use --backend mpi)";
   comm::agree_or_throw(world, dev_error);
 
   comm::Topology topo = comm::discover_topology(world, "cpu");
