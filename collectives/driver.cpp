@@ -117,7 +117,6 @@ class Runner {
       timer->sync();
       for (int i = 0; i < iters; ++i) mine[static_cast<std::size_t>(i)] = timer->elapsed(i, i + 1);
     }
-    (void)elt;
 
     // Statistics over every rank of the world (the slowest group decides).
     std::vector<double> by_rank(world_rank_ == 0 ? mine.size() * static_cast<std::size_t>(world_size_) : 0);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "comm/mesh.hpp"
+#include "core/cli.hpp"
 #include "core/error.hpp"
 
 namespace {
@@ -157,18 +158,15 @@ int main(int argc, char** argv) {
                "coordinates and each group's ranks and node span. Every option can also be set as "
                "MESHBENCH_<OPTION>, e.g. MESHBENCH_MESH=tp=2,pp=2.",
                "mesh_info"};
+  using meshbench::core::with_env;
   CLI::Option* world_opt =
-      app.add_option("--world", a.world, "world size to lay out without MPI (default: the mpirun size)")
-          ->envname("MESHBENCH_WORLD");
-  app.add_option("--mesh", a.mesh, "degrees, e.g. tp=2,pp=2,dp=4 (keys tp cp ep dp pp etp edp; dp, edp derived)")
-      ->envname("MESHBENCH_MESH");
-  app.add_option("--order", a.order, "mesh order, leftmost varies fastest")
-      ->envname("MESHBENCH_ORDER")
-      ->capture_default_str();
+      with_env(app.add_option("--world", a.world, "world size to lay out without MPI (default: the mpirun size)"));
+  with_env(app.add_option("--mesh", a.mesh,
+                          "degrees, e.g. tp=2,pp=2,dp=4 (keys tp cp ep dp pp etp edp; dp, edp derived)"));
+  with_env(app.add_option("--order", a.order, "mesh order, leftmost varies fastest"))->capture_default_str();
   CLI::Option* rpn_opt =
-      app.add_option("--ranks-per-node", a.ranks_per_node, "emulate nodes of N ranks (node = rank / N)")
-          ->envname("MESHBENCH_RANKS_PER_NODE");
-  app.add_flag("--json", a.json, "print JSON instead of the table")->envname("MESHBENCH_JSON");
+      with_env(app.add_option("--ranks-per-node", a.ranks_per_node, "emulate nodes of N ranks (node = rank / N)"));
+  with_env(app.add_flag("--json", a.json, "print JSON instead of the table"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

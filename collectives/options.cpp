@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/cli.hpp"
 #include "core/error.hpp"
 #include "core/units.hpp"
 
@@ -13,12 +14,6 @@ namespace meshbench::collectives {
 namespace {
 
 using core::UsageError;
-
-std::string env_name(const std::string& long_name) {
-  std::string s = "MESHBENCH_";
-  for (char c : long_name) s += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::uint64_t size_arg(const std::string& flag, const std::string& text) {
   auto v = core::parse_size(text);
@@ -57,12 +52,7 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   std::string min_b = "8", max_b = "128M", dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
               timing = "isolated";
   auto opt = [&](const std::string& flags, auto& var, const std::string& help) {
-    auto* o_ = app.add_option(flags, var, help);
-    // The long name without dashes ("iters" for "-n,--iters"): get_name(false, true) would
-    // give "-n,--iters" and so MESHBENCH__N,__ITERS.
-    const auto& lnames = o_->get_lnames();
-    o_->envname(env_name(lnames.empty() ? o_->get_single_name() : lnames.front()));
-    return o_;
+    return core::with_env(app.add_option(flags, var, help));
   };
   opt("-b,--min-bytes", min_b, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
   opt("-e,--max-bytes", max_b, "largest size")->capture_default_str();
@@ -82,11 +72,10 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   opt("--timing", timing,
       "isolated (barrier before each call, not timed) or pipelined (back-to-back calls)")->capture_default_str();
   opt("-O,--output", o.output, "HDF5 file to write (never overwritten; a .jsonl summary goes beside it)");
-  auto* app_flag = app.add_flag("--append", o.append, "add this run to an existing --output file");
-  app_flag->envname("MESHBENCH_APPEND");
+  core::with_env(app.add_flag("--append", o.append, "add this run to an existing --output file"));
   opt("--tag", o.tag, "a label stored with the run (e.g. the fabric's name)");
   opt("--time-limit", o.time_limit, "stop starting new sizes after this many seconds (0: none)")->capture_default_str();
-  app.add_flag("-q,--quiet", o.quiet, "print only the verdict and where results went")->envname("MESHBENCH_QUIET");
+  core::with_env(app.add_flag("-q,--quiet", o.quiet, "print only the verdict and where results went"));
   opt("--mesh", o.mesh, "device mesh degrees, e.g. tp=2,dp=2 (with --group)");
   opt("--order", o.order, "mesh order, leftmost varies fastest")->capture_default_str();
   opt("--group", o.group, "run the collective in every group of this mesh dimension at once")->capture_default_str();

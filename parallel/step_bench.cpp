@@ -26,6 +26,7 @@
 #include "comm/topology.hpp"
 #include "compute/blas.hpp"
 #include "config.hpp"
+#include "core/cli.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/stats.hpp"
@@ -66,70 +67,52 @@ std::optional<Options> parse(int argc, char** argv) {
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string preset_name = o.preset;
   GptConfig m;
-  auto env = [](CLI::Option* opt, const char* name) { return opt->envname(name); };
-  auto* o_model = env(app.add_option("--model", preset_name, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
-                                            "; the shape flags below override it"),
-      "MESHBENCH_MODEL");
-  auto* o_layers = env(app.add_option("--layers", m.layers, "transformer blocks L"), "MESHBENCH_LAYERS");
-  auto* o_hidden = env(app.add_option("--hidden", m.hidden, "channels C"), "MESHBENCH_HIDDEN");
-  auto* o_heads = env(app.add_option("--heads", m.heads, "attention heads NH"), "MESHBENCH_HEADS");
-  auto* o_kv = env(app.add_option("--kv-heads", m.kv_heads, "key/value heads (grouped-query attention); default: heads"),
-                   "MESHBENCH_KV_HEADS");
-  auto* o_ffn = env(app.add_option("--ffn", m.ffn, "MLP width F; default 4*hidden"), "MESHBENCH_FFN");
-  auto* o_seq = env(app.add_option("--seq", m.seq, "sequence length T"), "MESHBENCH_SEQ");
-  auto* o_maxseq = env(app.add_option("--max-seq", m.max_seq,
+  auto* o_model = mb::core::with_env(app.add_option("--model", preset_name, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
+                                            "; the shape flags below override it"));
+  auto* o_layers = mb::core::with_env(app.add_option("--layers", m.layers, "transformer blocks L"));
+  auto* o_hidden = mb::core::with_env(app.add_option("--hidden", m.hidden, "channels C"));
+  auto* o_heads = mb::core::with_env(app.add_option("--heads", m.heads, "attention heads NH"));
+  auto* o_kv = mb::core::with_env(app.add_option("--kv-heads", m.kv_heads, "key/value heads (grouped-query attention); default: heads"));
+  auto* o_ffn = mb::core::with_env(app.add_option("--ffn", m.ffn, "MLP width F; default 4*hidden"));
+  auto* o_seq = mb::core::with_env(app.add_option("--seq", m.seq, "sequence length T"));
+  auto* o_maxseq = mb::core::with_env(app.add_option("--max-seq", m.max_seq,
                                       "position-table rows; default: the --model preset's table, or "
-                                      "max(64, seq) when no --model is given"),
-                       "MESHBENCH_MAX_SEQ");
-  auto* o_vocab = env(app.add_option("--vocab", m.vocab, "vocabulary V"), "MESHBENCH_VOCAB");
-  auto* o_mb = env(app.add_option("--micro-batch", m.micro_batch, "samples per step B"), "MESHBENCH_MICRO_BATCH");
-  auto* o_tied = env(app.add_option("--tied", m.tied, "LM head tied to the token embedding (true|false)"),
-                     "MESHBENCH_TIED");
-  env(app.add_option("--steps", o.steps, "timed steps"), "MESHBENCH_STEPS");
-  env(app.add_option("--warmup", o.warmup, "untimed steps first"), "MESHBENCH_WARMUP");
-  env(app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"})),
-      "MESHBENCH_DEVICE");
-  env(app.add_option("--dtype", o.dtype, "cuda GEMM precision: fp32 or bf16 (fp32 accumulate)")
-          ->check(CLI::IsMember({"fp32", "bf16"})),
-      "MESHBENCH_DTYPE");
-  env(app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads; 0: OMP_NUM_THREADS or all cores"),
-      "MESHBENCH_THREADS");
-  env(app.add_option("-O,--output", o.output, "HDF5 file (refuses to overwrite; see --append)"),
-      "MESHBENCH_OUTPUT");
-  env(app.add_flag("--append", o.append, "add this run to an existing -O file"), "MESHBENCH_APPEND");
-  env(app.add_option("--tag", o.tag, "label stored with the run"), "MESHBENCH_TAG");
-  env(app.add_flag("--check", o.check,
+                                      "max(64, seq) when no --model is given"));
+  auto* o_vocab = mb::core::with_env(app.add_option("--vocab", m.vocab, "vocabulary V"));
+  auto* o_mb = mb::core::with_env(app.add_option("--micro-batch", m.micro_batch, "samples per step B"));
+  auto* o_tied = mb::core::with_env(app.add_option("--tied", m.tied, "LM head tied to the token embedding (true|false)"));
+  mb::core::with_env(app.add_option("--steps", o.steps, "timed steps"));
+  mb::core::with_env(app.add_option("--warmup", o.warmup, "untimed steps first"));
+  mb::core::with_env(app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"})));
+  mb::core::with_env(app.add_option("--dtype", o.dtype, "cuda GEMM precision: fp32 or bf16 (fp32 accumulate)")
+          ->check(CLI::IsMember({"fp32", "bf16"})));
+  mb::core::with_env(app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads; 0: OMP_NUM_THREADS or all cores"));
+  mb::core::with_env(app.add_option("-O,--output", o.output, "HDF5 file (refuses to overwrite; see --append)"));
+  mb::core::with_env(app.add_flag("--append", o.append, "add this run to an existing -O file"));
+  mb::core::with_env(app.add_option("--tag", o.tag, "label stored with the run"));
+  mb::core::with_env(app.add_flag("--check", o.check,
                    "before timing, compare one float32 step with a float64 run of the same step "
-                   "(loss, logits, gradients; exit 1 above tolerance)"),
-      "MESHBENCH_CHECK");
-  env(app.add_flag("--profile", o.profile, "time every op kind (adds timer calls) and print the table"),
-      "MESHBENCH_PROFILE");
-  env(app.add_option("--export", o.export_dir,
+                   "(loss, logits, gradients; exit 1 above tolerance)"));
+  mb::core::with_env(app.add_flag("--profile", o.profile, "time every op kind (adds timer calls) and print the table"));
+  mb::core::with_env(app.add_option("--export", o.export_dir,
                      "write one step (weights, tokens, logits, grads, updated weights) to DIR for "
-                     "scripts/torch_reference.py, then exit"),
-      "MESHBENCH_EXPORT");
-  env(app.add_option("--data", o.data, "synthetic tokens: random or repeat (a learnable period-8 pattern)")
-          ->check(CLI::IsMember({"random", "repeat"})),
-      "MESHBENCH_DATA");
-  env(app.add_option("--seed", o.seed, "seed of weights and tokens"), "MESHBENCH_SEED");
-  env(app.add_option("--lr", o.adam.lr, "AdamW learning rate"), "MESHBENCH_LR");
-  env(app.add_option("--beta1", o.adam.beta1, "AdamW beta1"), "MESHBENCH_BETA1");
-  env(app.add_option("--beta2", o.adam.beta2, "AdamW beta2"), "MESHBENCH_BETA2");
-  env(app.add_option("--eps", o.adam.eps, "AdamW epsilon"), "MESHBENCH_EPS");
-  env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"),
-      "MESHBENCH_WEIGHT_DECAY");
-  env(app.add_flag("--quiet", o.quiet, "only the summary line"), "MESHBENCH_QUIET");
-  env(app.add_option("--mesh", o.mesh, "parallel degrees (tp=1,pp=1,...); this version runs one rank, so every degree must be 1"),
-      "MESHBENCH_MESH");
-  env(app.add_option("--order", o.order, "mesh order, stored with the run"), "MESHBENCH_ORDER");
-  env(app.add_option("--group", o.group, "mesh group, stored with the run (world at one rank)"), "MESHBENCH_GROUP");
-  env(app.add_option("--backend", o.backend, "communication backend, stored (no communication at one rank)")
-          ->check(CLI::IsMember({"mpi", "nccl"})),
-      "MESHBENCH_BACKEND");
-  env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"),
-      "MESHBENCH_TIME_LIMIT");
-  env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"),
-      "MESHBENCH_RANKS_PER_NODE");
+                     "scripts/torch_reference.py, then exit"));
+  mb::core::with_env(app.add_option("--data", o.data, "synthetic tokens: random or repeat (a learnable period-8 pattern)")
+          ->check(CLI::IsMember({"random", "repeat"})));
+  mb::core::with_env(app.add_option("--seed", o.seed, "seed of weights and tokens"));
+  mb::core::with_env(app.add_option("--lr", o.adam.lr, "AdamW learning rate"));
+  mb::core::with_env(app.add_option("--beta1", o.adam.beta1, "AdamW beta1"));
+  mb::core::with_env(app.add_option("--beta2", o.adam.beta2, "AdamW beta2"));
+  mb::core::with_env(app.add_option("--eps", o.adam.eps, "AdamW epsilon"));
+  mb::core::with_env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"));
+  mb::core::with_env(app.add_flag("--quiet", o.quiet, "only the summary line"));
+  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees (tp=1,pp=1,...); this version runs one rank, so every degree must be 1"));
+  mb::core::with_env(app.add_option("--order", o.order, "mesh order, stored with the run"));
+  mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run (world at one rank)"));
+  mb::core::with_env(app.add_option("--backend", o.backend, "communication backend, stored (no communication at one rank)")
+          ->check(CLI::IsMember({"mpi", "nccl"})));
+  mb::core::with_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
+  mb::core::with_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
