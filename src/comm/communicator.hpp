@@ -31,6 +31,16 @@ class Timer {
   virtual double elapsed(int i, int j) const = 0;
 };
 
+// A posted non-blocking call (MPI_I*, or NCCL work enqueued on the communicator's stream
+// with an event behind it). test() drives progress and says whether the call has completed;
+// wait() blocks until it has. Destroying a request that has not completed waits for it.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -59,6 +69,16 @@ class Communicator {
   virtual void all_to_all(View send, View recv) = 0;           // equal blocks of recv.count / size
   virtual void broadcast(View send, View recv, int root) = 0;  // send is read on root only
   virtual void sendrecv(View send, int to, View recv, int from) = 0;
+
+  // Non-blocking forms (the buffers must stay untouched until the request completes). Device
+  // views on NCCL are ordered after the work already queued on `producer` (an opaque compute
+  // stream, compute::Stream; null: the legacy default stream).
+  virtual std::unique_ptr<Request> iall_reduce(View send, View recv, RedOp op) = 0;
+  virtual std::unique_ptr<Request> iall_gather(View send, View recv) = 0;
+  virtual std::unique_ptr<Request> ireduce_scatter(View send, View recv, RedOp op) = 0;
+  // Orders the following calls after everything already queued on the compute stream
+  // `producer` (CUDA: an event the communicator's stream waits on; host: nothing to do).
+  virtual void order_after(void* producer) = 0;
 
   virtual void barrier() = 0;        // all ranks of this group, after local work completes
   virtual void synchronize() = 0;    // wait until every call issued so far has completed

@@ -5,6 +5,8 @@
 #include <mpi.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -71,6 +73,39 @@ class Staged {
 
  private:
   View dev_, view_;
+};
+
+// A non-blocking MPI call with its host staging (device views): results are copied back to
+// the device once MPI reports completion.
+class MpiRequest final : public Request {
+ public:
+  MpiRequest(std::string group) : group_(std::move(group)) {}
+  ~MpiRequest() override {
+    if (!done_) wait();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MB_CHECK_MPI(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), group_.c_str());
+    if (flag) finish();
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    MB_CHECK_MPI(MPI_Wait(&req_, MPI_STATUS_IGNORE), group_.c_str());
+    finish();
+  }
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::vector<std::byte> send_store_, recv_store_;
+  std::optional<Staged> out_;
+
+ private:
+  void finish() {
+    done_ = true;
+    if (out_) out_->copy_out();
+  }
+  std::string group_;
+  bool done_ = false;
 };
 
 class MpiCommunicator final : public Communicator {
@@ -175,6 +210,54 @@ class MpiCommunicator final : public Communicator {
                  group_.c_str());
     r.copy_out();
   }
+
+  std::unique_ptr<Request> iall_reduce(View send, View recv, RedOp op) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    const bool inplace = send.data == recv.data;
+    q->out_.emplace(recv, q->recv_store_, inplace);
+    Staged s(send, q->send_store_, !inplace);
+    MB_CHECK_MPI(MPI_Iallreduce(inplace ? MPI_IN_PLACE : s.host().data, q->out_->host().data,
+                                as_int(recv.count, "iall_reduce"), mpi_type(recv.dtype), mpi_op(op),
+                                mpi_, &q->req_),
+                 group_.c_str());
+    return q;
+  }
+
+  std::unique_ptr<Request> iall_gather(View send, View recv) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    const bool inplace =
+        send.data == recv.slice(static_cast<size_t>(rank_) * send.count, send.count).data;
+    q->out_.emplace(recv, q->recv_store_, inplace);
+    Staged s(send, q->send_store_, !inplace);
+    MB_CHECK_MPI(MPI_Iallgather(inplace ? MPI_IN_PLACE : s.host().data, as_int(send.count, "iall_gather"),
+                                mpi_type(send.dtype), q->out_->host().data,
+                                as_int(send.count, "iall_gather"), mpi_type(recv.dtype), mpi_, &q->req_),
+                 group_.c_str());
+    return q;
+  }
+
+  std::unique_ptr<Request> ireduce_scatter(View send, View recv, RedOp op) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    const bool inplace = send.data == recv.data;
+    if (inplace) {
+      q->out_.emplace(send, q->send_store_, true);
+      MB_CHECK_MPI(MPI_Ireduce_scatter_block(MPI_IN_PLACE, q->out_->host().data,
+                                             as_int(recv.count, "ireduce_scatter"), mpi_type(send.dtype),
+                                             mpi_op(op), mpi_, &q->req_),
+                   group_.c_str());
+      return q;
+    }
+    Staged s(send, q->send_store_, true);
+    q->out_.emplace(recv, q->recv_store_, false);
+    MB_CHECK_MPI(MPI_Ireduce_scatter_block(s.host().data, q->out_->host().data,
+                                           as_int(recv.count, "ireduce_scatter"), mpi_type(send.dtype),
+                                           mpi_op(op), mpi_, &q->req_),
+                 group_.c_str());
+    return q;
+  }
+
+  // Host compute is done when its call returns; device views are staged by a blocking copy.
+  void order_after(void* producer) override { compute::stream_synchronize(producer); }
 
   void barrier() override { MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str()); }
   void synchronize() override {}

@@ -79,6 +79,37 @@ class EventTimer final : public Timer {
   std::vector<cudaEvent_t> ev_;
 };
 
+// NCCL work already enqueued on the communicator's stream, with an event recorded behind it.
+class NcclRequest final : public Request {
+ public:
+  NcclRequest(cudaStream_t stream, std::string group) : group_(std::move(group)) {
+    MB_CHECK_CUDA(cudaEventCreateWithFlags(&ev_, cudaEventDisableTiming), group_.c_str());
+    MB_CHECK_CUDA(cudaEventRecord(ev_, stream), group_.c_str());
+  }
+  ~NcclRequest() override {
+    if (!done_) (void)cudaEventSynchronize(ev_);
+    (void)cudaEventDestroy(ev_);
+  }
+  bool test() override {
+    if (done_) return true;
+    const cudaError_t e = cudaEventQuery(ev_);
+    if (e == cudaErrorNotReady) return false;
+    MB_CHECK_CUDA(e, group_.c_str());
+    done_ = true;
+    return true;
+  }
+  void wait() override {
+    if (done_) return;
+    MB_CHECK_CUDA(cudaEventSynchronize(ev_), group_.c_str());
+    done_ = true;
+  }
+
+ private:
+  cudaEvent_t ev_ = nullptr;
+  std::string group_;
+  bool done_ = false;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm mpi, std::string group, int device) : Communicator(mpi, std::move(group)) {
@@ -91,9 +122,11 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_MPI(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_), g);
     MB_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), g);
     MB_CHECK_NCCL(ncclCommInitRank(&comm_, size_, id, rank_), g);
+    MB_CHECK_CUDA(cudaEventCreateWithFlags(&order_ev_, cudaEventDisableTiming), g);
   }
   ~NcclCommunicator() override {
     (void)cudaStreamSynchronize(stream_);
+    (void)cudaEventDestroy(order_ev_);
     (void)ncclCommDestroy(comm_);
     (void)cudaStreamDestroy(stream_);
   }
@@ -149,6 +182,24 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_NCCL(ncclGroupEnd(), group_.c_str());
   }
 
+  std::unique_ptr<Request> iall_reduce(View send, View recv, RedOp op) override {
+    all_reduce(send, recv, op);
+    return std::make_unique<NcclRequest>(stream_, group_);
+  }
+  std::unique_ptr<Request> iall_gather(View send, View recv) override {
+    all_gather(send, recv);
+    return std::make_unique<NcclRequest>(stream_, group_);
+  }
+  std::unique_ptr<Request> ireduce_scatter(View send, View recv, RedOp op) override {
+    reduce_scatter(send, recv, op);
+    return std::make_unique<NcclRequest>(stream_, group_);
+  }
+  // The compute stream's work so far must finish before NCCL reads what it produced.
+  void order_after(void* producer) override {
+    MB_CHECK_CUDA(cudaEventRecord(order_ev_, static_cast<cudaStream_t>(producer)), group_.c_str());
+    MB_CHECK_CUDA(cudaStreamWaitEvent(stream_, order_ev_, 0), group_.c_str());
+  }
+
   void barrier() override {
     synchronize();
     MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str());
@@ -167,6 +218,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t order_ev_ = nullptr;
 };
 
 }  // namespace

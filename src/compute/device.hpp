@@ -20,6 +20,9 @@ void* device_alloc(std::size_t bytes);
 void device_free(void* p) noexcept;
 void copy_to_device(void* dst, const void* src, std::size_t bytes);
 void copy_to_host(void* dst, const void* src, std::size_t bytes);
+// Blocks until the work queued on an opaque compute stream (a cudaStream_t; null: the legacy
+// default stream) has finished. Without CUDA there is no queued work: it returns at once.
+void stream_synchronize(void* stream);
 
 // A byte buffer in host or device memory, owned (RAII).
 class Buffer {

@@ -60,4 +60,8 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes) {
   MB_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
+void stream_synchronize(void* stream) {
+  MB_CHECK_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
 }  // namespace meshbench::compute

@@ -18,5 +18,6 @@ void* device_alloc(std::size_t) { no_cuda(); }
 void device_free(void*) noexcept {}
 void copy_to_device(void*, const void*, std::size_t) { no_cuda(); }
 void copy_to_host(void*, const void*, std::size_t) { no_cuda(); }
+void stream_synchronize(void*) {}
 
 }  // namespace meshbench::compute

@@ -1,8 +1,10 @@
-// The GPT decoder of the step engine on one host rank, wired from the layers in layers.hpp
-// (llm.c's gpt2_forward / gpt2_backward / gpt2_update). Parameters, gradients and the two
-// AdamW moments each live in one allocation described by one Layout; activations live in a
-// second flat allocation with its own table, so memory per category is known exactly.
-// Not here: timing and output (step_bench.cpp), devices (cuda/), parallel strategies.
+// The GPT decoder of the step engine, wired once over a compute backend (backend.hpp: CPU
+// or CUDA) in the manner of llm.c's gpt2_forward / gpt2_backward / gpt2_update. Parameters,
+// gradients and the two AdamW moments each live in one backend allocation described by one
+// Layout; activations live in a second flat allocation with its own table, so memory per
+// category is known exactly. The backward reports each range of the flat gradient array as
+// soon as it is final (BackwardHooks), so a data-parallel reducer can start on it.
+// Not here: timing and output (step/), the layers themselves (backends), communication.
 //
 // Block l (pre-norm):  res2 = res + proj(attn(qkv(ln1(res))));  res3 = res2 + fcproj(gelu(fc(ln2(res2))))
 // Head: logits = lnf(res3_{L-1}) @ W^T + b, W the token embedding when tied.
@@ -10,8 +12,10 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "backend.hpp"
 #include "config.hpp"
 #include "layers.hpp"
 #include "layout.hpp"
@@ -26,7 +30,7 @@ const char* op_name(Op op);
 // One op call in the trace (--profile): what ran, where, its FLOPs (GEMMs and attention
 // products; 0 for the elementwise ops) and its steady-clock start and end (seconds).
 struct OpEvent {
-  int step, layer;  // layer -1: embedding, final norm, head, loss, optimizer
+  int step, micro, layer;  // layer -1: embedding, final norm, head, loss, optimizer
   Op op;
   char phase;       // 'F' forward, 'B' backward, 'O' optimizer
   double flops, t_start, t_end;
@@ -36,29 +40,46 @@ struct MemoryBytes {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
 };
 
+// What the backward tells its caller as it goes: grads_ready(lo, hi) once the gradients of
+// the flat range [lo, hi) (elements) are final for this backward, in the order the backward
+// produces them (the end of the layout first, the embeddings last); poll() after every op,
+// so pending non-blocking communication can make progress.
+struct BackwardHooks {
+  std::function<void(int64_t lo, int64_t hi)> grads_ready;
+  std::function<void()> poll;
+};
+
 template <typename S>
 class Gpt {
  public:
-  explicit Gpt(const GptConfig& cfg);  // allocates everything; validate(cfg) first
+  // Allocates everything in `be`'s memory; validate(cfg) first.
+  explicit Gpt(const GptConfig& cfg, Backend<S>& be = cpu_backend<S>());
 
   const GptConfig& config() const { return cfg_; }
   const Layout& layout() const { return layout_; }
+  Backend<S>& backend() const { return *be_; }
+  // The flat arrays in the backend's memory (host pointers only on the CPU backend).
   S* params() { return params_.data(); }
   S* grads() { return grads_.data(); }
   const S* params() const { return params_.data(); }
   const S* grads() const { return grads_.data(); }
+  std::vector<S> download_params() const;
+  std::vector<S> download_grads() const;
+  void upload_params(const S* host);  // layout().total() elements
   int64_t num_params() const;  // without padding
 
   // GPT-2 initialisation: N(0, 0.02) matrices and embeddings, residual projections scaled by
-  // 1/sqrt(2L), norm weights 1, biases 0. Deterministic in seed.
+  // 1/sqrt(2L), norm weights 1, biases 0. Deterministic in seed; the Adam moments restart.
   void init_weights(uint64_t seed);
 
-  // tokens, targets: (B,T) in [0,V). Returns the mean loss. logits_out (B,T,V), when given,
-  // receives the logits before the softmax overwrites them.
+  // tokens, targets: host (B,T) in [0,V). Returns the mean loss. logits_out (host, B,T,V),
+  // when given, receives the logits before the softmax overwrites them.
   S forward(const int32_t* tokens, const int32_t* targets, S* logits_out = nullptr);
   void zero_grad();
-  // Gradients of the mean loss of the last forward() into grads() (+=, so zero_grad first).
-  void backward();
+  // Gradients of loss_scale x the mean loss of the last forward() into grads() (+=, so
+  // zero_grad first; gradient accumulation over m micro-batches uses loss_scale 1/m).
+  void backward(S loss_scale = S(1));
+  void set_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
   // AdamW step t (1-based) over the whole flat array, weight decay per layout entry.
   void update(const AdamWConfig& cfg, int t);
 
@@ -67,11 +88,13 @@ class Gpt {
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }
-  // With profiling on, every op call of the following steps is appended to `sink` (nullptr
-  // stops it) tagged with `step`.
-  void set_trace(std::vector<OpEvent>* sink, int step) {
+  // Every op call of the following steps is appended to `sink` (nullptr stops it) tagged
+  // with `step` and micro-batch `micro`. On a device backend the host times are enqueue
+  // times unless profiling is on (which synchronises around each op).
+  void set_trace(std::vector<OpEvent>* sink, int step, int micro = 0) {
     trace_ = sink;
     trace_step_ = step;
+    trace_micro_ = micro;
   }
   const std::array<double, static_cast<int>(Op::kCount)>& op_seconds() const { return op_s_; }
 
@@ -88,23 +111,32 @@ class Gpt {
   void timed(Op op, F&& f, double flops = 0.0);
   const S* res_in(int l) const;
 
+  void grads_ready(int64_t lo, int64_t hi) {
+    if (hooks_.grads_ready) hooks_.grads_ready(lo, hi);
+  }
+
   GptConfig cfg_;
+  Backend<S>* be_;
   Layout layout_;
   int64_t wte_, wpe_, lnf_w_, lnf_b_, head_w_, head_b_;
   std::vector<LayerOffsets> lo_;
-  std::vector<S> params_, grads_, m_, v_;
+  // Flat ranges whose gradients one part of the backward finishes: [lo, hi) elements.
+  std::vector<std::pair<int64_t, int64_t>> layer_range_;
+  std::pair<int64_t, int64_t> head_range_, lnf_range_, embed_range_;
+  BackendArray<S, S> params_, grads_, m_, v_;
 
   Layout act_layout_;  // activations cached by forward for backward
   std::vector<LayerActs> la_;
   int64_t encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
-  std::vector<S> acts_;
+  BackendArray<S, S> acts_;
   // Backward scratch (activation gradients), reused across layers.
-  std::vector<S> dresid_, dln_, datty_, dqkv_, datt_, dfch_;
-  std::vector<int32_t> tokens_, targets_;
+  BackendArray<S, S> dresid_, dln_, datty_, dqkv_, datt_, dfch_;
+  BackendArray<int32_t, S> tokens_, targets_;
+  BackwardHooks hooks_;
 
   bool profiling_ = false;
   std::vector<OpEvent>* trace_ = nullptr;
-  int trace_step_ = 0, trace_layer_ = -1;
+  int trace_step_ = 0, trace_micro_ = 0, trace_layer_ = -1;
   char trace_phase_ = 'F';
   std::array<double, static_cast<int>(Op::kCount)> op_s_{};
 };

@@ -1,0 +1,112 @@
+// The compute backend of the step engine: the layers' operations and the memory they run
+// on, behind one interface with a CPU implementation (layers.hpp: OpenBLAS + OpenMP, the
+// float32 reference, also float64 for gradient checks) and a CUDA one (cuda/backend_cuda.cu:
+// cuBLAS + kernels, fp32 or bf16 GEMM inputs with fp32 accumulation). The model wiring
+// (model.hpp) and every parallel strategy are written once over it, as llm.c's CPU/CUDA
+// pairs and ggml's backends. Buffers belong to the backend: pointers handed to an op are
+// the backend's own (host memory for cpu, device memory for cuda).
+// Not here: the wiring (model.hpp), communication (comm/), timing (the trace).
+//
+// Every op has the semantics of its namesake in layers.hpp (shapes, the accumulation rule:
+// parameter gradients +=, activation gradients =, the residual stream +=). Ops are queued
+// in order on the backend's stream; synchronize() waits for them. Only download() and
+// crossentropy_forward's returned loss need the results on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "compute/device.hpp"
+#include "layers.hpp"
+
+namespace meshbench::parallel {
+
+template <typename S>
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;             // "cpu", "cuda fp32", "cuda bf16"
+  virtual compute::MemKind mem() const = 0;          // where its buffers live
+  virtual void* stream() const { return nullptr; }   // opaque compute stream (comm order_after)
+  virtual void synchronize() {}                      // wait for every queued op
+
+  // Memory: zero-filled allocations, host<->backend copies (download blocks until the data
+  // is on the host), fills and copies inside the backend.
+  virtual void* alloc(std::size_t bytes) = 0;
+  virtual void release(void* p) noexcept = 0;
+  virtual void upload(void* dst, const void* host, std::size_t bytes) = 0;
+  virtual void download(void* host, const void* src, std::size_t bytes) = 0;
+  virtual void zero(void* p, std::size_t bytes) = 0;
+  virtual void copy(S* dst, const S* src, int64_t n) = 0;
+  virtual void scale(S* x, double a, int64_t n) = 0;  // x *= a
+
+  // The layers (layers.hpp).
+  virtual void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe,
+                                 int B, int T, int C) = 0;
+  virtual void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B,
+                                  int T, int C) = 0;
+  virtual void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight,
+                                 const S* bias, int N, int C) = 0;
+  virtual void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                                  const S* weight, const S* mean, const S* rstd, int N,
+                                  int C) = 0;
+  virtual void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C,
+                              int OC, bool accumulate) = 0;
+  virtual void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                               const S* weight, int N, int C, int OC) = 0;
+  virtual void attention_forward(S* out, S* att, const S* qkv, int B, int T, int NH, int KVH,
+                                 int hs) = 0;
+  virtual void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att,
+                                  int B, int T, int NH, int KVH, int hs) = 0;
+  virtual void gelu_forward(S* out, const S* inp, int64_t N) = 0;
+  virtual void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t N) = 0;
+  // Mean loss over the N rows (the one op whose result the host reads).
+  virtual S crossentropy_forward(S* probs, S* losses, const S* logits, const int32_t* targets,
+                                 int N, int V) = 0;
+  virtual void crossentropy_backward(S* dlogits, const S* probs, const int32_t* targets, S dloss,
+                                     int N, int V) = 0;
+  virtual void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n,
+                            const AdamWConfig& cfg, double weight_decay, int t) = 0;
+};
+
+// The CPU backend (host memory, layers.hpp). One process-wide instance per scalar type.
+template <typename S>
+Backend<S>& cpu_backend();
+
+// An owned array of T in a backend's memory (RAII over Backend::alloc/release).
+template <typename T, typename S>
+class BackendArray {
+ public:
+  BackendArray() = default;
+  BackendArray(Backend<S>& be, int64_t n)
+      : be_(&be), n_(n), p_(static_cast<T*>(be.alloc(sizeof(T) * static_cast<std::size_t>(n)))) {}
+  ~BackendArray() {
+    if (be_ != nullptr && p_ != nullptr) be_->release(p_);
+  }
+  BackendArray(BackendArray&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  BackendArray& operator=(BackendArray&& o) noexcept {
+    std::swap(be_, o.be_);
+    std::swap(n_, o.n_);
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  BackendArray(const BackendArray&) = delete;
+  BackendArray& operator=(const BackendArray&) = delete;
+
+  T* data() const { return p_; }
+  int64_t size() const { return n_; }
+  std::size_t bytes() const { return sizeof(T) * static_cast<std::size_t>(n_); }
+
+ private:
+  Backend<S>* be_ = nullptr;
+  int64_t n_ = 0;
+  T* p_ = nullptr;
+};
+
+}  // namespace meshbench::parallel

@@ -1,0 +1,107 @@
+// The CPU backend: host memory and the layers of layers.cpp (OpenBLAS + OpenMP). float is
+// the engine's reference path, double serves the gradient checks.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "backend.hpp"
+
+namespace meshbench::parallel {
+namespace {
+
+template <typename S>
+class CpuBackend final : public Backend<S> {
+ public:
+  std::string name() const override { return "cpu"; }
+  compute::MemKind mem() const override { return compute::MemKind::kHost; }
+
+  // 64-byte aligned, zeroed (a cache line; OpenBLAS and the simd loops like it).
+  void* alloc(std::size_t bytes) override {
+    const std::size_t n = (bytes + 63) / 64 * 64;
+    void* p = n ? std::aligned_alloc(64, n) : nullptr;
+    if (n && p == nullptr) throw std::bad_alloc();
+    if (p) std::memset(p, 0, n);
+    return p;
+  }
+  void release(void* p) noexcept override { std::free(p); }
+  void upload(void* dst, const void* host, std::size_t bytes) override {
+    if (bytes) std::memcpy(dst, host, bytes);
+  }
+  void download(void* host, const void* src, std::size_t bytes) override {
+    if (bytes) std::memcpy(host, src, bytes);
+  }
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+  void copy(S* dst, const S* src, int64_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+  void scale(S* x, double a, int64_t n) override {
+    const S s = static_cast<S>(a);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  }
+
+  void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
+                         int C) override {
+    parallel::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
+                          int C) override {
+    parallel::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void layernorm_forward(S* out, S* mean, S* rstd, const S* inp, const S* weight, const S* bias,
+                         int N, int C) override {
+    parallel::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
+                          const S* weight, const S* mean, const S* rstd, int N, int C) override {
+    parallel::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC,
+                      bool accumulate) override {
+    parallel::matmul_forward(out, inp, weight, bias, N, C, OC, accumulate);
+  }
+  void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp, const S* weight,
+                       int N, int C, int OC) override {
+    parallel::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void attention_forward(S* out, S* att, const S* qkv, int B, int T, int NH, int KVH,
+                         int hs) override {
+    parallel::attention_forward(out, att, qkv, B, T, NH, KVH, hs);
+  }
+  void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
+                          int NH, int KVH, int hs) override {
+    parallel::attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, KVH, hs);
+  }
+  void gelu_forward(S* out, const S* inp, int64_t N) override { parallel::gelu_forward(out, inp, N); }
+  void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t N) override {
+    parallel::gelu_backward(dinp, inp, dout, N);
+  }
+  S crossentropy_forward(S* probs, S* losses, const S* logits, const int32_t* targets, int N,
+                         int V) override {
+    return parallel::crossentropy_forward(probs, losses, logits, targets, N, V);
+  }
+  void crossentropy_backward(S* dlogits, const S* probs, const int32_t* targets, S dloss, int N,
+                             int V) override {
+    parallel::crossentropy_backward(dlogits, probs, targets, dloss, N, V);
+  }
+  void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
+                    double weight_decay, int t) override {
+    parallel::adamw_update(param, grad, m, v, n, cfg, weight_decay, t);
+  }
+};
+
+}  // namespace
+
+template <typename S>
+Backend<S>& cpu_backend() {
+  static CpuBackend<S> be;
+  return be;
+}
+
+template Backend<float>& cpu_backend<float>();
+template Backend<double>& cpu_backend<double>();
+
+}  // namespace meshbench::parallel

@@ -1,0 +1,50 @@
+// The plan of a parallel step: the model shape, the mesh degrees and order, and every
+// strategy setting, validated once against the model and the world size before any
+// communicator exists (DESIGN.md "The parallel step"). A broken rule throws
+// core::UsageError naming the options and the rule; step_bench turns it into exit 2 on
+// every rank. Not here: communicators (comm/), the strategies that act on the plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/mesh.hpp"
+#include "config.hpp"
+
+namespace meshbench::parallel {
+
+enum class GradReduce { kAvg, kSum };    // --grad-reduce: mean or sum over the dp x cp group
+enum class Progress { kPoll, kThread };  // who drives MPI's non-blocking reductions
+
+struct Plan {
+  GptConfig model;           // model.micro_batch is b, the micro-batch of one rank
+  comm::MeshSpec mesh;       // as typed (--mesh)
+  std::string order = std::string(comm::kDefaultOrder);
+  comm::Degrees degrees;     // resolved against the world size
+  int world = 1;
+  int micro_batches = 1;     // m: gradients accumulate over m micro-batches per step
+  GradReduce grad_reduce = GradReduce::kAvg;
+  bool overlap = true;       // start each bucket's reduction as soon as its gradients are final
+  double bucket_mb = 0;      // bucket size in MiB of gradients; 0: the default rule
+  Progress progress = Progress::kPoll;
+
+  int dp() const { return degrees.dp; }
+  int64_t global_batch() const {  // sequences per step: b x m x dp
+    return int64_t{model.micro_batch} * micro_batches * degrees.dp;
+  }
+  int64_t global_tokens() const { return global_batch() * model.seq; }
+};
+
+// Resolves the degrees for `world` ranks and checks every rule (degrees multiply to the
+// world size, --micro-batches >= 1, the dimensions this build runs). Throws UsageError.
+void resolve_and_validate(Plan& plan, int world);
+
+// The gradient bucket size in elements: --bucket-mb when given, otherwise the default rule
+// (a quarter of the gradient array, at least 64 Ki elements and at most Megatron's 40 M,
+// rounded to 64 elements), so a small model still gets about four buckets.
+int64_t bucket_elements(const Plan& plan, int64_t grad_elements, int scalar_bytes);
+
+std::string describe(const Plan& plan);  // "dp=2 (order tp-cp-ep-dp-pp), m=2, grad-reduce avg, ..."
+
+}  // namespace meshbench::parallel
