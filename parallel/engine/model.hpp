@@ -40,12 +40,12 @@ struct MemoryBytes {
   int64_t params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
 };
 
-// What the backward tells its caller as it goes: grads_ready(lo, hi) once the gradients of
-// the flat range [lo, hi) (elements) are final for this backward, in the order the backward
+// What the backward tells its caller as it goes: grads_ready(lo, hi, layer) once the
+// gradients of the flat range [lo, hi) (elements; layer -1 outside the blocks) are final, in the order the backward
 // produces them (the end of the layout first, the embeddings last); poll() after every op,
 // so pending non-blocking communication can make progress.
 struct BackwardHooks {
-  std::function<void(int64_t lo, int64_t hi)> grads_ready;
+  std::function<void(int64_t lo, int64_t hi, int layer)> grads_ready;
   std::function<void()> poll;
 };
 
@@ -112,7 +112,7 @@ class Gpt {
   const S* res_in(int l) const;
 
   void grads_ready(int64_t lo, int64_t hi) {
-    if (hooks_.grads_ready) hooks_.grads_ready(lo, hi);
+    if (hooks_.grads_ready) hooks_.grads_ready(lo, hi, trace_layer_);
   }
 
   GptConfig cfg_;

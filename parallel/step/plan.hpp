@@ -19,7 +19,8 @@ enum class Progress { kPoll, kThread };  // who drives MPI's non-blocking reduct
 
 struct Plan {
   GptConfig model;           // model.micro_batch is b, the micro-batch of one rank
-  comm::MeshSpec mesh;       // as typed (--mesh)
+  std::string mesh_text;     // --mesh as typed
+  comm::MeshSpec mesh;       // parsed
   std::string order = std::string(comm::kDefaultOrder);
   comm::Degrees degrees;     // resolved against the world size
   int world = 1;

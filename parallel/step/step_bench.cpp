@@ -1,10 +1,11 @@
-// step_bench: one transformer training step (GPT forward, backward, AdamW) timed on one rank.
-// Prints model size, FLOPs per step from exact op shapes (flops.hpp), step time (median),
-// tokens/s, FLOP/s, MFU against this machine's SGEMM peak measured at start-up on the
-// model's largest GEMM shape (and, on a GPU, the datasheet peak by device name), per-phase
-// times and memory by category; writes /runs/<id>/step/ to -O FILE.h5 and FILE.jsonl.
-// An MPI program even at one rank: the parallel strategies of later issues run it on many.
-// Not here: the layers (layers.cpp), the model wiring (model.cpp), HDF5 layout (step_h5.cpp).
+// step_bench: transformer training steps (GPT forward, backward, AdamW) on one rank or many.
+// Options -> Plan (plan.hpp) -> groups (comm/) -> sharded model (engine/) -> schedule and
+// executor (schedule/) -> trace -> metrics -> reports (HDF5, console, JSON lines, Perfetto).
+// Data parallel is the strategy of this version: every rank holds the whole model, runs its
+// share of the global batch, and all-reduces the gradients in buckets that overlap the
+// backward (strategies/data_parallel.hpp). --check compares the step with a reference: a
+// float64 run at one rank, the single-rank float32 reference on rank 0 at several.
+// Not here: the layers (engine/), the metrics' definitions (metrics.hpp), HDF5 (step_h5).
 #include <mpi.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -20,6 +21,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "comm/mesh.hpp"
@@ -36,10 +38,26 @@
 #include "flops.hpp"
 #include "model.hpp"
 #include "results/run_context.hpp"
+#include "results/run_file.hpp"
+#include "check.hpp"
+#include "comm/clock_sync.hpp"
+#include "comm/mesh_comm.hpp"
+#include "data_parallel.hpp"
+#include "executor.hpp"
+#include "metrics.hpp"
+#include "perfetto.hpp"
+#include "plan.hpp"
+#include "report.hpp"
+#include "schedule.hpp"
 #include "step_h5.hpp"
+#include "trace.hpp"
 
 namespace mb = meshbench;
 using mb::core::UsageError;
+using mb::core::kExitOk;
+using mb::core::kExitCheck;
+using mb::core::kExitUsage;
+using mb::core::kExitRuntime;
 using namespace mb::parallel;
 
 namespace {
@@ -56,12 +74,19 @@ struct Options {
   bool append = false, check = false, profile = false, quiet = false;
   uint64_t seed = 1234;
   AdamWConfig adam;
+  // The parallel step.
+  int micro_batches = 1;
+  std::string grad_reduce = "avg", progress = "poll", trace_file;
+  bool no_overlap = false;
+  double bucket_mb = 0;
+  int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
 };
 
 // Parses argv; nullopt after --help. Throws UsageError for anything wrong.
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
-  CLI::App app{"step_bench: time GPT training steps (forward, backward, AdamW) on one rank",
+  CLI::App app{"step_bench: time GPT training steps (forward, backward, AdamW), on one rank or "
+               "data parallel over many (mpiexec -n N step_bench --mesh dp=N)",
                "step_bench"};
   // A repeated option takes its last value, so wrappers can append overrides to defaults.
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -79,7 +104,7 @@ std::optional<Options> parse(int argc, char** argv) {
                                       "position-table rows; default: the --model preset's table, or "
                                       "max(64, seq) when no --model is given"));
   auto* o_vocab = mb::core::with_env(app.add_option("--vocab", m.vocab, "vocabulary V"));
-  auto* o_mb = mb::core::with_env(app.add_option("--micro-batch", m.micro_batch, "samples per step B"));
+  auto* o_mb = mb::core::with_env(app.add_option("--micro-batch", m.micro_batch, "samples per micro-batch on one rank (b)"));
   auto* o_tied = mb::core::with_env(app.add_option("--tied", m.tied, "LM head tied to the token embedding (true|false)"));
   mb::core::with_env(app.add_option("--steps", o.steps, "timed steps"));
   mb::core::with_env(app.add_option("--warmup", o.warmup, "untimed steps first"));
@@ -91,8 +116,9 @@ std::optional<Options> parse(int argc, char** argv) {
   mb::core::with_env(app.add_flag("--append", o.append, "add this run to an existing -O file"));
   mb::core::with_env(app.add_option("--tag", o.tag, "label stored with the run"));
   mb::core::with_env(app.add_flag("--check", o.check,
-                   "before timing, compare one float32 step with a float64 run of the same step "
-                   "(loss, logits, gradients; exit 1 above tolerance)"));
+                   "before timing, check one step: at one rank float32 against float64 (loss, logits, "
+                   "gradients, 1e-4); on several ranks against the single-rank reference on rank 0 "
+                   "(loss, every gradient, updated parameters, 1e-5); exit 1 above tolerance"));
   mb::core::with_env(app.add_flag("--profile", o.profile, "time every op kind (adds timer calls) and print the table"));
   mb::core::with_env(app.add_option("--export", o.export_dir,
                      "write one step (weights, tokens, logits, grads, updated weights) to DIR for "
@@ -106,11 +132,21 @@ std::optional<Options> parse(int argc, char** argv) {
   mb::core::with_env(app.add_option("--eps", o.adam.eps, "AdamW epsilon"));
   mb::core::with_env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"));
   mb::core::with_env(app.add_flag("--quiet", o.quiet, "only the summary line"));
-  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees (tp=1,pp=1,...); this version runs one rank, so every degree must be 1"));
-  mb::core::with_env(app.add_option("--order", o.order, "mesh order, stored with the run"));
-  mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run (world at one rank)"));
-  mb::core::with_env(app.add_option("--backend", o.backend, "communication backend, stored (no communication at one rank)")
+  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 (tp, cp, ep, pp come with their strategies; dp defaults to the world size)"));
+  mb::core::with_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
+  mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
+  mb::core::with_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
           ->check(CLI::IsMember({"mpi", "nccl"})));
+  mb::core::with_env(app.add_option("--micro-batches", o.micro_batches, "m: micro-batches per step, gradients accumulated; global batch b x m x dp"));
+  mb::core::with_env(app.add_option("--grad-reduce", o.grad_reduce, "avg (gradient of the global mean loss) or sum (of the replicas' mean losses)")
+          ->check(CLI::IsMember({"avg", "sum"})));
+  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward (the ablation of overlap)"));
+  mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradients, 64 KiB to 160 MB (40 M floats)"));
+  mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
+          ->check(CLI::IsMember({"poll", "thread"})));
+  mb::core::with_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
+  mb::core::with_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
+      ->group("");
   mb::core::with_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
   mb::core::with_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
   try {
@@ -142,16 +178,8 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0", o.threads));
   if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
   if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
-  {
-    const mb::comm::MeshSpec ms = mb::comm::parse_mesh(o.mesh);  // throws UsageError
-    for (int d : {ms.tp, ms.cp, ms.ep, ms.dp, ms.pp, ms.etp, ms.edp})
-      if (d > 1)
-        throw UsageError(fmt::format("--mesh {}: step_bench runs the single-rank engine in this version; every "
-                                     "degree must be 1 (the parallel strategies come with their own issues)",
-                                     o.mesh));
-    mb::comm::parse_order(o.order);
-    mb::comm::parse_group_kind(o.group);
-  }
+  mb::comm::parse_order(o.order);
+  mb::comm::parse_group_kind(o.group);
   if (!(o.adam.lr > 0)) throw UsageError("--lr: must be positive");
   if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1) || !(o.adam.beta2 >= 0 && o.adam.beta2 < 1))
     throw UsageError("--beta1/--beta2: must be in [0, 1)");
@@ -204,50 +232,6 @@ Peak measure_sgemm_peak(const GptConfig& c, double min_seconds) {
   return pk;
 }
 
-double rel_err(const double* a, const double* ref, int64_t n, double* max_abs) {
-  double num = 0, den = 0, mx = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double d = a[i] - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-    mx = std::max(mx, std::abs(d));
-  }
-  if (max_abs) *max_abs = mx;
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// --check: one float32 step against the float64 instantiation on the same weights and tokens.
-std::vector<CheckRow> check_against_fp64(Gpt<float>& m32, const int32_t* tok, const int32_t* tgt) {
-  const GptConfig& c = m32.config();
-  Gpt<double> m64(c);
-  const int64_t P = m32.layout().total(), NV = c.tokens() * c.vocab;
-  for (int64_t i = 0; i < P; ++i) m64.params()[i] = m32.params()[i];
-  std::vector<float> logits32(static_cast<size_t>(NV));
-  std::vector<double> logits64(static_cast<size_t>(NV));
-  m32.zero_grad();
-  const double loss32 = m32.forward(tok, tgt, logits32.data());
-  m32.backward();
-  m64.zero_grad();
-  const double loss64 = m64.forward(tok, tgt, logits64.data());
-  m64.backward();
-  std::vector<double> l32(logits32.begin(), logits32.end()), g32(m32.grads(), m32.grads() + P);
-  constexpr double kTol = 1e-4;  // float32 against float64, normalised L2 error
-  std::vector<CheckRow> rows;
-  auto add = [&](std::string q, const double* a, const double* ref, int64_t n) {
-    CheckRow r{std::move(q), 0, 0, kTol, false};
-    r.rel = rel_err(a, ref, n, &r.max_abs);
-    r.pass = r.rel <= kTol;
-    rows.push_back(r);
-  };
-  add("loss", &loss32, &loss64, 1);
-  add("logits", l32.data(), logits64.data(), NV);
-  add("grads", g32.data(), m64.grads(), P);
-  for (const auto& e : m32.layout().entries())
-    add("grad:" + e.name, g32.data() + e.offset, m64.grads() + e.offset, e.numel);
-  m32.zero_grad();
-  return rows;
-}
-
 double peak_rss_bytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -264,16 +248,272 @@ std::string human_bytes(double b) {
   return fmt::format("{:.2f} {}", b, u[i]);
 }
 
-int run(int argc, char** argv, int world_rank, int world_size) {
-  mb::core::Log log(world_rank, false);
+Plan make_plan(const Options& o, int world) {
+  Plan p;
+  p.model = o.model;
+  p.mesh_text = o.mesh;
+  p.mesh = mb::comm::parse_mesh(o.mesh);
+  p.order = o.order;
+  p.micro_batches = o.micro_batches;
+  p.grad_reduce = o.grad_reduce == "sum" ? GradReduce::kSum : GradReduce::kAvg;
+  p.overlap = !o.no_overlap;
+  p.bucket_mb = o.bucket_mb;
+  p.progress = o.progress == "thread" ? Progress::kThread : Progress::kPoll;
+  resolve_and_validate(p, world);  // throws UsageError before any communicator exists
+  if (o.backend == "nccl" && o.device != "cuda")
+    throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
+  if (!o.export_dir.empty() && world > 1)
+    throw UsageError(fmt::format("--export: exports the single-rank step; run it on one rank (world size {})", world));
+  if (o.inject_fault >= world)
+    throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
+  return p;
+}
+
+// Everything a rank runs the step with: groups, the dp communicator, the model, the strategy.
+struct Setup {
+  std::unique_ptr<mb::comm::RankGrid> grid;
+  std::unique_ptr<mb::comm::MeshComms> comms;
+  Trace trace;
+  std::unique_ptr<RecordingComm> dp_comm;
+  std::unique_ptr<Gpt<float>> model;
+  std::unique_ptr<DataParallel<float>> dp;
+  int dp_rank = 0;
+  std::vector<Action> actions;
+};
+
+void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be) {
+  st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
+  st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
+  st.model = std::make_unique<Gpt<float>>(plan.model, be);
+  st.model->init_weights(o.seed);  // every rank: the full canonical weights
+  const auto mem = st.grid->membership(mb::comm::GroupKind::kDpCp, rank);
+  st.dp_rank = mem ? mem->index : 0;
+  if (plan.degrees.dp * plan.degrees.cp > 1) {
+    MPI_Comm c = st.comms->get(mb::comm::GroupKind::kDpCp);
+    std::unique_ptr<mb::comm::Communicator> inner =
+        o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, "dp", mb::compute::device_count() > 0 ? rank % mb::compute::device_count() : 0)
+                            : mb::comm::make_mpi_communicator(c, "dp");
+    st.dp_comm = std::make_unique<RecordingComm>(std::move(inner), st.trace, "dp", mem ? mem->group : 0);
+    st.dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags);
+    if (o.inject_fault == rank) st.dp->inject_fault(1.0);
+  }
+  st.actions = accumulation_schedule(plan.micro_batches);
+}
+
+std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::comm::Topology& topo) {
+  std::vector<mb::results::GroupInfo> g;
+  std::vector<int> all(static_cast<size_t>(st.grid->world()));
+  for (int r = 0; r < st.grid->world(); ++r) all[static_cast<size_t>(r)] = r;
+  g.push_back(mb::results::describe_group("world", 0, all, topo));
+  if (st.dp) {
+    const auto& groups = st.grid->groups(mb::comm::GroupKind::kDpCp);
+    for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::results::describe_group("dp", static_cast<int>(i), groups[i], topo));
+  }
+  return g;
+}
+
+nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>& model, int threads,
+                                       const StepFlops& fl, const Peak& peak, double datasheet,
+                                       const std::string& gpu_name, const Setup& st) {
+  const GptConfig& c = plan.model;
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  const bool gpu = o.device == "cuda";
+  const auto& d = plan.degrees;
+  return nlohmann::ordered_json{
+      {"preset", o.preset}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
+      {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"seq", c.seq}, {"max_seq", c.max_seq},
+      {"vocab", c.vocab}, {"micro_batch", c.micro_batch}, {"tied", c.tied},
+      {"parameters", model.num_params()}, {"grad_elements", model.layout().total()}, {"device", o.device}, {"dtype", o.dtype},
+      {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
+      {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
+      {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
+      {"strategy", d.dp > 1 ? "data_parallel" : "single"},
+      {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
+      {"order", plan.order}, {"zero_stage", 0}, {"schedule", "accumulate"},
+      {"schedule_actions", to_string(st.actions)}, {"microbatches", plan.micro_batches},
+      {"global_batch", plan.global_batch()}, {"grad_reduce", o.grad_reduce}, {"overlap", plan.overlap},
+      {"progress", o.progress}, {"buckets", st.dp ? st.dp->buckets() : 0},
+      {"bucket_elements", st.dp ? st.dp->bucket_elements() : 0},
+      {"bucket_rule", "--bucket-mb, else a quarter of the gradient elements clamped to [16 Ki, 40 M], rounded up to 64"},
+      {"grad_bytes_padding", "the flat gradient array, each tensor aligned to 16 elements"},
+      {"flops_per_step", fl.total() * plan.micro_batches * d.dp}, {"flops_per_microbatch", fl.total()},
+      {"flops_forward_gemm", fl.forward_gemm},
+      {"flops_backward_gemm", fl.backward_gemm}, {"flops_attention_forward", fl.attention_forward},
+      {"flops_attention_backward", fl.attention_backward},
+      {"flops_formula", "2*M*N*K per GEMM; fwd linears x3 (fwd, dinput, dweight); attention "
+                        "QK^T,PV fwd + 4 bwd products in causal 64-row blocks; per micro-batch x m x dp"},
+      {"peak_measured_flops", peak.best}, {"peak_measured_median_flops", peak.median},
+      {"peak_rule", "best sgemm rate on the largest GEMM shape, measured before and after the timed steps; the higher is used"},
+      {"peak_gemm", fmt::format("{} {}x{}x{} sgemm", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K)},
+      {"peak_datasheet_flops", datasheet},
+      {"peak_datasheet_source", gpu ? "NVIDIA datasheet dense peak by device name: " + gpu_name : "none (cpu)"},
+      {"gpu", gpu_name}};
+}
+
+// The memory of this rank per category, measured (the allocations) beside the analytic value.
+std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const GptConfig& c) {
+  const MemoryBytes mm = model.memory_allocated();
+  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4);
+  return {{"params", double(mm.params), double(ma.params)},
+          {"grads", double(mm.grads), double(ma.grads)},
+          {"optimizer", double(mm.optimizer), double(ma.optimizer)},
+          {"activations", double(mm.activations), double(ma.activations)},
+          {"buffers", double(mm.buffers), double(ma.buffers)},
+          {"process_peak_rss", peak_rss_bytes(), NAN}};
+}
+
+void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, int ranks) {
+  out.out("  memory (rank 0{})  measured     analytic\n", ranks > 1 ? "; data parallel: the same on every rank" : "");
+  for (const auto& r : mem)
+    out.out("    {:<16} {:>12} {:>12}\n", r.category, human_bytes(r.measured_bytes),
+            std::isnan(r.analytic_bytes) ? std::string("-") : human_bytes(r.analytic_bytes));
+}
+
+// --check before timing; returns "pass", "fail" or "off" and the rows.
+std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, int world, const mb::core::Log& out,
+                      std::vector<CheckRow>& rows) {
+  if (!o.check) return "off";
+  const GptConfig& c = o.model;
+  if (world == 1) {
+    std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
+    synthetic_batch(tok.data(), tgt.data(), env.data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
+    rows = check_against_fp64(*st.model, tok.data(), tgt.data());
+  } else {
+    rows = check_against_reference(env, st.actions, MPI_COMM_WORLD);
+    st.model->init_weights(o.seed);  // the timed steps start from the canonical weights again
+  }
+  for (const auto& r : rows)
+    if (!r.pass || r.quantity.rfind("grad:", 0) != 0)
+      out.out("  check {:<32} rel {:.3e} max_abs {:.3e} tol {:.0e} {}\n", r.quantity, r.rel, r.max_abs,
+              r.tolerance, r.pass ? "ok" : "FAIL");
+  return all_pass(rows) ? "pass" : "fail";
+}
+
+// The timed loop: warm-up, then steps; every rank starts each step after a barrier.
+// Returns false when --time-limit stopped it.
+bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, std::vector<double>& losses,
+                 const mb::core::Log& out) {
+  const double t_origin = mb::core::now_seconds();
+  const int total = o.warmup + o.steps;
+  for (int s = 0; s < total; ++s) {
+    int stop = o.time_limit > 0 && mb::core::now_seconds() - t_origin > o.time_limit;
+    MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);  // every rank stops at the same step
+    if (stop) {
+      out.warn("step_bench: --time-limit {} s reached after {} of {} steps\n", o.time_limit, s, total);
+      return false;
+    }
+    const bool timed = s >= o.warmup;
+    if (s == o.warmup) st.model->reset_profile();  // the op profile covers timed steps only
+    st.trace.on = timed;
+    MPI_Barrier(MPI_COMM_WORLD);
+    const int step = timed ? s - o.warmup : -1;
+    const double loss_local = run_step(env, st.actions, step, s, s + 1);
+    st.trace.on = false;
+    if (!std::isfinite(loss_local)) out.warn("step_bench: loss is {} at step {}\n", loss_local, s);
+    if (!timed) continue;
+    double loss = 0;  // the global batch's mean loss (reporting, outside the step)
+    MPI_Allreduce(&loss_local, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    loss /= world;
+    losses.push_back(loss);
+    if (h5) {
+      std::array<double, 4> ph{};
+      for (auto it = st.trace.phases.rbegin(); it != st.trace.phases.rend() && it->step == step; ++it)
+        for (size_t k = 0; k < kPhaseNames.size(); ++k)
+          if (it->name == kPhaseNames[k]) ph[k] += it->t1 - it->t0;
+      h5->append_step(st.trace.step_end.back() - st.trace.step_start.back(), ph, loss);
+    }
+  }
+  return true;
+}
+
+// --device cuda at one rank: cuda::run_steps times the steps on the GPU (to be replaced by
+// the executor over the CUDA backend), reported through the same records and reporters.
+int run_gpu(const Options& o, int argc, char** argv) {
+  const mb::core::Log out(0, o.quiet);
+  const GptConfig& c = o.model;
+  const cuda::Precision prec = o.dtype == "bf16" ? cuda::Precision::kBf16 : cuda::Precision::kFp32;
+  const std::string gpu_name = cuda::device_name();
+  Peak peak;
+  peak.shape = largest_gemm(c);
+  peak.best = peak.median = cuda::measure_gemm_peak(peak.shape.M, peak.shape.N, peak.shape.K, prec);
+  peak.reps = 3;
+  const double datasheet = cuda::datasheet_peak(gpu_name, prec);
+  const StepFlops fl = step_flops(c);
+  out.out("step_bench: {} on {} ({})\n", describe(c), gpu_name, o.dtype);
+  out.out("  cuBLAS {} peak on {}: {:.2f} TFLOP/s; datasheet dense peak {}\n", o.dtype, peak.shape.name,
+          peak.best / 1e12, std::isnan(datasheet) ? std::string("unknown") : fmt::format("{:.1f} TFLOP/s", datasheet / 1e12));
+  std::vector<CheckRow> rows;
+  std::string check = "off";
+  if (o.check) {
+    for (const auto& r : cuda::step_parity(c, prec, static_cast<unsigned>(o.seed)))
+      rows.push_back({"cuda_vs_cpu:" + r.op, NAN, r.rel_err, r.tolerance, r.rel_err <= r.tolerance});
+    check = all_pass(rows) ? "pass" : "fail";
+    for (const auto& r : rows)
+      out.out("  check {:<32} rel {:.3e} tol {:.0e} {}\n", r.quantity, r.rel, r.tolerance, r.pass ? "ok" : "FAIL");
+  }
+  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
+  mb::results::RunContext ctx = mb::results::make_run_context(MPI_COMM_WORLD, "step_bench", argc, argv, topo);
+  ctx.attrs["tag"] = o.tag;
+  ctx.attrs["backend"] = o.backend;
+  ctx.attrs["mem"] = "device";
+  ctx.attrs["iters"] = o.steps;
+  ctx.attrs["warmup"] = o.warmup;
+  ctx.attrs["check"] = o.check;
+  mb::results::sync_from_root(ctx, MPI_COMM_WORLD);
+  Plan plan;
+  plan.model = c;
+  Setup st;
+  st.actions = accumulation_schedule(1);
+  Gpt<float> shape(c);  // the layout, for the attributes
+  std::unique_ptr<StepH5> h5;
+  const std::vector<std::string> phase_names(kPhaseNames.begin(), kPhaseNames.end());
+  std::vector<int> all{0};
+  if (!o.output.empty())
+    h5 = std::make_unique<StepH5>(o.output, o.append, MPI_COMM_WORLD, ctx,
+                                  step_attributes(o, plan, shape, 1, fl, peak, datasheet, gpu_name, st), phase_names,
+                                  std::vector<mb::results::GroupInfo>{mb::results::describe_group("world", 0, all, topo)});
+  const cuda::GpuStepTimes g = cuda::run_steps(c, prec, o.warmup, o.steps, static_cast<unsigned>(o.seed));
+  StepRecord rec;
+  rec.model = describe(c);
+  rec.plan = "single rank";
+  rec.steps = static_cast<int>(g.step.size());
+  rec.warmup = o.warmup;
+  rec.global_tokens = static_cast<double>(c.tokens());
+  rec.flops_per_step = fl.total();
+  rec.peak = {peak.best};
+  for (size_t i = 0; i < g.step.size(); ++i) {
+    rec.step_time.push_back({g.step[i]});
+    rec.phases.push_back({{g.forward[i], g.backward[i], 0.0, g.optimizer[i]}});
+    rec.loss.push_back(g.loss[i]);
+    if (h5) h5->append_step(g.step[i], rec.phases.back()[0], g.loss[i]);
+  }
+  const StepSummary sum = summarize(rec, check, datasheet);
+  print_step_report(out, rec, sum);
+  if (h5) {
+    h5->write_memory({});
+    h5->write_comm({});
+    h5->write_check(rows);
+    h5->write_summary(sum);
+    h5->write_events({});
+    h5->finish(check == "fail" ? "failed" : "ok");
+    write_step_jsonl(std::filesystem::path(o.output).replace_extension(".jsonl"), h5->run_id(), o.tag, rec, sum, 1);
+    out.always("step_bench: wrote run {} to {}\n", h5->run_id(), o.output);
+  }
+  out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} TFLOP/s, MFU {:.1f}% (measured cuBLAS peak), check {}\n",
+             sum.step_time_median * 1e3, sum.tokens_per_s, sum.model_flops_per_s / 1e12, 100 * sum.mfu_measured_peak, check);
+  return check == "fail" ? kExitCheck : kExitOk;
+}
+
+int run(int argc, char** argv, int world_rank, int world_size, int thread_level) {
   std::optional<Options> parsed = parse(argc, argv);
-  if (!parsed) return 0;
-  Options o = *parsed;
+  if (!parsed) return kExitOk;
+  const Options& o = *parsed;
+  const Plan plan = make_plan(o, world_size);
+  if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
+    throw UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
   const mb::core::Log out(world_rank, o.quiet);
-  if (world_size != 1)
-    throw UsageError(fmt::format("step_bench runs on one rank in this version (world size {}); "
-                                 "the parallel strategies come with their own issues",
-                                 world_size));
   const GptConfig& c = o.model;
   if (o.threads > 0) {
     omp_set_num_threads(o.threads);
@@ -284,292 +524,198 @@ int run(int argc, char** argv, int world_rank, int world_size) {
   const int threads = omp_get_max_threads();
   const DataKind data = o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-
-  if (o.device == "cuda") {
+  const bool gpu = o.device == "cuda";
+  if (gpu) {
     std::string why;
-    if (!cuda::available(&why))
-      throw UsageError(fmt::format("--device cuda: no usable GPU ({})", why));
+    if (!cuda::available(&why)) throw UsageError(fmt::format("--device cuda: no usable GPU ({})", why));
+    if (world_size > 1)
+      throw UsageError("--device cuda: the CUDA step runs on one rank in this build (data parallel runs on --device cpu)");
+    return run_gpu(o, argc, argv);
   }
 
-  Gpt<float> model(c);
-  model.init_weights(o.seed);
-  std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
-
+  Setup st;
+  make_setup(st, o, plan, world_rank, cpu_backend<float>());
+  Gpt<float>& model = *st.model;
   if (!o.export_dir.empty()) {
+    std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
     synthetic_batch(tok.data(), tgt.data(), data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
     ExportedStep s = run_export_step(model, tok.data(), tgt.data(), o.adam);
     write_export(o.export_dir, model, s, o.adam);
-    out.always("step_bench: exported one step of {} (loss {:.6f}) to {}\n", describe(c), s.loss,
-               o.export_dir);
+    out.always("step_bench: exported one step of {} (loss {:.6f}) to {}\n", describe(c), s.loss, o.export_dir);
     return 0;
   }
 
   const StepFlops fl = step_flops(c);
-  const double flops = fl.total();
-  out.out("step_bench: {} on {} ({} threads, OPENBLAS_CORETYPE={})\n", describe(c), o.device,
-          threads, coretype ? coretype : "unset");
-  out.out("  parameters {} ({}), FLOPs/step {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
-          model.num_params(), human_bytes(static_cast<double>(model.num_params()) * 4), flops,
+  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
+  if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
+  out.out("step_bench: {} on {} ({} threads per rank, OPENBLAS_CORETYPE={})\n", describe(c), o.device, threads,
+          coretype ? coretype : "unset");
+  out.out("  parameters {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
+          model.num_params(), human_bytes(static_cast<double>(model.num_params()) * 4), fl.total(),
           fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
+  if (world_size > 1 || plan.micro_batches > 1)
+    out.out("  plan: {}; {} ranks{}; schedule {}\n", describe(plan), world_size,
+            topo.oversubscribed ? " (OVERSUBSCRIBED: more ranks than cores, times are not meaningful)" : "",
+            to_string(st.actions));
+  if (st.dp)
+    out.out("  data parallel: {} gradient buckets of up to {} elements ({}), all-reduced over dp x cp = {}{}\n",
+            st.dp->buckets(), st.dp->bucket_elements(), human_bytes(double(st.dp->bucket_elements()) * 4),
+            plan.degrees.dp * plan.degrees.cp, plan.overlap ? ", overlapped with the backward" : ", after the backward (--no-overlap)");
 
-  const bool gpu = o.device == "cuda";
-  const cuda::Precision prec = o.dtype == "bf16" ? cuda::Precision::kBf16 : cuda::Precision::kFp32;
-  Peak peak;
-  double datasheet = NAN;
-  std::string gpu_name = "none";
-  if (gpu) {
-    gpu_name = cuda::device_name();
-    peak.shape = largest_gemm(c);
-    peak.best = peak.median = cuda::measure_gemm_peak(peak.shape.M, peak.shape.N, peak.shape.K, prec);
-    peak.reps = 3;
-    datasheet = cuda::datasheet_peak(gpu_name, prec);
-    out.out("  GPU {}: datasheet dense {} peak {}\n", gpu_name, o.dtype,
-            std::isnan(datasheet) ? std::string("unknown (not in the table: no datasheet MFU)")
-                                  : fmt::format("{:.1f} TFLOP/s", datasheet / 1e12));
-  } else {
-    peak = measure_sgemm_peak(c, 0.5);
-  }
-  out.out("  {} peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls\n",
-          gpu ? (o.dtype == "bf16" ? "cuBLAS bf16 GEMM" : "cuBLAS SGEMM") : "SGEMM", peak.shape.name,
-          peak.shape.M, peak.shape.N, peak.shape.K, peak.best / 1e9,
-          peak.median / 1e9, peak.reps);
+  Peak peak = measure_sgemm_peak(c, 0.5);
+  out.out("  SGEMM peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls (rank 0)\n",
+          peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K, peak.best / 1e9, peak.median / 1e9, peak.reps);
 
+  StepEnv<float> env{model, st.dp.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
   std::vector<CheckRow> check_rows;
-  std::string check = "off";
-  if (o.check && gpu) {
-    // On a GPU the reference is the CPU float32 path: one whole step, normalised errors.
-    for (const auto& r : cuda::step_parity(c, prec, static_cast<unsigned>(o.seed)))
-      check_rows.push_back({"cuda_vs_cpu:" + r.op, NAN, r.rel_err, r.tolerance, r.rel_err <= r.tolerance});
-    bool ok = true;
-    for (const auto& r : check_rows) ok = ok && r.pass;
-    check = ok ? "pass" : "fail";
-    for (const auto& r : check_rows)
-      out.out("  check {:<32} rel {:.3e} tol {:.0e} {}\n", r.quantity, r.rel, r.tolerance, r.pass ? "ok" : "FAIL");
-  } else if (o.check) {
-    synthetic_batch(tok.data(), tgt.data(), data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
-    check_rows = check_against_fp64(model, tok.data(), tgt.data());
-    bool ok = true;
-    for (const auto& r : check_rows) ok = ok && r.pass;
-    check = ok ? "pass" : "fail";
-    for (const auto& r : check_rows)
-      if (!r.pass || r.quantity.rfind("grad:", 0) != 0)
-        out.out("  check {:<32} rel {:.3e} max_abs {:.3e} tol {:.0e} {}\n", r.quantity, r.rel,
-                r.max_abs, r.tolerance, r.pass ? "ok" : "FAIL");
-  }
+  const std::string check = run_check(o, st, env, world_size, out, check_rows);
 
   // The run context and the file are created before timing, so a killed run leaves the
   // finished steps readable.
-  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
-  if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
   mb::results::RunContext ctx = mb::results::make_run_context(MPI_COMM_WORLD, "step_bench", argc, argv, topo);
   ctx.attrs["tag"] = o.tag;
   ctx.attrs["backend"] = o.backend;
-  ctx.attrs["order"] = o.order;
+  ctx.attrs["order"] = plan.order;
   ctx.attrs["group"] = o.group;
   ctx.attrs["time_limit"] = o.time_limit;
-  ctx.attrs["mem"] = o.device == "cuda" ? "device" : "host";
+  ctx.attrs["mem"] = "host";
   ctx.attrs["iters"] = o.steps;
   ctx.attrs["warmup"] = o.warmup;
   ctx.attrs["check"] = o.check;
-  ctx.attrs["mesh"] = nlohmann::ordered_json{{"dp", 1}, {"tp", 1}, {"pp", 1}, {"cp", 1}, {"ep", 1}};
+  const auto& d = plan.degrees;
+  ctx.attrs["mesh"] = nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}};
   mb::results::sync_from_root(ctx, MPI_COMM_WORLD);
-  const std::vector<std::string> phase_names{"forward", "backward", "optimizer"};
-  nlohmann::ordered_json sattrs{
-      {"preset", o.preset}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-      {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"seq", c.seq}, {"max_seq", c.max_seq},
-      {"vocab", c.vocab}, {"micro_batch", c.micro_batch}, {"tied", c.tied},
-      {"parameters", model.num_params()}, {"device", o.device}, {"dtype", o.dtype},
-      {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
-      {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
-      {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
-      {"strategy", "single"}, {"degrees", nlohmann::ordered_json{{"dp", 1}, {"tp", 1}, {"pp", 1}}},
-      {"zero_stage", 0}, {"schedule", "none"}, {"microbatches", 1},
-      {"flops_per_step", flops}, {"flops_forward_gemm", fl.forward_gemm},
-      {"flops_backward_gemm", fl.backward_gemm}, {"flops_attention_forward", fl.attention_forward},
-      {"flops_attention_backward", fl.attention_backward},
-      {"flops_formula", "2*M*N*K per GEMM; fwd linears x3 (fwd, dinput, dweight); attention "
-                        "QK^T,PV fwd + 4 bwd products in causal 64-row blocks"},
-      {"peak_measured_flops", peak.best}, {"peak_measured_median_flops", peak.median},
-      {"peak_rule", "best sgemm rate on the largest GEMM shape, measured before and after the timed steps; the higher is used"},
-      {"peak_gemm", fmt::format("{} {}x{}x{} sgemm", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K)},
-      {"peak_datasheet_flops", datasheet},
-      {"peak_datasheet_source", gpu ? "NVIDIA datasheet dense peak by device name: " + gpu_name : "none (cpu)"},
-      {"gpu", gpu_name}};
+  const std::vector<std::string> phase_names(kPhaseNames.begin(), kPhaseNames.end());
   std::unique_ptr<StepH5> h5;
-  if (!o.output.empty()) {
-    h5 = std::make_unique<StepH5>(o.output, o.append, MPI_COMM_WORLD, ctx, sattrs, phase_names);
-  }
+  if (!o.output.empty())
+    h5 = std::make_unique<StepH5>(o.output, o.append, MPI_COMM_WORLD, ctx,
+                                  step_attributes(o, plan, model, threads, fl, peak, NAN, "none", st), phase_names,
+                                  describe_groups(st, topo));
 
-  std::vector<double> t_step, t_fwd, t_bwd, t_opt, losses;
-  std::vector<OpEvent> events;  // --profile: every op call of the timed steps
-  const double t_origin = mb::core::now_seconds();
+  // Clock offsets against rank 0, for the trace's aligned timelines.
+  const mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
+  const double t_origin = mb::core::now_seconds() + clock.offset_s;
+  double t_origin0 = t_origin;
+  MPI_Bcast(&t_origin0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   model.set_profiling(o.profile);
-  if (gpu) {
-    const cuda::GpuStepTimes g = cuda::run_steps(c, prec, o.warmup, o.steps, static_cast<unsigned>(o.seed));
-    t_step = g.step;
-    t_fwd = g.forward;
-    t_bwd = g.backward;
-    t_opt = g.optimizer;
-    losses = g.loss;
-    if (h5)
-      for (size_t i = 0; i < t_step.size(); ++i) {
-        const double ph[3] = {t_fwd[i], t_bwd[i], t_opt[i]};
-        h5->append_step(t_step[i], ph, losses[i]);
-      }
-  }
-  bool timed_out = false;
-  for (int s = 0; s < (gpu ? 0 : o.warmup + o.steps); ++s) {
-    if (o.time_limit > 0 && mb::core::now_seconds() - t_origin > o.time_limit) {
-      timed_out = true;
-      out.warn("step_bench: --time-limit {} s reached after {} of {} steps\n", o.time_limit, s,
-               o.warmup + o.steps);
-      break;
-    }
-    if (s == o.warmup) model.reset_profile();  // the op profile covers timed steps only
-    model.set_trace(s >= o.warmup ? &events : nullptr, s - o.warmup);
-    synthetic_batch(tok.data(), tgt.data(), data, o.seed, s, 0, c.micro_batch, c.seq, c.vocab);
-    const double t0 = mb::core::now_seconds();
-    model.zero_grad();
-    const float loss = model.forward(tok.data(), tgt.data());
-    const double t1 = mb::core::now_seconds();
-    model.backward();
-    const double t2 = mb::core::now_seconds();
-    model.update(o.adam, s + 1);
-    const double t3 = mb::core::now_seconds();
-    if (!std::isfinite(loss)) {
-      out.warn("step_bench: loss is {} at step {}\n", loss, s);
-    }
-    if (s < o.warmup) continue;
-    t_step.push_back(t3 - t0);
-    t_fwd.push_back(t1 - t0);
-    t_bwd.push_back(t2 - t1);
-    t_opt.push_back(t3 - t2);
-    losses.push_back(loss);
-    if (h5) {
-      const double ph[3] = {t1 - t0, t2 - t1, t3 - t2};
-      h5->append_step(t3 - t0, ph, loss);
-    }
-  }
+  std::vector<double> losses;
+  const bool finished = timed_steps(o, env, st, h5.get(), losses, out);
 
   // On a shared machine the GEMM rate drifts while the steps run: measure the peak again
   // after them and normalise by the higher of the two (the lower, conservative MFU).
-  if (!gpu) {
-    const Peak after = measure_sgemm_peak(c, 0.5);
-    out.out("  SGEMM peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
-            after.best / 1e9, peak.best / 1e9);
-    if (h5)
-      h5->write_step_attrs({{"peak_measured_flops_before", peak.best},
-                            {"peak_measured_flops_after", after.best},
-                            {"peak_measured_flops", std::max(peak.best, after.best)}});
-    peak.best = std::max(peak.best, after.best);
+  const Peak after = measure_sgemm_peak(c, 0.5);
+  out.out("  SGEMM peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
+          after.best / 1e9, peak.best / 1e9);
+  const double peak_used = std::max(peak.best, after.best);
+  if (h5)
+    h5->write_step_attrs({{"peak_measured_flops_before", peak.best},
+                          {"peak_measured_flops_after", after.best},
+                          {"peak_measured_flops", peak_used}});
+
+  // Gather the per-rank metrics (derived from the trace alone) to rank 0.
+  const RankMetrics rm = rank_metrics(st.trace, world_rank);
+  StepRecord rec;
+  rec.model = describe(c);
+  rec.plan = describe(plan);
+  rec.ranks = world_size;
+  rec.steps = static_cast<int>(rm.step_time.size());
+  rec.warmup = o.warmup;
+  rec.global_tokens = static_cast<double>(plan.global_tokens());
+  rec.flops_per_step = fl.total() * plan.micro_batches * d.dp;
+  rec.loss = losses;
+  rec.dp = d.dp * d.cp;
+  rec.dp_bytes_analytic = st.dp ? double(st.dp->grad_bytes()) : 0;
+  rec.dp_wire_analytic = rec.dp > 1 ? 2.0 * (rec.dp - 1) / rec.dp * rec.dp_bytes_analytic : 0;
+  {
+    std::vector<double> all_times(rm.step_time.size() * world_size), all_ph(rm.step_time.size() * world_size * 4),
+        peaks(static_cast<size_t>(world_size));
+    std::vector<double> my_ph;
+    for (const auto& p : rm.phases) my_ph.insert(my_ph.end(), p.begin(), p.end());
+    const int n = rec.steps;
+    MPI_Gather(rm.step_time.data(), n, MPI_DOUBLE, all_times.data(), n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Gather(my_ph.data(), 4 * n, MPI_DOUBLE, all_ph.data(), 4 * n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    MPI_Gather(&peak_used, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    rec.peak = peaks;
+    rec.step_time.assign(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(world_size)));
+    rec.phases.assign(static_cast<size_t>(n), std::vector<std::array<double, 4>>(static_cast<size_t>(world_size)));
+    for (int r = 0; r < world_size; ++r)
+      for (int s = 0; s < n; ++s) {
+        rec.step_time[s][r] = all_times[static_cast<size_t>(r) * n + s];
+        for (int k = 0; k < 4; ++k) rec.phases[s][r][k] = all_ph[(static_cast<size_t>(r) * n + s) * 4 + k];
+      }
+    rec.comm = gather_rows(rm.comm, MPI_COMM_WORLD);
   }
-
-  StepSummary sum{};
-  sum.step_time_median = mb::core::median(t_step);
-  sum.step_time_min = mb::core::min_of(t_step);
-  sum.step_time_p99 = mb::core::percentile(t_step, 99);
-  sum.tokens_per_s = static_cast<double>(c.tokens()) / sum.step_time_median;
-  sum.flops_per_step = flops;
-  sum.model_flops_per_s = flops / sum.step_time_median;
-  sum.peak_measured_flops = peak.best;
-  sum.mfu_measured_peak = sum.model_flops_per_s / peak.best;
-  sum.peak_datasheet_flops = datasheet;
-  sum.mfu_datasheet = sum.model_flops_per_s / datasheet;  // NaN without a datasheet entry
-  sum.bubble_measured = 0;
-  sum.bubble_theory = 0;
-  sum.exposed_comm_fraction = 0;
-  sum.loss_first = losses.empty() ? NAN : losses.front();
-  sum.loss_last = losses.empty() ? NAN : losses.back();
-  sum.straggler_rank = 0;
-  sum.check = check;
-
-  const MemoryBytes mm = model.memory_allocated();
-  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4);
-  const std::vector<MemoryRow> mem{
-      {"params", double(mm.params), double(ma.params)},
-      {"grads", double(mm.grads), double(ma.grads)},
-      {"optimizer", double(mm.optimizer), double(ma.optimizer)},
-      {"activations", double(mm.activations), double(ma.activations)},
-      {"buffers", double(mm.buffers), double(ma.buffers)},
-      {"process_peak_rss", peak_rss_bytes(), NAN},
-  };
-
-  out.out("  step time median {:.3f} ms (min {:.3f}, p99 {:.3f}) over {} steps after {} warm-up\n",
-          sum.step_time_median * 1e3, sum.step_time_min * 1e3, sum.step_time_p99 * 1e3, o.steps,
-          o.warmup);
-  out.out("  phases (median): forward {:.3f} ms, backward {:.3f} ms, optimizer {:.3f} ms\n",
-          mb::core::median(t_fwd) * 1e3, mb::core::median(t_bwd) * 1e3,
-          mb::core::median(t_opt) * 1e3);
-  out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of measured GEMM peak {:.2f} GFLOP/s; datasheet MFU {}\n",
-          sum.tokens_per_s, sum.model_flops_per_s / 1e9, 100 * sum.mfu_measured_peak,
-          peak.best / 1e9,
-          std::isnan(sum.mfu_datasheet) ? std::string(gpu ? "n/a (device not in the table)" : "n/a on cpu")
-                                        : fmt::format("{:.1f}%", 100 * sum.mfu_datasheet));
-  out.out("  loss {:.4f} -> {:.4f}\n", sum.loss_first, sum.loss_last);
-  out.out("  memory            measured     analytic\n");
-  for (const auto& r : mem)
-    out.out("    {:<16} {:>12} {:>12}\n", r.category, human_bytes(r.measured_bytes),
-            std::isnan(r.analytic_bytes) ? std::string("-") : human_bytes(r.analytic_bytes));
+  const StepSummary sum = world_rank == 0 && rec.steps > 0 ? summarize(rec, check, NAN) : StepSummary{};
+  const std::vector<MemoryRow> mem = memory_rows(model, c);
+  if (rec.steps > 0) print_step_report(out, rec, sum);
+  print_memory(out, mem, world_size);
   std::vector<std::pair<std::string, double>> ops;
   if (o.profile) {
-    out.out("  op profile (per step, over timed steps):\n");
+    out.out("  op profile (rank 0, per step, over timed steps):\n");
     for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
-      const double per = model.op_seconds()[i] / o.steps;
+      const double per = model.op_seconds()[i] / std::max(1, rec.steps);
       ops.emplace_back(op_name(static_cast<Op>(i)), per);
       out.out("    {:<14} {:9.3f} ms  {:5.1f}%\n", op_name(static_cast<Op>(i)), per * 1e3,
               100 * per / sum.step_time_median);
     }
   }
+  const bool want_events = o.profile || !o.trace_file.empty();
+  std::vector<EventRow> events;
+  if (want_events) events = event_rows(st.trace, world_rank, t_origin0, clock.offset_s);
+  if (!o.trace_file.empty()) {
+    const std::vector<EventRow> all = gather_rows(events, MPI_COMM_WORLD);
+    std::vector<mb::comm::ClockOffset> offsets(static_cast<size_t>(world_size));
+    MPI_Gather(&clock, 2, MPI_DOUBLE, offsets.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (world_rank == 0) {
+      std::vector<std::string> hosts;
+      for (const auto& p : topo.ranks) hosts.push_back(p.host);
+      write_perfetto(o.trace_file, all, offsets, hosts);
+      out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
+    }
+  }
   if (h5) {
     h5->write_memory(mem);
+    h5->write_comm(rm.comm);
     h5->write_check(check_rows);
     h5->write_summary(sum);
     if (o.profile) h5->write_op_profile(ops);
-    h5->write_events(events, t_origin);
-    h5->finish(timed_out ? "timeout" : (check == "fail" ? "failed" : "ok"));
-    if (world_rank == 0) {
-      std::ofstream js(std::filesystem::path(o.output).replace_extension(".jsonl"), std::ios::app);
-      for (size_t i = 0; i < t_step.size(); ++i)
-        js << nlohmann::ordered_json{{"run_id", h5->run_id()}, {"binary", "step_bench"}, {"tag", o.tag},
-                                     {"step", i}, {"step_time", t_step[i]}, {"forward", t_fwd[i]},
-                                     {"backward", t_bwd[i]}, {"optimizer", t_opt[i]}, {"loss", losses[i]}}
-                  .dump()
-           << "\n";
-      js << nlohmann::ordered_json{{"run_id", h5->run_id()}, {"binary", "step_bench"}, {"tag", o.tag},
-                                   {"summary", true}, {"model", describe(c)}, {"threads", threads},
-                                   {"step_time_median", sum.step_time_median}, {"tokens_per_s", sum.tokens_per_s},
-                                   {"flops_per_step", flops}, {"model_flops_per_s", sum.model_flops_per_s},
-                                   {"peak_measured_flops", peak.best}, {"mfu_measured_peak", sum.mfu_measured_peak},
-                                   {"check", check}}
-                .dump()
-         << "\n";
-    }
+    h5->write_events(events);
+    h5->write_step_attrs({{"clock_offset_error_max_s", clock.error_s}});
+    h5->finish(!finished ? "timeout" : (check == "fail" ? "failed" : "ok"));
+    if (world_rank == 0 && rec.steps > 0)
+      write_step_jsonl(std::filesystem::path(o.output).replace_extension(".jsonl"), h5->run_id(), o.tag, rec, sum,
+                       threads);
     out.always("step_bench: wrote run {} to {}\n", h5->run_id(), o.output);
   }
-  out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured SGEMM peak), check {}\n",
-             sum.step_time_median * 1e3, sum.tokens_per_s, sum.model_flops_per_s / 1e9,
-             100 * sum.mfu_measured_peak, check);
-  if (timed_out) return 3;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got
-  return check == "fail" ? 1 : 0;
+  if (rec.steps > 0)
+    out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured SGEMM peak), check {}\n",
+               sum.step_time_median * 1e3, sum.tokens_per_s, sum.model_flops_per_s / 1e9,
+               100 * sum.mfu_measured_peak, check);
+  int bytes_ok = sum.bytes_match ? 1 : 0;
+  MPI_Bcast(&bytes_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (!finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got
+  if (check == "fail") return kExitCheck;
+  return kExitOk;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   mb::core::set_fault_identity(rank, mb::comm::host_name());
   int rc = 0;
   try {
-    rc = run(argc, argv, rank, size);
+    rc = run(argc, argv, rank, size, provided);
   } catch (const UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "step_bench: error: %s\n", e.what());
-    rc = 2;
+    rc = kExitUsage;
   } catch (const mb::core::RuntimeFault& e) {
     std::fprintf(stderr, "step_bench: rank %d: %s\n", rank, e.what());
-    rc = 3;
+    rc = kExitRuntime;
   }
   MPI_Finalize();
   return rc;

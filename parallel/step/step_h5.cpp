@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/error.hpp"
+
 #include "results/h5.hpp"
 #include "results/run_file.hpp"
 
@@ -83,6 +85,22 @@ void create_empty(hid_t loc, const std::string& name, hid_t type) {
          H5Dclose);
 }
 
+// A table of every rank's rows: gathered to rank 0, which writes them all (the dataset's
+// size is the same on every rank, as the collective create needs).
+template <typename T>
+void write_all_ranks(hid_t loc, MPI_Comm world, int rank, const char* name, hid_t type,
+                     const std::vector<T>& local) {
+  const std::vector<T> all = gather_rows(local, world);
+  uint64_t n = all.size();
+  MB_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, world), "world");
+  if (n == 0) {
+    create_empty(loc, name, type);
+    return;
+  }
+  T dummy{};
+  results::write_table(loc, name, type, rank == 0 ? all.data() : &dummy, n, rank == 0);
+}
+
 struct MemoryRowH5 {
   int32_t rank;
   char category[24];
@@ -93,11 +111,6 @@ struct CheckRowH5 {
   double max_abs, rel, tolerance;
   uint8_t pass;
 };
-struct CommRowH5 {
-  char dim[16], kind[24];
-  uint64_t calls, bytes;
-  double busy, exposed;
-};
 struct OpRowH5 {
   char op[24];
   double seconds;
@@ -107,23 +120,25 @@ struct OpRowH5 {
 
 struct StepH5::Impl {
   std::unique_ptr<results::RunFile> file;
+  MPI_Comm world = MPI_COMM_NULL;
+  size_t n_phases = 0;
   int rank = 0, size = 1;
   H5Id step;
   std::unique_ptr<Grow> step_times, phases, loss;
 };
 
 StepH5::StepH5(const std::string& path, bool append, MPI_Comm world, results::RunContext& ctx,
-               const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names)
+               const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names,
+               const std::vector<results::GroupInfo>& groups)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.file = std::make_unique<results::RunFile>(path, append, world, ctx);
   m.rank = m.file->rank();
   m.size = m.file->size();
   run_id_ = ctx.run_id;
-  // One group, the world, until the parallel strategies bring their mesh.
-  std::vector<int> all(static_cast<std::size_t>(m.size));
-  for (int r = 0; r < m.size; ++r) all[static_cast<std::size_t>(r)] = r;
-  m.file->begin(ctx, {results::describe_group("world", 0, all, ctx.topology)});
+  m.world = world;
+  m.n_phases = phase_names.size();
+  m.file->begin(ctx, groups);
   hid_t f = m.file->file();
   m.step = results::create_group(m.file->run(), "step");
   results::write_attrs(m.step.get(), step_attrs);
@@ -142,8 +157,16 @@ StepH5::~StepH5() = default;
 void StepH5::append_step(double step_time, std::span<const double> phases, double loss) {
   Impl& m = *impl_;
   const bool w = m.rank == 0;
-  m.step_times->append(std::span<const double>(&step_time, 1), w);
-  m.phases->append(phases, w);
+  // Rank 0 writes the whole row: every rank's step time and phases, gathered.
+  std::vector<double> times(static_cast<size_t>(m.size)), ph(static_cast<size_t>(m.size) * m.n_phases);
+  std::vector<double> mine(phases.begin(), phases.end());
+  mine.resize(m.n_phases, NAN);
+  MB_CHECK_MPI(MPI_Gather(&step_time, 1, MPI_DOUBLE, times.data(), 1, MPI_DOUBLE, 0, m.world), "world");
+  MB_CHECK_MPI(MPI_Gather(mine.data(), static_cast<int>(m.n_phases), MPI_DOUBLE, ph.data(),
+                          static_cast<int>(m.n_phases), MPI_DOUBLE, 0, m.world),
+               "world");
+  m.step_times->append(times, w);
+  m.phases->append(ph, w);
   m.loss->append(std::span<const double>(&loss, 1), w);
   m.file->flush();
 }
@@ -162,18 +185,21 @@ void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
     out[i].measured = rows[i].measured_bytes;
     out[i].analytic = rows[i].analytic_bytes;
   }
-  results::write_table(impl_->step.get(), "memory", t.get(), out.data(), out.size(),
-                       impl_->rank == 0);
-  // No communication at one rank: an empty comm table keeps the schema's shape.
-  H5Id ct(H5Tcreate(H5T_COMPOUND, sizeof(CommRowH5)), H5Tclose);
-  H5Id s16 = results::string_type(16);
-  H5Tinsert(ct.get(), "dim", HOFFSET(CommRowH5, dim), s16.get());
-  H5Tinsert(ct.get(), "kind", HOFFSET(CommRowH5, kind), s24.get());
-  H5Tinsert(ct.get(), "calls", HOFFSET(CommRowH5, calls), H5T_NATIVE_UINT64);
-  H5Tinsert(ct.get(), "bytes", HOFFSET(CommRowH5, bytes), H5T_NATIVE_UINT64);
-  H5Tinsert(ct.get(), "busy_s", HOFFSET(CommRowH5, busy), H5T_NATIVE_DOUBLE);
-  H5Tinsert(ct.get(), "exposed_s", HOFFSET(CommRowH5, exposed), H5T_NATIVE_DOUBLE);
-  create_empty(impl_->step.get(), "comm", ct.get());
+  write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "memory", t.get(), out);
+}
+
+void StepH5::write_comm(const std::vector<CommRow>& rows) {
+  H5Id ct(H5Tcreate(H5T_COMPOUND, sizeof(CommRow)), H5Tclose);
+  H5Id s8 = results::string_type(8), s24 = results::string_type(24);
+  H5Tinsert(ct.get(), "rank", HOFFSET(CommRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(ct.get(), "dim", HOFFSET(CommRow, dim), s8.get());
+  H5Tinsert(ct.get(), "kind", HOFFSET(CommRow, kind), s24.get());
+  H5Tinsert(ct.get(), "calls", HOFFSET(CommRow, calls), H5T_NATIVE_UINT64);
+  H5Tinsert(ct.get(), "bytes", HOFFSET(CommRow, bytes), H5T_NATIVE_UINT64);
+  H5Tinsert(ct.get(), "wire_bytes", HOFFSET(CommRow, wire_bytes), H5T_NATIVE_DOUBLE);
+  H5Tinsert(ct.get(), "busy_s", HOFFSET(CommRow, busy_s), H5T_NATIVE_DOUBLE);
+  H5Tinsert(ct.get(), "exposed_s", HOFFSET(CommRow, exposed_s), H5T_NATIVE_DOUBLE);
+  write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "comm", ct.get(), rows);
 }
 
 void StepH5::write_check(const std::vector<CheckRow>& rows) {
@@ -220,10 +246,15 @@ void StepH5::write_summary(const StepSummary& s) {
     double step_time_median, step_time_min, step_time_p99, tokens_per_s, flops_per_step,
         model_flops_per_s, peak_measured_flops, mfu_measured_peak, peak_datasheet_flops,
         mfu_datasheet, bubble_measured, bubble_theory, exposed_comm_fraction, loss_first,
-        loss_last;
+        loss_last, exposed_comm_fraction_dp, dp_wire_bytes, dp_wire_bytes_analytic;
     int32_t straggler_rank;
     char check[8];
+    uint8_t bytes_match;
   } r{};
+  r.exposed_comm_fraction_dp = s.exposed_dp;
+  r.dp_wire_bytes = s.dp_wire_bytes;
+  r.dp_wire_bytes_analytic = s.dp_wire_bytes_analytic;
+  r.bytes_match = s.bytes_match ? 1 : 0;
   r.step_time_median = s.step_time_median;
   r.step_time_min = s.step_time_min;
   r.step_time_p99 = s.step_time_p99;
@@ -247,54 +278,72 @@ void StepH5::write_summary(const StepSummary& s) {
   MB_F(flops_per_step); MB_F(model_flops_per_s); MB_F(peak_measured_flops);
   MB_F(mfu_measured_peak); MB_F(peak_datasheet_flops); MB_F(mfu_datasheet);
   MB_F(bubble_measured); MB_F(bubble_theory); MB_F(exposed_comm_fraction); MB_F(loss_first);
-  MB_F(loss_last);
+  MB_F(loss_last); MB_F(exposed_comm_fraction_dp); MB_F(dp_wire_bytes); MB_F(dp_wire_bytes_analytic);
 #undef MB_F
+  H5Tinsert(t.get(), "bytes_match", HOFFSET(Row, bytes_match), H5T_NATIVE_UINT8);
   H5Tinsert(t.get(), "straggler_rank", HOFFSET(Row, straggler_rank), H5T_NATIVE_INT32);
   H5Id s8 = results::string_type(8);
   H5Tinsert(t.get(), "check", HOFFSET(Row, check), s8.get());
   results::write_table(impl_->step.get(), "summary", t.get(), &r, 1, impl_->rank == 0);
 }
 
-void StepH5::write_events(const std::vector<OpEvent>& events, double t_origin) {
-  struct Row {
-    int32_t rank, step, microbatch, chunk, layer;
-    char kind[24], dim[8];
-    uint64_t bytes;
-    double flops, t_start, t_end;
-  };
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(Row)), H5Tclose);
-  H5Id s24 = results::string_type(24), s8 = results::string_type(8);
-  H5Tinsert(t.get(), "rank", HOFFSET(Row, rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "step", HOFFSET(Row, step), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "microbatch", HOFFSET(Row, microbatch), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "chunk", HOFFSET(Row, chunk), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "layer", HOFFSET(Row, layer), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "kind", HOFFSET(Row, kind), s24.get());
-  H5Tinsert(t.get(), "dim", HOFFSET(Row, dim), s8.get());
-  H5Tinsert(t.get(), "bytes", HOFFSET(Row, bytes), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "flops", HOFFSET(Row, flops), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "t_start", HOFFSET(Row, t_start), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "t_end", HOFFSET(Row, t_end), H5T_NATIVE_DOUBLE);
-  if (events.empty()) {
-    create_empty(impl_->step.get(), "events", t.get());
-    return;
-  }
-  std::vector<Row> rows(events.size());
-  for (size_t i = 0; i < events.size(); ++i) {
-    const OpEvent& e = events[i];
-    Row& r = rows[i];
-    r = Row{};
-    r.rank = impl_->rank;
+std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, double offset) {
+  std::vector<EventRow> rows;
+  rows.reserve(tr.ops.size() + tr.comms.size());
+  auto t = [&](double x) { return x + offset - t_origin; };
+  for (const OpEvent& e : tr.ops) {
+    EventRow r{};
+    r.rank = rank;
     r.step = e.step;
+    r.microbatch = e.micro;
     r.layer = e.layer;
     const char* ph = e.phase == 'F' ? "fwd" : (e.phase == 'B' ? "bwd" : "opt");
     put(r.kind, std::string(op_name(e.op)) + "." + ph);
+    put(r.dim, "-");
+    put(r.phase, std::string(1, e.phase));
+    r.group = -1;
     r.flops = e.flops;
-    r.t_start = e.t_start - t_origin;
-    r.t_end = e.t_end - t_origin;
+    r.t_post = r.t_start = t(e.t_start);
+    r.t_end = t(e.t_end);
+    rows.push_back(r);
   }
-  results::write_table(impl_->step.get(), "events", t.get(), rows.data(), rows.size(),
-                       impl_->rank == 0);
+  for (const CommEvent& e : tr.comms) {
+    EventRow r{};
+    r.rank = rank;
+    r.step = e.tags.step;
+    r.microbatch = e.tags.micro;
+    r.layer = e.tags.layer;
+    put(r.kind, std::string(comm::name(e.kind)));
+    put(r.dim, e.dim);
+    put(r.phase, std::string(1, e.tags.phase));
+    r.group = e.group;
+    r.bytes = e.bytes;
+    r.t_post = t(e.t_post);
+    r.t_start = t(e.t_start);
+    r.t_end = t(e.t_end);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+void StepH5::write_events(const std::vector<EventRow>& local) {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose);
+  H5Id s24 = results::string_type(24), s8 = results::string_type(8), s4 = results::string_type(4);
+  H5Tinsert(t.get(), "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "step", HOFFSET(EventRow, step), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "microbatch", HOFFSET(EventRow, microbatch), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "chunk", HOFFSET(EventRow, chunk), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "layer", HOFFSET(EventRow, layer), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "kind", HOFFSET(EventRow, kind), s24.get());
+  H5Tinsert(t.get(), "dim", HOFFSET(EventRow, dim), s8.get());
+  H5Tinsert(t.get(), "phase", HOFFSET(EventRow, phase), s4.get());
+  H5Tinsert(t.get(), "group", HOFFSET(EventRow, group), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "bytes", HOFFSET(EventRow, bytes), H5T_NATIVE_UINT64);
+  H5Tinsert(t.get(), "flops", HOFFSET(EventRow, flops), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "t_post", HOFFSET(EventRow, t_post), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "t_start", HOFFSET(EventRow, t_start), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "t_end", HOFFSET(EventRow, t_end), H5T_NATIVE_DOUBLE);
+  write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "events", t.get(), local);
 }
 
 void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {

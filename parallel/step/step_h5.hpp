@@ -13,7 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "check.hpp"
+#include "metrics.hpp"
 #include "model.hpp"
+#include "results/record.hpp"
 #include "results/run_context.hpp"
 
 namespace meshbench::parallel {
@@ -23,11 +26,6 @@ struct MemoryRow {
   double measured_bytes, analytic_bytes;  // analytic NaN where there is no closed form
 };
 
-struct CheckRow {
-  std::string quantity;  // loss, logits, grads, "grad:<name>"
-  double max_abs, rel, tolerance;  // rel = ||a - ref|| / ||ref||
-  bool pass;
-};
 
 struct StepSummary {
   double step_time_median, step_time_min, step_time_p99, tokens_per_s, flops_per_step,
@@ -36,26 +34,43 @@ struct StepSummary {
       loss_last;
   int straggler_rank;
   std::string check;  // pass, fail, off
+  // Per dimension: exposed / busy communication time over ranks and steps (NaN: none),
+  // measured and analytic bytes per rank per step, and whether they agree.
+  double exposed_dp = NAN, dp_wire_bytes = 0, dp_wire_bytes_analytic = 0;
+  bool bytes_match = true;
 };
+
+// One trace event as stored in step/events (compute ops and communication calls).
+struct EventRow {
+  int32_t rank, step, microbatch, chunk, layer;
+  char kind[24], dim[8], phase[4];
+  int32_t group;
+  uint64_t bytes;
+  double flops, t_post, t_start, t_end;  // seconds since the run's origin, rank 0's clock
+};
+// This rank's trace as rows; times shifted by -t_origin + clock offset (to rank 0's clock).
+std::vector<EventRow> event_rows(const Trace& trace, int rank, double t_origin, double offset);
 
 class StepH5 {
  public:
   // Creates (or with append opens) the file on `world`, writes the root and run attributes
   // and creates /runs/<run_id>/step with `step_attrs`. ctx.run_id may gain a -2 suffix.
   StepH5(const std::string& path, bool append, MPI_Comm world, results::RunContext& ctx,
-         const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names);
+         const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names,
+         const std::vector<results::GroupInfo>& groups);
   ~StepH5();
   StepH5(const StepH5&) = delete;
   StepH5& operator=(const StepH5&) = delete;
 
-  // One timed step: this rank's step time and phase times; loss from rank 0.
+  // One timed step (collective): this rank's step time and phase times; the loss from rank 0.
   void append_step(double step_time, std::span<const double> phases, double loss);
+  // Tables of every rank (collective; each rank passes its own rows).
   void write_memory(const std::vector<MemoryRow>& rows);
+  void write_comm(const std::vector<CommRow>& rows);
+  void write_events(const std::vector<EventRow>& rows);
   void write_check(const std::vector<CheckRow>& rows);
   void write_summary(const StepSummary& s);
   void write_op_profile(const std::vector<std::pair<std::string, double>>& op_seconds);
-  // The op trace (DESIGN.md events): one row per op call; times relative to `t_origin`.
-  void write_events(const std::vector<OpEvent>& events, double t_origin);
   void write_step_attrs(const nlohmann::ordered_json& attrs);  // adds or overwrites
   void finish(const std::string& status);  // end_time, status; flushes
 

@@ -71,13 +71,13 @@ class Communicator {
   virtual void sendrecv(View send, int to, View recv, int from) = 0;
 
   // Non-blocking forms (the buffers must stay untouched until the request completes). Device
-  // views on NCCL are ordered after the work already queued on `producer` (an opaque compute
-  // stream, compute::Stream; null: the legacy default stream).
+  // views are read only after order_after() has been called for the stream that wrote them.
   virtual std::unique_ptr<Request> iall_reduce(View send, View recv, RedOp op) = 0;
   virtual std::unique_ptr<Request> iall_gather(View send, View recv) = 0;
   virtual std::unique_ptr<Request> ireduce_scatter(View send, View recv, RedOp op) = 0;
   // Orders the following calls after everything already queued on the compute stream
-  // `producer` (CUDA: an event the communicator's stream waits on; host: nothing to do).
+  // `producer` (an opaque cudaStream_t; null: host compute, nothing queued). NCCL: an event
+  // its stream waits on; MPI with device buffers: a synchronisation before staging.
   virtual void order_after(void* producer) = 0;
 
   virtual void barrier() = 0;        // all ranks of this group, after local work completes

@@ -256,8 +256,11 @@ class MpiCommunicator final : public Communicator {
     return q;
   }
 
-  // Host compute is done when its call returns; device views are staged by a blocking copy.
-  void order_after(void* producer) override { compute::stream_synchronize(producer); }
+  // Host compute (producer null) is done when its call returns; a device producer's queued
+  // work must finish before the staging copy reads it.
+  void order_after(void* producer) override {
+    if (producer != nullptr) compute::stream_synchronize(producer);
+  }
 
   void barrier() override { MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str()); }
   void synchronize() override {}

@@ -34,6 +34,10 @@ const std::string& fault_host();
 [[noreturn]] void fatal_runtime(const std::string& op, const std::string& group,
                                 const std::string& detail);
 
+// Exit codes of every binary (DESIGN.md): ok, a check failed, bad usage or an impossible
+// configuration, a runtime fault (MPI/NCCL/CUDA error, timeout).
+inline constexpr int kExitOk = 0, kExitCheck = 1, kExitUsage = 2, kExitRuntime = 3;
+
 // Called by the check macros; `group` is the communicator's name or "-".
 [[noreturn]] void check_failed(const char* kind, const char* stmt, const std::string& detail,
                                const char* group, const char* file, int line);

@@ -21,7 +21,9 @@ expect 2 "--steps 0: must be at least 1" --steps 0
 expect 2 "--device" --device tpu
 MESHBENCH_HEADS=5 expect 2 "--heads 5 must divide --hidden 64"
 expect 2 "--device cuda: no usable GPU" --device cuda
-expect 2 "--mesh tp=2: step_bench runs the single-rank engine" --mesh tp=2
+expect 2 "--mesh tp=2: tensor parallel is not available in this build" --mesh tp=2
+expect 2 "--micro-batches 0: must be at least 1" --micro-batches 0
+expect 2 "--mesh" --mesh dp=2
 expect 2 "" --mesh bogus=2
 expect 2 "--backend" --backend gloo
 # the shared flags a sweep passes are accepted at their single-rank values

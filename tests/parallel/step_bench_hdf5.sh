@@ -40,8 +40,8 @@ for rid in runs:
     assert r.attrs["binary"] == "step_bench"
     s = r["step"]
     assert s["step_times"].shape == (3, 1), s["step_times"].shape
-    assert s["phases"].shape == (3, 1, 3)
-    assert list(json.loads(s.attrs["phase_names"])) == ["forward", "backward", "optimizer"]
+    assert s["phases"].shape == (3, 1, 4)
+    assert list(json.loads(s.attrs["phase_names"])) == ["forward", "backward", "grad_sync", "optimizer"]
     assert (s["step_times"][:] > 0).all()
     ph = s["phases"][:, 0, :].sum(axis=1)
     assert (abs(ph - s["step_times"][:, 0]) <= 1e-3 * s["step_times"][:, 0] + 1e-6).all()

@@ -1,0 +1,41 @@
+// The executor: runs one rank's action list (schedule.hpp) for one training step over the
+// model, the strategies and the trace. Each action is timed into a phase span; the data of
+// micro-batch i on this rank is the global batch's slice (dp_rank x m + i) x b, drawn from
+// the seed, so any plan and the single-rank reference see the same samples.
+// Not here: what a strategy does inside an action (strategies/), the metrics (step/).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data_parallel.hpp"
+#include "model.hpp"
+#include "plan.hpp"
+#include "schedule.hpp"
+#include "trace.hpp"
+
+namespace meshbench::parallel {
+
+template <typename S>
+struct StepEnv {
+  Gpt<S>& model;
+  DataParallel<S>* dp;  // null at dp x cp = 1
+  Trace& trace;
+  const Plan& plan;
+  DataKind data;
+  uint64_t seed;
+  int dp_rank;          // this rank's index in the dp x cp group
+  AdamWConfig adam;
+};
+
+// Runs `actions` as step `step` (data index `data_step`; AdamW step t = adam_t) and returns
+// this rank's mean loss over its micro-batches. Stamps trace.step_start/step_end when on.
+// zero_grads: start from zero gradients (false continues an interrupted list).
+template <typename S>
+double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, int64_t data_step,
+                int adam_t, bool zero_grads = true);
+
+// The first sample of micro-batch `micro` of dp rank `dp_rank` in the global batch.
+int64_t first_sample(const Plan& plan, int dp_rank, int micro);
+
+}  // namespace meshbench::parallel

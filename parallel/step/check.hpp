@@ -1,0 +1,45 @@
+// --check: the numerics of a step against a reference, by normalised error per tensor
+// (||a - ref|| / ||ref||) with a stated tolerance. At one rank the float32 step is compared
+// with a float64 run of the same step (1e-4); on several ranks the parallel step is compared
+// with the single-rank reference on rank 0, which runs the same global batch from the same
+// canonical weights as m x dp micro-batches of gradient accumulation (1e-5): the loss,
+// every parameter gradient of every rank gathered back to full shape, and the parameters
+// after the AdamW step. Rows go to step/check; a failed row makes the run exit 1.
+// Not here: the strategies being checked, output.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "executor.hpp"
+#include "model.hpp"
+
+namespace meshbench::parallel {
+
+struct CheckRow {
+  std::string quantity;  // loss, logits, grads, "grad:<name>", params_after
+  double max_abs, rel, tolerance;  // rel = ||a - ref|| / ||ref||; over ranks, the worst
+  bool pass;
+};
+
+inline constexpr double kParallelTolerance = 1e-5;  // fp32 parallel vs fp32 single rank
+inline constexpr double kFp64Tolerance = 1e-4;      // fp32 vs fp64, one rank
+
+// Normalised L2 error of a against ref (n elements); max_abs receives the largest |a - ref|.
+template <typename A, typename R>
+double rel_err(const A* a, const R* ref, int64_t n, double* max_abs);
+
+// One rank: a float32 step against the float64 instantiation on the same weights and tokens.
+std::vector<CheckRow> check_against_fp64(Gpt<float>& m32, const int32_t* tok, const int32_t* tgt);
+
+// Several ranks (collective over `world`): one step of the plan on every rank against the
+// single-rank reference on rank 0. Leaves the model's weights as the step left them; every
+// rank returns the same rows.
+std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::vector<Action>& actions,
+                                              MPI_Comm world);
+
+bool all_pass(const std::vector<CheckRow>& rows);
+
+}  // namespace meshbench::parallel

@@ -1,0 +1,96 @@
+#include "metrics.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <utility>
+
+namespace meshbench::parallel {
+
+namespace {
+std::vector<Interval> merged(std::vector<Interval> v) {
+  std::sort(v.begin(), v.end(), [](const Interval& x, const Interval& y) { return x.a < y.a; });
+  std::vector<Interval> out;
+  for (const Interval& i : v) {
+    if (i.b <= i.a) continue;
+    if (!out.empty() && i.a <= out.back().b)
+      out.back().b = std::max(out.back().b, i.b);
+    else
+      out.push_back(i);
+  }
+  return out;
+}
+
+template <size_t N>
+void put(char (&dst)[N], const std::string& s) {
+  std::memset(dst, 0, N);
+  std::memcpy(dst, s.data(), std::min(N - 1, s.size()));
+}
+}  // namespace
+
+double union_length(std::vector<Interval> v) {
+  double t = 0;
+  for (const Interval& i : merged(std::move(v))) t += i.b - i.a;
+  return t;
+}
+
+double uncovered_length(std::vector<Interval> v, std::vector<Interval> cover) {
+  const std::vector<Interval> a = merged(std::move(v)), c = merged(std::move(cover));
+  double t = 0;
+  size_t j = 0;
+  for (const Interval& i : a) {
+    double pos = i.a;
+    while (j < c.size() && c[j].b <= pos) ++j;
+    for (size_t k = j; k < c.size() && c[k].a < i.b; ++k) {
+      if (c[k].a > pos) t += c[k].a - pos;
+      pos = std::max(pos, c[k].b);
+      if (pos >= i.b) break;
+    }
+    if (pos < i.b) t += i.b - pos;
+  }
+  return t;
+}
+
+RankMetrics rank_metrics(const Trace& tr, int rank) {
+  RankMetrics m;
+  const size_t steps = tr.step_start.size();
+  m.step_time.resize(steps);
+  m.phases.assign(steps, {0, 0, 0, 0});
+  for (size_t s = 0; s < steps; ++s) m.step_time[s] = tr.step_end[s] - tr.step_start[s];
+  for (const PhaseSpan& p : tr.phases)
+    for (size_t k = 0; k < kPhaseNames.size(); ++k)
+      if (p.name == kPhaseNames[k] && p.step >= 0 && static_cast<size_t>(p.step) < steps)
+        m.phases[static_cast<size_t>(p.step)][k] += p.t1 - p.t0;
+  // Per step: compute intervals, and each (dim, kind)'s call intervals.
+  std::vector<std::vector<Interval>> compute(steps);
+  for (const OpEvent& e : tr.ops)
+    if (e.step >= 0 && static_cast<size_t>(e.step) < steps)
+      compute[static_cast<size_t>(e.step)].push_back({e.t_start, e.t_end});
+  std::map<std::pair<std::string, int>, CommRow> rows;
+  std::map<std::pair<std::string, int>, std::vector<std::vector<Interval>>> busy;
+  for (const CommEvent& e : tr.comms) {
+    const auto key = std::make_pair(e.dim, static_cast<int>(e.kind));
+    CommRow& r = rows[key];
+    r.rank = rank;
+    put(r.dim, e.dim);
+    put(r.kind, std::string(comm::name(e.kind)));
+    ++r.calls;
+    r.bytes += e.bytes;
+    r.wire_bytes += e.wire_bytes;
+    auto& per_step = busy[key];
+    per_step.resize(steps);
+    if (e.tags.step >= 0 && static_cast<size_t>(e.tags.step) < steps)
+      per_step[static_cast<size_t>(e.tags.step)].push_back({e.t_start, e.t_end});
+  }
+  for (auto& [key, r] : rows) {
+    const auto& per_step = busy[key];
+    for (size_t s = 0; s < steps; ++s) {
+      r.busy_s += union_length(per_step[s]);
+      r.exposed_s += uncovered_length(per_step[s], compute[s]);
+    }
+    m.comm.push_back(r);
+  }
+  return m;
+}
+
+}  // namespace meshbench::parallel

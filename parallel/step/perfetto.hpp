@@ -1,0 +1,22 @@
+// --trace FILE.json: the step trace in the Chrome trace-event format that Perfetto
+// (ui.perfetto.dev) and chrome://tracing open: one process per rank, one track for its
+// compute ops and one per communicator (dimension and group), complete ("X") events in
+// microseconds on rank 0's clock. Rank clocks are aligned by the offsets estimated at
+// start-up (comm/clock_sync.hpp); each rank's offset error is written into its process name
+// and the file's metadata. Not here: the rows themselves (step_h5.hpp event_rows).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "comm/clock_sync.hpp"
+#include "step_h5.hpp"
+
+namespace meshbench::parallel {
+
+// On rank 0, with every rank's rows and clock offset; throws std::runtime_error on I/O.
+void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
+                    const std::vector<comm::ClockOffset>& offsets,
+                    const std::vector<std::string>& hosts);
+
+}  // namespace meshbench::parallel

@@ -1,0 +1,154 @@
+#include "report.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/stats.hpp"
+
+namespace meshbench::parallel {
+
+namespace {
+std::vector<double> column(const std::vector<std::vector<double>>& m, size_t r) {
+  std::vector<double> v;
+  for (const auto& row : m) v.push_back(row[r]);
+  return v;
+}
+}  // namespace
+
+StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet) {
+  StepSummary s{};
+  std::vector<double> t;  // the step's time: its slowest rank
+  for (const auto& row : r.step_time) t.push_back(*std::max_element(row.begin(), row.end()));
+  s.step_time_median = core::median(t);
+  s.step_time_min = core::min_of(t);
+  s.step_time_p99 = core::percentile(t, 99);
+  s.tokens_per_s = r.global_tokens / s.step_time_median;
+  s.flops_per_step = r.flops_per_step;
+  s.model_flops_per_s = r.flops_per_step / s.step_time_median;
+  double peak_sum = 0;
+  for (double p : r.peak) peak_sum += p;
+  s.peak_measured_flops = peak_sum;
+  s.mfu_measured_peak = s.model_flops_per_s / peak_sum;
+  s.peak_datasheet_flops = datasheet * r.ranks;
+  s.mfu_datasheet = s.model_flops_per_s / s.peak_datasheet_flops;  // NaN without an entry
+  s.bubble_measured = 0;
+  s.bubble_theory = 0;
+  s.loss_first = r.loss.empty() ? NAN : r.loss.front();
+  s.loss_last = r.loss.empty() ? NAN : r.loss.back();
+  // The straggler: the rank with the most compute (forward + backward + optimizer) per step.
+  double worst = -1;
+  for (int k = 0; k < r.ranks; ++k) {
+    std::vector<double> c;
+    for (const auto& st : r.phases) c.push_back(st[k][0] + st[k][1] + st[k][3]);
+    const double med = c.empty() ? 0 : core::median(c);
+    if (med > worst) {
+      worst = med;
+      s.straggler_rank = k;
+    }
+  }
+  double busy = 0, exposed = 0, wire = 0;
+  uint64_t bytes = 0;
+  for (const CommRow& c : r.comm) {
+    busy += c.busy_s;
+    exposed += c.exposed_s;
+    if (std::string(c.dim) == "dp") {
+      wire += c.wire_bytes;
+      bytes += c.bytes;
+    }
+  }
+  s.exposed_comm_fraction = busy > 0 ? exposed / busy : 0;
+  s.exposed_dp = s.exposed_comm_fraction;
+  const double per = r.steps > 0 ? 1.0 / (double(r.steps) * r.ranks) : 0;
+  s.dp_wire_bytes = wire * per;
+  s.dp_wire_bytes_analytic = r.dp > 1 ? r.dp_wire_analytic : 0;
+  // Exact: every rank's payload over the timed steps is steps x the plan's gradient bytes.
+  const uint64_t want = r.dp > 1 ? static_cast<uint64_t>(r.dp_bytes_analytic) * r.steps * r.ranks : 0;
+  s.bytes_match = bytes == want;
+  s.check = check;
+  return s;
+}
+
+void print_step_report(const core::Log& out, const StepRecord& r, const StepSummary& s) {
+  out.out("  step time median {:.3f} ms (min {:.3f}, p99 {:.3f}; slowest rank per step) over {} steps after {} warm-up\n",
+          s.step_time_median * 1e3, s.step_time_min * 1e3, s.step_time_p99 * 1e3, r.steps, r.warmup);
+  out.out("  {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>6}\n", "rank", "step ms", "forward",
+          "backward", "grad_sync", "optimizer", "comm exp.", "GFLOP/s", "MFU");
+  for (int k = 0; k < r.ranks; ++k) {
+    std::array<std::vector<double>, 4> ph;
+    for (const auto& st : r.phases)
+      for (size_t i = 0; i < 4; ++i) ph[i].push_back(st[static_cast<size_t>(k)][i]);
+    const double st = core::median(column(r.step_time, static_cast<size_t>(k)));
+    double exposed = 0;
+    for (const CommRow& c : r.comm)
+      if (c.rank == k) exposed += c.exposed_s;
+    const double fl = r.flops_per_step / r.ranks / st;
+    out.out("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9.2f} {:>5.1f}%{}\n", k, st * 1e3,
+            core::median(ph[0]) * 1e3, core::median(ph[1]) * 1e3, core::median(ph[2]) * 1e3,
+            core::median(ph[3]) * 1e3, exposed / std::max(1, r.steps) * 1e3, fl / 1e9,
+            100 * fl / r.peak[static_cast<size_t>(k)], k == s.straggler_rank && r.ranks > 1 ? "  straggler" : "");
+  }
+  if (!r.comm.empty()) {
+    // Per (dim, kind), summed over ranks, per rank and step.
+    std::map<std::pair<std::string, std::string>, CommRow> agg;
+    for (const CommRow& c : r.comm) {
+      CommRow& a = agg[{c.dim, c.kind}];
+      a.calls += c.calls;
+      a.bytes += c.bytes;
+      a.wire_bytes += c.wire_bytes;
+      a.busy_s += c.busy_s;
+      a.exposed_s += c.exposed_s;
+    }
+    const double per = 1.0 / (double(std::max(1, r.steps)) * r.ranks);
+    out.out("  communication per rank and step: {:>4} {:<14} {:>6} {:>12} {:>12} {:>12} {:>10} {:>10} {:>8}\n", "dim",
+            "kind", "calls", "payload B", "wire B", "analytic B", "busy ms", "exposed ms", "exposed");
+    for (const auto& [key, a] : agg) {
+      const bool dp = key.first == "dp";
+      out.out("  {:>36} {:<14} {:>6.1f} {:>12.0f} {:>12.0f} {:>12} {:>10.3f} {:>10.3f} {:>7.1f}%{}\n", key.first,
+              key.second, a.calls * per, a.bytes * per, a.wire_bytes * per,
+              dp ? fmt::format("{:.0f}", r.dp_wire_analytic) : std::string("-"), a.busy_s * per * 1e3,
+              a.exposed_s * per * 1e3, a.busy_s > 0 ? 100 * a.exposed_s / a.busy_s : 0.0,
+              dp && !s.bytes_match ? "  MISMATCH: measured bytes differ from the plan's" : "");
+    }
+  }
+  out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",
+          s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,
+          r.ranks, std::isnan(s.mfu_datasheet) ? std::string("n/a") : fmt::format("{:.1f}%", 100 * s.mfu_datasheet));
+  out.out("  loss {:.4f} -> {:.4f}\n", s.loss_first, s.loss_last);
+}
+
+void write_step_jsonl(const std::string& path, const std::string& run_id, const std::string& tag,
+                      const StepRecord& r, const StepSummary& s, int threads) {
+  std::ofstream js(path, std::ios::app);
+  for (size_t i = 0; i < r.step_time.size(); ++i) {
+    const auto& row = r.step_time[i];
+    nlohmann::ordered_json ph;
+    for (size_t k = 0; k < kPhaseNames.size(); ++k) {
+      double mx = 0;
+      for (const auto& p : r.phases[i]) mx = std::max(mx, p[k]);
+      ph[kPhaseNames[k]] = mx;
+    }
+    js << nlohmann::ordered_json{{"run_id", run_id}, {"binary", "step_bench"}, {"tag", tag}, {"step", i},
+                                 {"step_time", *std::max_element(row.begin(), row.end())}, {"phases_max", ph},
+                                 {"forward", ph["forward"]}, {"backward", ph["backward"]},
+                                 {"optimizer", ph["optimizer"]}, {"loss", r.loss[i]}}
+              .dump()
+       << "\n";
+  }
+  js << nlohmann::ordered_json{{"run_id", run_id}, {"binary", "step_bench"}, {"tag", tag}, {"summary", true},
+                               {"model", r.model}, {"plan", r.plan}, {"ranks", r.ranks}, {"threads", threads},
+                               {"step_time_median", s.step_time_median}, {"tokens_per_s", s.tokens_per_s},
+                               {"flops_per_step", s.flops_per_step}, {"model_flops_per_s", s.model_flops_per_s},
+                               {"peak_measured_flops", s.peak_measured_flops}, {"mfu_measured_peak", s.mfu_measured_peak},
+                               {"exposed_comm_fraction", s.exposed_comm_fraction}, {"straggler_rank", s.straggler_rank},
+                               {"dp_wire_bytes", s.dp_wire_bytes}, {"dp_wire_bytes_analytic", s.dp_wire_bytes_analytic},
+                               {"bytes_match", s.bytes_match}, {"check", s.check}}
+            .dump()
+     << "\n";
+}
+
+}  // namespace meshbench::parallel

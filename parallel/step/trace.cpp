@@ -1,0 +1,117 @@
+#include "trace.hpp"
+
+#include "core/timer.hpp"
+
+namespace meshbench::parallel {
+
+using comm::Collective;
+using comm::View;
+
+double wire_bytes(Collective c, uint64_t payload, int n) {
+  const double S = static_cast<double>(payload), f = n > 0 ? double(n - 1) / n : 0.0;
+  switch (c) {
+    case Collective::kAllReduce: return 2 * f * S;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll: return f * S;
+    case Collective::kBroadcast:
+    case Collective::kSendRecv: return n > 1 ? S : 0.0;
+  }
+  return 0;
+}
+
+namespace {
+// Completion is stamped into the trace the first time the inner request reports it.
+class RecordedRequest final : public comm::Request {
+ public:
+  RecordedRequest(std::unique_ptr<comm::Request> inner, Trace& trace, std::ptrdiff_t index)
+      : inner_(std::move(inner)), trace_(trace), index_(index) {}
+  ~RecordedRequest() override {
+    if (!done_) wait();
+  }
+  bool test() override {
+    if (done_) return true;
+    if (inner_->test()) stamp();
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    inner_->wait();
+    stamp();
+  }
+
+ private:
+  void stamp() {
+    done_ = true;
+    if (index_ >= 0) trace_.comms[static_cast<size_t>(index_)].t_end = core::now_seconds();
+  }
+  std::unique_ptr<comm::Request> inner_;
+  Trace& trace_;
+  std::ptrdiff_t index_;
+  bool done_ = false;
+};
+}  // namespace
+
+RecordingComm::RecordingComm(std::unique_ptr<comm::Communicator> inner, Trace& trace,
+                             std::string dim, int group_id)
+    : Communicator(inner->mpi_comm(), inner->group_name()),
+      inner_(std::move(inner)),
+      trace_(trace),
+      dim_(std::move(dim)),
+      group_id_(group_id) {}
+
+template <typename F>
+void RecordingComm::blocking(Collective c, uint64_t bytes, F&& call) {
+  const double t0 = core::now_seconds();
+  call();
+  const double t1 = core::now_seconds();
+  if (!trace_.on) return;
+  const int n = inner_->size();
+  trace_.comms.push_back({trace_.tags, dim_, c, group_id_, n, bytes, wire_bytes(c, bytes, n), t0, t0, t1, true});
+}
+
+std::unique_ptr<comm::Request> RecordingComm::posted(Collective c, uint64_t bytes,
+                                                     std::unique_ptr<comm::Request> inner,
+                                                     double t_post) {
+  std::ptrdiff_t index = -1;
+  if (trace_.on) {
+    const int n = inner_->size();
+    index = static_cast<std::ptrdiff_t>(trace_.comms.size());
+    trace_.comms.push_back({trace_.tags, dim_, c, group_id_, n, bytes, wire_bytes(c, bytes, n), t_post,
+                            t_post, t_post, false});
+  }
+  return std::make_unique<RecordedRequest>(std::move(inner), trace_, index);
+}
+
+void RecordingComm::all_reduce(View s, View r, comm::RedOp op) {
+  blocking(Collective::kAllReduce, r.bytes(), [&] { inner_->all_reduce(s, r, op); });
+}
+void RecordingComm::all_gather(View s, View r) {
+  blocking(Collective::kAllGather, r.bytes(), [&] { inner_->all_gather(s, r); });
+}
+void RecordingComm::reduce_scatter(View s, View r, comm::RedOp op) {
+  blocking(Collective::kReduceScatter, s.bytes(), [&] { inner_->reduce_scatter(s, r, op); });
+}
+void RecordingComm::all_to_all(View s, View r) {
+  blocking(Collective::kAllToAll, s.bytes(), [&] { inner_->all_to_all(s, r); });
+}
+void RecordingComm::broadcast(View s, View r, int root) {
+  blocking(Collective::kBroadcast, r.bytes(), [&] { inner_->broadcast(s, r, root); });
+}
+void RecordingComm::sendrecv(View s, int to, View r, int from) {
+  blocking(Collective::kSendRecv, s.bytes(), [&] { inner_->sendrecv(s, to, r, from); });
+}
+std::unique_ptr<comm::Request> RecordingComm::iall_reduce(View s, View r, comm::RedOp op) {
+  const double t = core::now_seconds();
+  return posted(Collective::kAllReduce, r.bytes(), inner_->iall_reduce(s, r, op), t);
+}
+std::unique_ptr<comm::Request> RecordingComm::iall_gather(View s, View r) {
+  const double t = core::now_seconds();
+  return posted(Collective::kAllGather, r.bytes(), inner_->iall_gather(s, r), t);
+}
+std::unique_ptr<comm::Request> RecordingComm::ireduce_scatter(View s, View r, comm::RedOp op) {
+  const double t = core::now_seconds();
+  return posted(Collective::kReduceScatter, s.bytes(), inner_->ireduce_scatter(s, r, op), t);
+}
+
+}  // namespace meshbench::parallel
