@@ -1,0 +1,197 @@
+// The parallel step's pieces without MPI: the plan's rules, the bucket rule, the schedule,
+// the metrics' interval arithmetic and per-call bytes, the gradient-ready hooks, and the
+// CPU backend's ops through the Backend interface against the float64 reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend.hpp"
+#include "core/error.hpp"
+#include "metrics.hpp"
+#include "model.hpp"
+#include "plan.hpp"
+#include "schedule.hpp"
+#include "trace.hpp"
+
+using namespace meshbench::parallel;
+using meshbench::comm::Collective;
+using meshbench::core::UsageError;
+
+namespace {
+Plan plan_for(const std::string& mesh, int world, int m = 1) {
+  Plan p;
+  p.mesh_text = mesh;
+  p.mesh = meshbench::comm::parse_mesh(mesh);
+  p.micro_batches = m;
+  resolve_and_validate(p, world);
+  return p;
+}
+std::string usage_message(const std::string& mesh, int world, int m = 1) {
+  try {
+    plan_for(mesh, world, m);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Plan, DegreesAndGlobalBatch) {
+  Plan p = plan_for("dp=4", 4, 3);
+  EXPECT_EQ(p.degrees.dp, 4);
+  p.model.micro_batch = 2;
+  EXPECT_EQ(p.global_batch(), 2 * 3 * 4);
+  EXPECT_EQ(plan_for("", 8).degrees.dp, 8);  // dp defaults to the world size
+}
+
+TEST(Plan, RulesNameTheOption) {
+  EXPECT_NE(usage_message("dp=3", 4).find("--mesh dp=3"), std::string::npos);
+  EXPECT_NE(usage_message("tp=2", 4).find("--mesh tp=2: tensor parallel is not available in this build"),
+            std::string::npos);
+  EXPECT_NE(usage_message("cp=2", 4).find("context parallel"), std::string::npos);
+  EXPECT_NE(usage_message("ep=2", 4).find("expert parallel"), std::string::npos);
+  EXPECT_NE(usage_message("pp=2", 4).find("pipeline parallel"), std::string::npos);
+  EXPECT_NE(usage_message("dp=2", 2, 0).find("--micro-batches 0: must be at least 1"), std::string::npos);
+}
+
+TEST(Plan, BucketRule) {
+  Plan p;
+  EXPECT_EQ(bucket_elements(p, 1000, 4), 16 * 1024);                // the floor
+  EXPECT_EQ(bucket_elements(p, 4'000'000, 4), 1'000'000);           // a quarter
+  EXPECT_EQ(bucket_elements(p, 1'000'000'000, 4), 40'000'000);      // Megatron's cap
+  EXPECT_EQ(bucket_elements(p, 4'000'001, 4) % 64, 0);              // rounded to 64
+  p.bucket_mb = 1;
+  EXPECT_EQ(bucket_elements(p, 1'000'000'000, 4), 262144);          // 1 MiB of floats
+}
+
+TEST(Schedule, Accumulation) {
+  EXPECT_EQ(to_string(accumulation_schedule(1)), "F0 B0 G O");
+  EXPECT_EQ(to_string(accumulation_schedule(3)), "F0 B0 F1 B1 F2 B2 G O");
+}
+
+TEST(Metrics, UnionAndUncovered) {
+  EXPECT_DOUBLE_EQ(union_length({{0, 1}, {0.5, 2}, {3, 4}}), 3.0);
+  EXPECT_DOUBLE_EQ(union_length({}), 0.0);
+  // comm [0, 10) with compute [1, 2) and [5, 12): uncovered [0,1) + [2,5) = 4
+  EXPECT_DOUBLE_EQ(uncovered_length({{0, 10}}, {{1, 2}, {5, 12}}), 4.0);
+  EXPECT_DOUBLE_EQ(uncovered_length({{0, 10}}, {}), 10.0);
+  EXPECT_DOUBLE_EQ(uncovered_length({{0, 10}}, {{-1, 11}}), 0.0);
+  EXPECT_DOUBLE_EQ(uncovered_length({{0, 2}, {4, 6}}, {{1, 5}}), 2.0);
+}
+
+TEST(Metrics, WireBytes) {
+  EXPECT_DOUBLE_EQ(wire_bytes(Collective::kAllReduce, 1000, 4), 1500.0);
+  EXPECT_DOUBLE_EQ(wire_bytes(Collective::kAllGather, 1000, 4), 750.0);
+  EXPECT_DOUBLE_EQ(wire_bytes(Collective::kReduceScatter, 1000, 2), 500.0);
+  EXPECT_DOUBLE_EQ(wire_bytes(Collective::kAllReduce, 1000, 1), 0.0);
+}
+
+TEST(Metrics, ExposedFromTrace) {
+  Trace t;
+  t.step_start = {0.0};
+  t.step_end = {10.0};
+  t.ops.push_back({0, 0, 1, Op::kMatmul, 'B', 0, 1.0, 4.0});
+  CommEvent c{};
+  c.dim = "dp";
+  c.kind = Collective::kAllReduce;
+  c.bytes = 100;
+  c.t_post = c.t_start = 2.0;
+  c.t_end = 6.0;  // 2..4 hidden behind the matmul, 4..6 exposed
+  t.comms.push_back(c);
+  t.phases.push_back({0, "backward", 0.0, 4.0});
+  t.phases.push_back({0, "grad_sync", 4.0, 6.0});
+  const RankMetrics m = rank_metrics(t, 3);
+  ASSERT_EQ(m.comm.size(), 1u);
+  EXPECT_EQ(m.comm[0].rank, 3);
+  EXPECT_EQ(m.comm[0].calls, 1u);
+  EXPECT_DOUBLE_EQ(m.comm[0].busy_s, 4.0);
+  EXPECT_DOUBLE_EQ(m.comm[0].exposed_s, 2.0);
+  EXPECT_DOUBLE_EQ(m.step_time[0], 10.0);
+  EXPECT_DOUBLE_EQ(m.phases[0][2], 2.0);
+}
+
+// The backward reports every range of the flat gradient array once, from the end of the
+// layout to its start, so buckets cut from the end become ready in order.
+TEST(Hooks, GradientRangesCoverTheLayoutInReverse) {
+  for (bool tied : {true, false}) {
+    GptConfig c = preset("tiny");
+    c.layers = 3;
+    c.tied = tied;
+    Gpt<float> m(c);
+    m.init_weights(1);
+    std::vector<std::pair<int64_t, int64_t>> seen;
+    BackwardHooks h;
+    h.grads_ready = [&](int64_t lo, int64_t hi, int) { seen.emplace_back(lo, hi); };
+    m.set_hooks(h);
+    std::vector<int32_t> tok(static_cast<size_t>(c.tokens()), 1), tgt(tok.size(), 2);
+    m.zero_grad();
+    m.forward(tok.data(), tgt.data());
+    m.backward();
+    ASSERT_EQ(seen.size(), static_cast<size_t>(c.layers) + 3);
+    EXPECT_EQ(seen.front().second, m.layout().find("lm_head.bias").offset + c.vocab);
+    EXPECT_EQ(seen.back().first, 0);
+    for (size_t i = 1; i < seen.size(); ++i) {
+      EXPECT_LE(seen[i].second, seen[i - 1].first) << i;  // strictly descending
+      EXPECT_GE(seen[i].second + 16, seen[i - 1].first) << i;  // gaps only the 16-element alignment
+    }
+  }
+}
+
+// The CPU backend's ops through the interface, float32 against float64.
+TEST(CpuBackend, OpsMatchFloat64) {
+  Backend<float>& f = cpu_backend<float>();
+  Backend<double>& d = cpu_backend<double>();
+  std::mt19937 g(7);
+  std::normal_distribution<double> nd(0, 1);
+  const int B = 2, T = 9, NH = 4, KVH = 2, hs = 8, C = NH * hs, QKV = (NH + 2 * KVH) * hs, N = B * T;
+  auto rnd = [&](size_t n) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = nd(g);
+    return v;
+  };
+  auto as_f = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  auto rel = [](const std::vector<float>& a, const std::vector<double>& r) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (a[i] - r[i]) * (a[i] - r[i]);
+      den += r[i] * r[i];
+    }
+    return std::sqrt(num / den);
+  };
+  const std::vector<double> qkv = rnd(size_t(N) * QKV), dy = rnd(size_t(N) * C);
+  std::vector<double> out(size_t(N) * C), att(size_t(B) * NH * T * T), datt(att.size()), dqkv(qkv.size());
+  d.attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, KVH, hs);
+  d.attention_backward(dqkv.data(), datt.data(), dy.data(), qkv.data(), att.data(), B, T, NH, KVH, hs);
+  std::vector<float> qkv_f = as_f(qkv), dy_f = as_f(dy), out_f(out.size()), att_f(att.size()), datt_f(att.size()),
+                     dqkv_f(qkv.size());
+  f.attention_forward(out_f.data(), att_f.data(), qkv_f.data(), B, T, NH, KVH, hs);
+  f.attention_backward(dqkv_f.data(), datt_f.data(), dy_f.data(), qkv_f.data(), att_f.data(), B, T, NH, KVH, hs);
+  EXPECT_LT(rel(out_f, out), 1e-6);
+  EXPECT_LT(rel(dqkv_f, dqkv), 1e-5);
+  // matmul forward and backward
+  const int OC = 24;
+  const std::vector<double> x = rnd(size_t(N) * C), w = rnd(size_t(OC) * C), b = rnd(OC), dz = rnd(size_t(N) * OC);
+  std::vector<double> z(size_t(N) * OC), dx(x.size()), dw(w.size(), 0), db(OC, 0);
+  d.matmul_forward(z.data(), x.data(), w.data(), b.data(), N, C, OC, false);
+  d.matmul_backward(dx.data(), dw.data(), db.data(), dz.data(), x.data(), w.data(), N, C, OC);
+  std::vector<float> xf = as_f(x), wf = as_f(w), bf = as_f(b), dzf = as_f(dz), zf(z.size()), dxf(dx.size()),
+                     dwf(dw.size(), 0), dbf(db.size(), 0);
+  f.matmul_forward(zf.data(), xf.data(), wf.data(), bf.data(), N, C, OC, false);
+  f.matmul_backward(dxf.data(), dwf.data(), dbf.data(), dzf.data(), xf.data(), wf.data(), N, C, OC);
+  EXPECT_LT(rel(zf, z), 1e-6);
+  EXPECT_LT(rel(dxf, dx), 1e-6);
+  EXPECT_LT(rel(dwf, dw), 1e-6);
+  EXPECT_LT(rel(dbf, db), 1e-6);
+  // memory ops
+  float* p = static_cast<float*>(f.alloc(10 * sizeof(float)));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(p[i], 0.f);
+  std::vector<float> h{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, back(10);
+  f.upload(p, h.data(), h.size() * sizeof(float));
+  f.scale(p, 0.5, 10);
+  f.download(back.data(), p, back.size() * sizeof(float));
+  EXPECT_EQ(back[9], 5.f);
+  f.release(p);
+  EXPECT_EQ(f.mem(), meshbench::compute::MemKind::kHost);
+}
