@@ -10,6 +10,12 @@ ratio torch / step_bench (> 1: step_bench is faster). OPENBLAS_CORETYPE is left 
 machine sets it and recorded. Run with Debian's /usr/bin/python3 (python3-torch).
 
   scripts/torch_step_bench.py --step-bench build/bin/step_bench --threads 1,2 --json out.json
+
+With --ddp N it compares data parallel instead: PyTorch DistributedDataParallel (gloo, N
+processes started with torch.multiprocessing, --threads each) against
+`mpiexec -n N step_bench --mesh dp=N`, the same shape and the same global batch (N x the
+micro-batch), each step timed on every rank after a barrier and taken as the slowest rank's.
+step_bench's numbers are read from the JSON-lines file it writes, not from its console.
 """
 import argparse
 import json
@@ -19,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 SHAPES = {
@@ -39,17 +46,23 @@ def mix(x):
     return x ^ (x >> 31)
 
 
-def synthetic_batch(seed, step, B, T, V):
-    ids = [[mix(mix(mix(mix(seed) ^ step) ^ b) ^ t) % V for t in range(T + 1)] for b in range(B)]
+def synthetic_batch(seed, step, B, T, V, first=0):
+    ids = [[mix(mix(mix(mix(seed) ^ step) ^ (first + b)) ^ t) % V for t in range(T + 1)]
+           for b in range(B)]
     return [r[:T] for r in ids], [r[1:] for r in ids]
 
 
-def torch_worker(a):
+def torch_worker(a, rank=0, world=1):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
     torch.set_num_threads(a.threads)
+    if world > 1:
+        import torch.distributed as dist
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(a.port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     s = SHAPES[a.shape]
     L, C, NH, T, B, V = s["layers"], s["hidden"], s["heads"], s["seq"], s["micro_batch"], s["vocab"]
     hs = C // NH
@@ -60,13 +73,14 @@ def torch_worker(a):
             self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
             self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
             self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
-            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+            # uint8, not bool: gloo (DDP's start-up broadcast of buffers) has no bool type
+            self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.uint8)))
 
         def forward(self, x):
             q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
             q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-            att = att.masked_fill(~self.mask, float("-inf")).softmax(dim=-1)
+            att = att.masked_fill(self.mask == 0, float("-inf")).softmax(dim=-1)
             y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
             x = x + self.proj(y)
             return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
@@ -90,24 +104,40 @@ def torch_worker(a):
 
     torch.manual_seed(0)
     model = GPT()
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                              {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
     times = []
     for step in range(a.warmup + a.steps):
-        x, y = synthetic_batch(a.seed, step, B, T, V)
+        x, y = synthetic_batch(a.seed, step, B, T, V, first=rank * B)
         x, y = torch.tensor(x), torch.tensor(y)
+        if world > 1:
+            dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = model(x, y)
         loss.backward()
         opt.step()
         t1 = time.perf_counter()
+        if world > 1:  # the step's time is its slowest rank's
+            d = torch.tensor([t1 - t0], dtype=torch.float64)
+            dist.all_reduce(d, op=dist.ReduceOp.MAX)
+            t1 = t0 + d.item()
         if step >= a.warmup:
             times.append(t1 - t0)
-    print(json.dumps({"median": statistics.median(times), "loss": loss.item(),
-                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+    if rank == 0:
+        print(json.dumps({"median": statistics.median(times), "loss": loss.item(),
+                          "torch": torch.__version__, "threads": torch.get_num_threads(),
+                          "world": world}), flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def ddp_entry(rank, a, world):
+    torch_worker(a, rank, world)
 
 
 def env_for(threads):
@@ -119,33 +149,31 @@ def env_for(threads):
 
 def run_torch(a, shape, threads):
     cmd = [sys.executable, __file__, "--worker", "--shape", shape, "--threads", str(threads),
-           "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed)]
+           "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
+           "--ddp", str(a.ddp), "--port", str(a.port)]
     out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_engine(a, shape, threads, out_h5=None):
+def run_engine(a, shape, threads):
+    """step_bench (under mpiexec -n N with --ddp N); its numbers from the JSON-lines summary."""
     s = SHAPES[shape]
-    cmd = [a.step_bench, "--layers", str(s["layers"]), "--hidden", str(s["hidden"]),
-           "--heads", str(s["heads"]), "--seq", str(s["seq"]), "--micro-batch", str(s["micro_batch"]),
-           "--vocab", str(s["vocab"]), "--threads", str(threads), "--steps", str(a.steps),
-           "--warmup", str(a.warmup), "--seed", str(a.seed)]
-    if a.profile:
-        cmd.append("--profile")
-    out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True).stdout
-    r = {}
-    for line in out.splitlines():
-        line = line.strip()
-        if line.startswith("step time median"):
-            r["median"] = float(line.split()[3]) / 1e3
-        elif line.startswith("tokens/s"):
-            r["gflops"] = float(line.split(", ")[1].split()[0])
-            # the peak step_bench normalised by (the higher of its before/after measurements)
-            r["peak_gflops"] = float(line.split("measured GEMM peak ")[1].split()[0])
-        elif line.startswith("parameters"):
-            r["flops_per_step"] = float(line.split("FLOPs/step ")[1].split()[0])
-    r["stdout"] = out
-    return r
+    with tempfile.TemporaryDirectory() as tmp:
+        out_h5 = os.path.join(tmp, "step.h5")
+        cmd = [a.step_bench, "--layers", str(s["layers"]), "--hidden", str(s["hidden"]),
+               "--heads", str(s["heads"]), "--seq", str(s["seq"]), "--micro-batch", str(s["micro_batch"]),
+               "--vocab", str(s["vocab"]), "--threads", str(threads), "--steps", str(a.steps),
+               "--warmup", str(a.warmup), "--seed", str(a.seed), "-O", out_h5]
+        if a.ddp > 1:
+            cmd = [os.environ.get("MB_MPIEXEC", "mpiexec"), "-n", str(a.ddp)] + cmd + ["--mesh", f"dp={a.ddp}"]
+        if a.profile:
+            cmd.append("--profile")
+        out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True).stdout
+        summary = [json.loads(l) for l in open(os.path.join(tmp, "step.jsonl")) if '"summary"' in l][-1]
+    # the peak step_bench normalised by (the higher of its before/after measurements), all ranks
+    return {"median": summary["step_time_median"], "flops_per_step": summary["flops_per_step"],
+            "peak_gflops": summary["peak_measured_flops"] / 1e9,
+            "exposed": summary.get("exposed_comm_fraction"), "stdout": out}
 
 
 def main():
@@ -161,14 +189,23 @@ def main():
     ap.add_argument("--step-bench", default="build/bin/step_bench")
     ap.add_argument("--profile", action="store_true", help="pass --profile to step_bench and print it")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--ddp", type=int, default=1,
+                    help="N > 1: PyTorch DDP (gloo, N processes) against mpiexec -n N step_bench --mesh dp=N")
+    ap.add_argument("--port", type=int, default=29517, help="gloo rendezvous port on 127.0.0.1 (--ddp)")
     a = ap.parse_args()
     if a.worker:
         a.threads = int(a.threads)
+        if a.ddp > 1:
+            import torch.multiprocessing as mp  # torchrun crashes on this Python: spawn instead
+            mp.spawn(ddp_entry, args=(a, a.ddp), nprocs=a.ddp, join=True)
+            return 0
         return torch_worker(a)
     info = {"OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
             "OMP_WAIT_POLICY": env_for(1)["OMP_WAIT_POLICY"], "host": platform.node(),
             "cpus": os.cpu_count(), "load_before": os.getloadavg()}
-    print(f"torch_step_bench: OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} "
+    info["ddp"] = a.ddp
+    print(f"torch_step_bench: {'DDP x' + str(a.ddp) + ', ' if a.ddp > 1 else ''}"
+          f"OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} "
           f"OMP_WAIT_POLICY={info['OMP_WAIT_POLICY']} cpus={info['cpus']} load={info['load_before']}")
     rows = []
     for shape in a.shapes.split(","):
@@ -190,7 +227,8 @@ def main():
             rows.append(row)
             print(f"{shape:>7} threads={th}: torch {t_med*1e3:8.2f} ms  step_bench {e_med*1e3:8.2f} ms  "
                   f"speedup {row['speedup']:.2f}x  step_bench {row['step_bench_gflops']:.1f} GFLOP/s "
-                  f"({100*row['mfu']:.0f}% of SGEMM peak {row['peak_gflops']:.1f})  "
+                  f"({100*row['mfu']:.0f}% of SGEMM peak {row['peak_gflops']:.1f}"
+                  f"{', exposed comm %.0f%%' % (100 * last['exposed']) if a.ddp > 1 else ''})  "
                   f"runs torch {[round(x*1e3,1) for x in tt]} engine {[round(x*1e3,1) for x in ee]}",
                   flush=True)
             if a.profile:
