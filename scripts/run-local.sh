@@ -37,7 +37,16 @@ if [[ -x $BUILD/bin/step_bench ]]; then
   rc=0
   "${launch[@]:0:2}" 1 "$BUILD/bin/step_bench" --model tiny --steps 10 --warmup 2 --check -O "$out/step.h5" || rc=$?
   [[ $rc == 0 ]] || { echo "make run: step_bench exited $rc" >&2; status=$rc; }
-  step_note="  $out/step.h5 (+ step.jsonl): step_bench"
+  step_note="  $out/step.h5 (+ step.jsonl): step_bench, one rank"
+  if [[ $RANKS -gt 1 ]]; then
+    echo
+    echo "=== step_bench, data parallel over $RANKS ranks (checked against the single-rank reference) ==="
+    rc=0
+    "${launch[@]}" "$BUILD/bin/step_bench" --model tiny --mesh "dp=$RANKS" --threads 1 --steps 10 --warmup 2 \
+      --check -O "$out/step-dp.h5" --trace "$out/step-dp.json" || rc=$?
+    [[ $rc == 0 ]] || { echo "make run: step_bench --mesh dp=$RANKS exited $rc" >&2; status=$rc; }
+    step_note+=$'\n'"  $out/step-dp.h5 (+ .jsonl): step_bench --mesh dp=$RANKS; $out/step-dp.json: its timeline (ui.perfetto.dev)"
+  fi
 fi
 
 echo
