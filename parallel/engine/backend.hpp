@@ -13,6 +13,8 @@
 // crossentropy_forward's returned loss need the results on the host.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -76,17 +78,44 @@ class Backend {
 template <typename S>
 Backend<S>& cpu_backend();
 
-// An owned array of T in a backend's memory (RAII over Backend::alloc/release).
+// Bytes allocated per category, now and at their peak (per rank), for the memory table:
+// every BackendArray that names a tracker is counted while it lives.
+enum class MemCat { kParams, kGrads, kOptimizer, kActivations, kBuffers, kCount };
+struct MemoryTracker {
+  std::array<int64_t, static_cast<int>(MemCat::kCount)> now{}, peak{};
+  int64_t total_now = 0, total_peak = 0;
+  void add(MemCat c, int64_t bytes) {
+    const int i = static_cast<int>(c);
+    now[i] += bytes;
+    peak[i] = std::max(peak[i], now[i]);
+    total_now += bytes;
+    total_peak = std::max(total_peak, total_now);
+  }
+  void reset_peaks() {
+    peak = now;
+    total_peak = total_now;
+  }
+};
+
+// An owned array of T in a backend's memory (RAII over Backend::alloc/release), counted by
+// an optional tracker under its category.
 template <typename T, typename S>
 class BackendArray {
  public:
   BackendArray() = default;
-  BackendArray(Backend<S>& be, int64_t n)
-      : be_(&be), n_(n), p_(static_cast<T*>(be.alloc(sizeof(T) * static_cast<std::size_t>(n)))) {}
-  ~BackendArray() {
-    if (be_ != nullptr && p_ != nullptr) be_->release(p_);
+  BackendArray(Backend<S>& be, int64_t n, MemoryTracker* tracker = nullptr, MemCat cat = MemCat::kBuffers)
+      : be_(&be), n_(n), p_(static_cast<T*>(be.alloc(sizeof(T) * static_cast<std::size_t>(n)))),
+        tracker_(tracker), cat_(cat) {
+    if (tracker_) tracker_->add(cat_, static_cast<int64_t>(bytes()));
   }
-  BackendArray(BackendArray&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_) {
+  ~BackendArray() { reset(); }
+  void reset() {
+    if (be_ != nullptr && p_ != nullptr) be_->release(p_);
+    if (tracker_ && p_ != nullptr) tracker_->add(cat_, -static_cast<int64_t>(bytes()));
+    p_ = nullptr;
+    n_ = 0;
+  }
+  BackendArray(BackendArray&& o) noexcept : be_(o.be_), n_(o.n_), p_(o.p_), tracker_(o.tracker_), cat_(o.cat_) {
     o.p_ = nullptr;
     o.n_ = 0;
   }
@@ -94,6 +123,8 @@ class BackendArray {
     std::swap(be_, o.be_);
     std::swap(n_, o.n_);
     std::swap(p_, o.p_);
+    std::swap(tracker_, o.tracker_);
+    std::swap(cat_, o.cat_);
     return *this;
   }
   BackendArray(const BackendArray&) = delete;
@@ -107,6 +138,8 @@ class BackendArray {
   Backend<S>* be_ = nullptr;
   int64_t n_ = 0;
   T* p_ = nullptr;
+  MemoryTracker* tracker_ = nullptr;
+  MemCat cat_ = MemCat::kBuffers;
 };
 
 }  // namespace meshbench::parallel

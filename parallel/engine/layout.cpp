@@ -14,6 +14,10 @@ int64_t Layout::add(std::string name, std::vector<int64_t> shape, bool weight_de
   return offset;
 }
 
+void Layout::pad_unit(int64_t unit_lo, int64_t multiple) {
+  if (multiple > 1) total_ = unit_lo + (total_ - unit_lo + multiple - 1) / multiple * multiple;
+}
+
 const LayoutEntry& Layout::find(const std::string& name) const {
   for (const auto& e : entries_)
     if (e.name == name) return e;

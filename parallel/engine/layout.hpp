@@ -35,6 +35,9 @@ class Layout {
   const std::vector<LayoutEntry>& entries() const { return entries_; }
   int64_t total() const { return total_; }  // elements, padding included
   const LayoutEntry& find(const std::string& name) const;  // throws std::out_of_range
+  // Ends a unit that started at `unit_lo`: pads the total so the unit's length is a multiple
+  // of `multiple` (ZeRO splits each unit evenly over the data-parallel ranks).
+  void pad_unit(int64_t unit_lo, int64_t multiple);
 
  private:
   std::vector<LayoutEntry> entries_;

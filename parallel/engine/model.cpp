@@ -1,6 +1,7 @@
 // Gpt<S>: parameter layout, forward, backward and AdamW (llm.c's gpt2_* functions).
 #include "model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -28,50 +29,47 @@ const char* op_name(Op op) {
 }
 
 template <typename S>
-Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be) : cfg_(cfg), be_(&be) {
+Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), be_(&be), opts_(opts) {
   const int64_t L = cfg.layers, C = cfg.hidden, F = cfg.ffn, V = cfg.vocab,
                 maxT = cfg.max_seq, QKV = cfg.qkv_width();
+  const int64_t mult = std::max<int64_t>(1, opts.unit_multiple);
+  // Units in layout order; offsets inside a unit are kept relative to the unit's start.
+  auto close_unit = [&](std::string name, int64_t lo) {
+    layout_.pad_unit(lo, mult);
+    units_.push_back({std::move(name), lo, layout_.total()});
+  };
   wte_ = layout_.add("wte", {V, C}, true);
   wpe_ = layout_.add("wpe", {maxT, C}, true);
+  close_unit("embed", 0);
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = fmt::format("h.{}.", l);
+    const int64_t u = (layout_.total() + 15) / 16 * 16;
     LayerOffsets o{};
-    o.ln1_w = layout_.add(p + "ln1.weight", {C}, false);
-    o.ln1_b = layout_.add(p + "ln1.bias", {C}, false);
-    o.qkv_w = layout_.add(p + "attn.qkv.weight", {QKV, C}, true, ShardRule::kReplicated);
-    o.qkv_b = layout_.add(p + "attn.qkv.bias", {QKV}, false);
-    o.proj_w = layout_.add(p + "attn.proj.weight", {C, C}, true);
-    o.proj_b = layout_.add(p + "attn.proj.bias", {C}, false);
-    o.ln2_w = layout_.add(p + "ln2.weight", {C}, false);
-    o.ln2_b = layout_.add(p + "ln2.bias", {C}, false);
-    o.fc_w = layout_.add(p + "mlp.fc.weight", {F, C}, true);
-    o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false);
-    o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true);
-    o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false);
+    o.ln1_w = layout_.add(p + "ln1.weight", {C}, false) - u;
+    o.ln1_b = layout_.add(p + "ln1.bias", {C}, false) - u;
+    o.qkv_w = layout_.add(p + "attn.qkv.weight", {QKV, C}, true, ShardRule::kReplicated) - u;
+    o.qkv_b = layout_.add(p + "attn.qkv.bias", {QKV}, false) - u;
+    o.proj_w = layout_.add(p + "attn.proj.weight", {C, C}, true) - u;
+    o.proj_b = layout_.add(p + "attn.proj.bias", {C}, false) - u;
+    o.ln2_w = layout_.add(p + "ln2.weight", {C}, false) - u;
+    o.ln2_b = layout_.add(p + "ln2.bias", {C}, false) - u;
+    o.fc_w = layout_.add(p + "mlp.fc.weight", {F, C}, true) - u;
+    o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false) - u;
+    o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true) - u;
+    o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false) - u;
     lo_.push_back(o);
+    close_unit(fmt::format("h.{}", l), u);
   }
-  lnf_w_ = layout_.add("lnf.weight", {C}, false);
-  lnf_b_ = layout_.add("lnf.bias", {C}, false);
-  head_w_ = cfg.tied ? wte_ : layout_.add("lm_head.weight", {V, C}, true);
-  head_b_ = layout_.add("lm_head.bias", {V}, false);
-  // The backward finishes gradients in reverse layout order: head, final norm, blocks L-1..0,
-  // and last the embeddings (whose wte is also the head when tied).
-  auto end_of = [&](const std::string& name) {
-    const LayoutEntry& e = layout_.find(name);
-    return e.offset + e.numel;
-  };
-  for (int64_t l = 0; l < L; ++l) {
-    const std::string p = fmt::format("h.{}.", l);
-    layer_range_.emplace_back(layout_.find(p + "ln1.weight").offset, end_of(p + "mlp.proj.bias"));
-  }
-  lnf_range_ = {lnf_w_, end_of("lnf.bias")};
-  head_range_ = {cfg.tied ? head_b_ : head_w_, end_of("lm_head.bias")};
-  embed_range_ = {0, end_of("wpe")};
+  const int64_t hu = (layout_.total() + 15) / 16 * 16;
+  lnf_w_ = layout_.add("lnf.weight", {C}, false) - hu;
+  lnf_b_ = layout_.add("lnf.bias", {C}, false) - hu;
+  head_w_ = cfg.tied ? wte_ : layout_.add("lm_head.weight", {V, C}, true) - hu;
+  head_b_ = layout_.add("lm_head.bias", {V}, false) - hu;
+  close_unit("head", hu);
   const int64_t P = layout_.total();
-  params_ = BackendArray<S, S>(be, P);
-  grads_ = BackendArray<S, S>(be, P);
-  m_ = BackendArray<S, S>(be, P);
-  v_ = BackendArray<S, S>(be, P);
+  if (opts.own_params) params_ = BackendArray<S, S>(be, P, &mem_, MemCat::kParams);
+  if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
+  if (opts.own_optimizer) set_optimizer_shard(P);
 
   const int64_t B = cfg.micro_batch, T = cfg.seq, N = B * T, NH = cfg.heads;
   for (int64_t l = 0; l < L; ++l) {
@@ -98,16 +96,17 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be) : cfg_(cfg), be_(&be) {
   lnf_rstd_ = act_layout_.add("lnf_rstd", {B, T}, false);
   logits_ = act_layout_.add("logits", {B, T, V}, false);  // probs, then dlogits, in place
   losses_ = act_layout_.add("losses", {B, T}, false);
-  acts_ = BackendArray<S, S>(be, act_layout_.total());
+  acts_ = BackendArray<S, S>(be, act_layout_.total(), &mem_, MemCat::kActivations);
 
-  dresid_ = BackendArray<S, S>(be, N * C);
-  dln_ = BackendArray<S, S>(be, N * C);
-  datty_ = BackendArray<S, S>(be, N * C);
-  dqkv_ = BackendArray<S, S>(be, N * QKV);
-  datt_ = BackendArray<S, S>(be, B * NH * T * T);
-  dfch_ = BackendArray<S, S>(be, N * F);
-  tokens_ = BackendArray<int32_t, S>(be, N);
-  targets_ = BackendArray<int32_t, S>(be, N);
+  const MemCat kBuf = MemCat::kBuffers;
+  dresid_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
+  dln_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
+  datty_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
+  dqkv_ = BackendArray<S, S>(be, N * QKV, &mem_, kBuf);
+  datt_ = BackendArray<S, S>(be, B * NH * T * T, &mem_, kBuf);
+  dfch_ = BackendArray<S, S>(be, N * F, &mem_, kBuf);
+  tokens_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
+  targets_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
 }
 
 template <typename S>
@@ -137,7 +136,7 @@ int64_t Gpt<S>::num_params() const {
 }
 
 template <typename S>
-void Gpt<S>::init_weights(uint64_t seed) {
+std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::vector<S> host(static_cast<size_t>(layout_.total()), S(0));
@@ -154,7 +153,12 @@ void Gpt<S>::init_weights(uint64_t seed) {
       for (int64_t i = 0; i < e.numel; ++i) p[i] = static_cast<S>(sd * normal(rng));
     }  // biases stay 0
   }
-  upload_params(host.data());
+  return host;
+}
+
+template <typename S>
+void Gpt<S>::init_weights(uint64_t seed) {
+  if (opts_.own_params) upload_params(canonical_weights(seed).data());
   be_->zero(m_.data(), m_.bytes());
   be_->zero(v_.data(), v_.bytes());
 }
@@ -191,21 +195,26 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
   const int N = B * T;
   const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
   trace_phase_ = 'F';
+  trace_layer_ = -1;
   Backend<S>& be = *be_;
   be.upload(tokens_.data(), tokens, sizeof(int32_t) * N);
   be.upload(targets_.data(), targets, sizeof(int32_t) * N);
   S* a = acts_.data();
-  const S* p = params_.data();
+  acquire(0, 'F');
+  const S* pe = P(0);
   timed(Op::kEmbedding,
-        [&] { be.embedding_forward(a + encoded_, tokens_.data(), p + wte_, p + wpe_, B, T, C); });
+        [&] { be.embedding_forward(a + encoded_, tokens_.data(), pe + wte_, pe + wpe_, B, T, C); });
+  if (!cfg_.tied) release(0, 'F');  // a tied head reads wte again at the end
   for (int l = 0; l < cfg_.layers; ++l) {
     trace_layer_ = l;
+    acquire(l + 1, 'F');
+    const S* p = P(l + 1);
     const LayerOffsets& w = lo_[l];
     const LayerActs& x = la_[l];
     const S* res = res_in(l);
     timed(Op::kLayerNorm, [&] {
       be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w,
-                        p + w.ln1_b, N, C);
+                           p + w.ln1_b, N, C);
     });
     timed(Op::kMatmul,
           [&] { be.matmul_forward(a + x.qkv, a + x.ln1, p + w.qkv_w, p + w.qkv_b, N, C, QKV, false); }, 2.0 * N * C * QKV);
@@ -218,7 +227,7 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
     }, 2.0 * N * C * C);
     timed(Op::kLayerNorm, [&] {
       be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w,
-                        p + w.ln2_b, N, C);
+                           p + w.ln2_b, N, C);
     });
     timed(Op::kMatmul,
           [&] { be.matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F, false); }, 2.0 * N * C * F);
@@ -227,14 +236,21 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
     timed(Op::kMatmul, [&] {
       be.matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
     }, 2.0 * N * F * C);
+    release(l + 1, 'F');
   }
   trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
+  const int hu = head_unit();
+  acquire(hu, 'F');
+  const S* ph = P(hu);
+  const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
   timed(Op::kLayerNorm, [&] {
-    be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), p + lnf_w_,
-                      p + lnf_b_, N, C);
+    be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_,
+                         ph + lnf_b_, N, C);
   });
   timed(Op::kMatmul,
-        [&] { be.matmul_forward(a + logits_, a + lnf_, p + head_w_, p + head_b_, N, C, V, false); }, 2.0 * N * C * V);
+        [&] { be.matmul_forward(a + logits_, a + lnf_, head_w, ph + head_b_, N, C, V, false); }, 2.0 * N * C * V);
+  release(hu, 'F');
+  if (cfg_.tied) release(0, 'F');
   if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);
   S loss{};
   timed(Op::kLoss, [&] {
@@ -245,7 +261,7 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
 
 template <typename S>
 void Gpt<S>::zero_grad() {
-  be_->zero(grads_.data(), grads_.bytes());
+  if (opts_.own_grads) be_->zero(grads_.data(), grads_.bytes());
 }
 
 template <typename S>
@@ -258,33 +274,41 @@ void Gpt<S>::backward(S loss_scale) {
   trace_layer_ = -1;
   Backend<S>& be = *be_;
   S* a = acts_.data();
-  const S* p = params_.data();
-  S* g = grads_.data();
   S* dresid = dresid_.data();
   S* dln = dln_.data();
+  const int hu = head_unit();
   // d(loss_scale x mean loss)/dloss = loss_scale; probs become dlogits in place.
   timed(Op::kLoss, [&] {
     be.crossentropy_backward(a + logits_, a + logits_, targets_.data(), loss_scale, N, V);
   });
+  acquire(hu, 'B');
+  if (cfg_.tied) acquire(0, 'B');  // the head's weight is wte: its gradient accumulates there
+  const S* ph = P(hu);
+  S* gh = G(hu);
+  const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
+  S* dhead_w = cfg_.tied ? G(0) + head_w_ : gh + head_w_;
   timed(Op::kMatmul, [&] {
-    be.matmul_backward(dln, g + head_w_, g + head_b_, a + logits_, a + lnf_, p + head_w_, N, C, V);
+    be.matmul_backward(dln, dhead_w, gh + head_b_, a + logits_, a + lnf_, head_w, N, C, V);
   }, 4.0 * N * C * V);
-  grads_ready(head_range_.first, head_range_.second);
   be.zero(dresid, sizeof(S) * N * C);
   timed(Op::kLayerNorm, [&] {
-    be.layernorm_backward(dresid, g + lnf_w_, g + lnf_b_, dln, res_in(cfg_.layers), p + lnf_w_,
-                       a + lnf_mean_, a + lnf_rstd_, N, C);
+    be.layernorm_backward(dresid, gh + lnf_w_, gh + lnf_b_, dln, res_in(cfg_.layers), ph + lnf_w_,
+                          a + lnf_mean_, a + lnf_rstd_, N, C);
   });
-  grads_ready(lnf_range_.first, lnf_range_.second);
+  release(hu, 'B');
+  grads_ready(units_[hu].lo, units_[hu].hi);
   // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     trace_layer_ = l;
+    acquire(l + 1, 'B');
+    const S* p = P(l + 1);
+    S* g = G(l + 1);
     const LayerOffsets& w = lo_[l];
     const LayerActs& x = la_[l];
     S* dfch = dfch_.data();
     timed(Op::kMatmul, [&] {
       be.matmul_backward(dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, a + x.fch_gelu,
-                      p + w.fcproj_w, N, F, C);
+                         p + w.fcproj_w, N, F, C);
     }, 4.0 * N * F * C);
     timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * F); });
     timed(Op::kMatmul, [&] {
@@ -292,55 +316,75 @@ void Gpt<S>::backward(S loss_scale) {
     }, 4.0 * N * C * F);
     timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
       be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w,
-                         a + x.ln2_mean, a + x.ln2_rstd, N, C);
+                            a + x.ln2_mean, a + x.ln2_rstd, N, C);
     });
     timed(Op::kMatmul, [&] {
       be.matmul_backward(datty_.data(), g + w.proj_w, g + w.proj_b, dresid, a + x.atty,
-                      p + w.proj_w, N, C, C);
+                         p + w.proj_w, N, C, C);
     }, 4.0 * N * C * C);
     timed(Op::kAttention, [&] {
       be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T,
-                         NH, KVH, hs);
+                            NH, KVH, hs);
     }, 2 * attn_fwd_flops);
     timed(Op::kMatmul, [&] {
       be.matmul_backward(dln, g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1, p + w.qkv_w, N, C,
-                      QKV);
+                         QKV);
     }, 4.0 * N * C * QKV);
     timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
       be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w,
-                         a + x.ln1_mean, a + x.ln1_rstd, N, C);
+                            a + x.ln1_mean, a + x.ln1_rstd, N, C);
     });
-    grads_ready(layer_range_[l].first, layer_range_[l].second);
+    release(l + 1, 'B');
+    grads_ready(units_[l + 1].lo, units_[l + 1].hi);
   }
   trace_layer_ = -1;
+  if (!cfg_.tied) acquire(0, 'B');
+  S* ge = G(0);
   timed(Op::kEmbedding,
-        [&] { be.embedding_backward(g + wte_, g + wpe_, dresid, tokens_.data(), B, T, C); });
-  grads_ready(embed_range_.first, embed_range_.second);
+        [&] { be.embedding_backward(ge + wte_, ge + wpe_, dresid, tokens_.data(), B, T, C); });
+  release(0, 'B');
+  grads_ready(units_[0].lo, units_[0].hi);
+}
+
+template <typename S>
+void Gpt<S>::set_optimizer_shard(int64_t elements) {
+  m_ = BackendArray<S, S>(*be_, elements, &mem_, MemCat::kOptimizer);
+  v_ = BackendArray<S, S>(*be_, elements, &mem_, MemCat::kOptimizer);
 }
 
 template <typename S>
 void Gpt<S>::update(const AdamWConfig& cfg, int t) {
+  update_pieces(params_.data(), grads_.data(), {{0, layout_.total()}}, cfg, t);
+}
+
+template <typename S>
+void Gpt<S>::update_pieces(S* params, const S* grads, const std::vector<std::pair<int64_t, int64_t>>& pieces,
+                           const AdamWConfig& cfg, int t) {
   trace_phase_ = 'O';
   trace_layer_ = -1;
   timed(Op::kAdamW, [&] {
-    for (const auto& e : layout_.entries()) {
-      be_->adamw_update(params_.data() + e.offset, grads_.data() + e.offset, m_.data() + e.offset,
-                   v_.data() + e.offset, e.numel, cfg, e.weight_decay ? cfg.weight_decay : 0.0,
-                   t);
+    int64_t off = 0;  // where the piece starts in params, grads and the moments
+    for (const auto& [lo, hi] : pieces) {
+      for (const auto& e : layout_.entries()) {
+        const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+        if (a >= b) continue;
+        const int64_t k = off + (a - lo);
+        be_->adamw_update(params + k, grads + k, m_.data() + k, v_.data() + k, b - a, cfg,
+                          e.weight_decay ? cfg.weight_decay : 0.0, t);
+      }
+      off += hi - lo;
     }
   });
 }
 
 template <typename S>
 MemoryBytes Gpt<S>::memory_allocated() const {
-  const int64_t s = sizeof(S);
   MemoryBytes m;
-  m.params = params_.size() * s;
-  m.grads = grads_.size() * s;
-  m.optimizer = (m_.size() + v_.size()) * s;
-  m.activations = acts_.size() * s;
-  m.buffers = (dresid_.size() + dln_.size() + datty_.size() + dqkv_.size() + datt_.size() +
-               dfch_.size()) * s + (tokens_.size() + targets_.size()) * 4;
+  m.params = mem_.now[static_cast<int>(MemCat::kParams)];
+  m.grads = mem_.now[static_cast<int>(MemCat::kGrads)];
+  m.optimizer = mem_.now[static_cast<int>(MemCat::kOptimizer)];
+  m.activations = mem_.now[static_cast<int>(MemCat::kActivations)];
+  m.buffers = mem_.now[static_cast<int>(MemCat::kBuffers)];
   return m;
 }
 

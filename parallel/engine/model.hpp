@@ -19,6 +19,7 @@
 #include "config.hpp"
 #include "layers.hpp"
 #include "layout.hpp"
+#include <string>
 
 namespace meshbench::parallel {
 
@@ -49,11 +50,41 @@ struct BackwardHooks {
   std::function<void()> poll;
 };
 
+// A unit: a range of the flat parameter (and gradient) array that a sharded strategy
+// gathers, reduces and frees as one: the embeddings (wte, wpe), each block, the head (final
+// norm, LM head bias and untied weight), in layout order.
+struct Unit {
+  std::string name;  // "embed", "h.3", "head"
+  int64_t lo, hi;    // elements; hi - lo is a multiple of GptOptions::unit_multiple
+};
+
+// How the model's flat arrays are laid out and owned.
+struct GptOptions {
+  int64_t unit_multiple = 1;  // pad each unit's length to a multiple of this (ZeRO: 16 x dp)
+  bool own_params = true;     // false: a Residency holds the parameters (ZeRO-3)
+  bool own_grads = true;      // false: a Residency holds the gradients (ZeRO-2, ZeRO-3)
+  bool own_optimizer = true;  // false: no moments until set_optimizer_shard (ZeRO-1..3)
+};
+
+// Where a unit's parameters and gradients live while the model uses them. acquire(u, phase)
+// comes before the model reads unit u in phase 'F' or 'B', release(u, phase) after it is
+// done with it; params(u) and grads(u) point at element u.lo of the unit's arrays (the
+// gradients are accumulated, +=). Without a residency the model's own flat arrays serve.
+template <typename S>
+class Residency {
+ public:
+  virtual ~Residency() = default;
+  virtual void acquire(int unit, char phase) = 0;
+  virtual void release(int unit, char phase) = 0;
+  virtual S* params(int unit) = 0;
+  virtual S* grads(int unit) = 0;
+};
+
 template <typename S>
 class Gpt {
  public:
   // Allocates everything in `be`'s memory; validate(cfg) first.
-  explicit Gpt(const GptConfig& cfg, Backend<S>& be = cpu_backend<S>());
+  explicit Gpt(const GptConfig& cfg, Backend<S>& be = cpu_backend<S>(), GptOptions opts = {});
 
   const GptConfig& config() const { return cfg_; }
   const Layout& layout() const { return layout_; }
@@ -67,6 +98,10 @@ class Gpt {
   std::vector<S> download_grads() const;
   void upload_params(const S* host);  // layout().total() elements
   int64_t num_params() const;  // without padding
+  const std::vector<Unit>& units() const { return units_; }
+  void set_residency(Residency<S>* r) { residency_ = r; }
+  // The canonical initial weights (see init_weights) as a host array of layout().total().
+  std::vector<S> canonical_weights(uint64_t seed) const;
 
   // GPT-2 initialisation: N(0, 0.02) matrices and embeddings, residual projections scaled by
   // 1/sqrt(2L), norm weights 1, biases 0. Deterministic in seed; the Adam moments restart.
@@ -82,8 +117,17 @@ class Gpt {
   void set_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
   // AdamW step t (1-based) over the whole flat array, weight decay per layout entry.
   void update(const AdamWConfig& cfg, int t);
+  // A shard of the optimizer: moments for `elements` elements (zeroed).
+  void set_optimizer_shard(int64_t elements);
+  // AdamW step t over pieces of the flat array held elsewhere: piece k covers the flat range
+  // [pieces[k].first, pieces[k].second) and lives at params + off_k, grads + off_k, off_k the
+  // sum of the earlier pieces' lengths; the moments are this model's (set_optimizer_shard).
+  void update_pieces(S* params, const S* grads, const std::vector<std::pair<int64_t, int64_t>>& pieces,
+                     const AdamWConfig& cfg, int t);
 
-  MemoryBytes memory_allocated() const;  // sizes of the allocations actually made
+  MemoryBytes memory_allocated() const;  // the model's allocations now
+  MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers
+  const MemoryTracker& memory() const { return mem_; }
   static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes);
 
   void set_profiling(bool on) { profiling_ = on; }
@@ -114,10 +158,26 @@ class Gpt {
   void grads_ready(int64_t lo, int64_t hi) {
     if (hooks_.grads_ready) hooks_.grads_ready(lo, hi, trace_layer_);
   }
+  // Unit u's parameters and gradients, as pointers to flat element units_[u].lo.
+  void acquire(int u, char phase) {
+    if (residency_) residency_->acquire(u, phase);
+  }
+  void release(int u, char phase) {
+    if (residency_) residency_->release(u, phase);
+  }
+  const S* P(int u) { return residency_ ? residency_->params(u) : params_.data() + units_[u].lo; }
+  S* G(int u) { return residency_ ? residency_->grads(u) : grads_.data() + units_[u].lo; }
+  int head_unit() const { return cfg_.layers + 1; }
 
   GptConfig cfg_;
   Backend<S>* be_;
+  GptOptions opts_;
+  MemoryTracker mem_;
+  Residency<S>* residency_ = nullptr;
+  std::vector<Unit> units_;
   Layout layout_;
+  // Offsets relative to their unit's start: wte_, wpe_ in the embedding unit; lnf_*, head_b_
+  // (and head_w_ when untied) in the head unit; LayerOffsets in their block's unit.
   int64_t wte_, wpe_, lnf_w_, lnf_b_, head_w_, head_b_;
   std::vector<LayerOffsets> lo_;
   // Flat ranges whose gradients one part of the backward finishes: [lo, hi) elements.
