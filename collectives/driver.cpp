@@ -201,9 +201,10 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     dev_error = "--backend nccl: this meshbench was built without NCCL (use --backend mpi)";
   else if (opt.mem == compute::MemKind::kDevice && devices == 0)
     dev_error = opt.backend == comm::Backend::kNccl
-                    ? fmt::format("--backend nccl: no usable GPU on rank {} ({}): NCCL needs one GPU per rank (use --backend mpi)",
-                                  rank, comm::host_name())
-                    : fmt::format("--mem device: no usable GPU on rank {} ({})", rank, comm::host_name());
+                    ? fmt::format("--backend nccl: no usable GPU on rank {} ({}: {}): NCCL needs one GPU per rank (use --backend mpi)",
+                                  rank, comm::host_name(), compute::probe_gpus().detail)
+                    : fmt::format("--mem device: no usable GPU on rank {} ({}: {})", rank, comm::host_name(),
+                                  compute::probe_gpus().detail);
   comm::agree_or_throw(world, dev_error);
 
   comm::Topology topo = comm::discover_topology(world, "cpu");

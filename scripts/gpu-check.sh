@@ -1,69 +1,179 @@
 #!/usr/bin/env bash
-# GPU check: build with CUDA/NCCL and run every collective on the NCCL backend at one rank,
-# over every dtype and op, both placements, with verification. Prints one table:
-# binary, dtype, op, placement, sizes, wrong elements, peak busbw. Exit 1 if any element
-# was wrong or any run failed. Meant for a machine with a GPU (scripts/gpu-check.sh there).
+# GPU check: build with CUDA/NCCL and run, on a machine with N GPUs, everything that needs
+# one, in this order (most important first, each under a timeout, all within GPU_CHECK_S,
+# default 540 s including the build):
+#   1. the GPU is usable (a GPU that nvidia-smi sees but CUDA cannot use is a failure);
+#   2. the CUDA parity tests: every op and one whole step, fp32 and bf16, against the CPU
+#      reference, and three steps against the bf16 host emulation (engine_tests CudaParity*);
+#   3. step_bench --device cuda --check at 1 rank, fp32 and bf16;
+#   4. the six collectives on the NCCL backend, verified, every dtype and op, both
+#      placements, at 1 rank and at N ranks (mpiexec -n N);
+#   5. a timed bf16 step_bench: MFU against the measured cuBLAS peak and the datasheet;
+#   6. the collectives at the rank counts between (powers of two below N), float only;
+#   7. step_bench --mesh dp=N --backend nccl --check at N ranks: run when step_bench accepts
+#      --mesh dp=N (a refusal, exit 2, is reported as "not available in this build").
+# Prints one table (check, configuration, result, detail) and exits 1 if anything failed or
+# could not run in time, 3 if the build failed, and 4 (saying so) when there is no GPU and
+# nothing was checked.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-gpu}
 PY=${PY:-python3}
+BUDGET=${GPU_CHECK_S:-540}
 out=$(mktemp -d)
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "gpu-check: no GPU visible (nvidia-smi -L failed): nothing to check here"
-  exit 0
+rows="$out/rows.tsv"
+: >"$rows"
+failed=0
+
+row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$rows"; }
+left() { echo $((BUDGET - SECONDS)); }
+# limited CAP CMD...: CMD under a timeout of CAP seconds or what is left of the budget;
+# exit 125 without running it when less than 20 s are left.
+limited() {
+  local cap=$1 l
+  shift
+  l=$(left)
+  ((l < 20)) && return 125
+  ((cap > l)) && cap=$l
+  timeout -k 5 "$cap" "$@"
+}
+# verdict NAME CONFIG RC LOG: one table row from an exit code.
+verdict() {
+  local detail
+  case $3 in
+    125) row "$1" "$2" "NOT RUN" "out of time (GPU_CHECK_S=$BUDGET)"; failed=1; return ;;
+    124 | 137) row "$1" "$2" "FAIL" "timed out"; failed=1; return ;;
+  esac
+  if [[ $3 == 0 ]]; then row "$1" "$2" "ok" "${5:-}"; else
+    detail=$(grep -m1 -E "FAIL|failed|error|Error" "$4" | cut -c1-100)
+    row "$1" "$2" "FAIL (exit $3)" "${detail:-see $4}"
+    failed=1
+  fi
+}
+
+# ---- 0. is there a GPU at all ---------------------------------------------------------------
+ngpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >"$out/smi.txt" 2>&1; then
+  ngpu=$(grep -c '^GPU ' "$out/smi.txt")
 fi
-nvidia-smi -L
+if ((ngpu == 0)); then
+  echo "gpu-check: CHECKED NOTHING: no GPU visible to nvidia-smi on $(hostname)"
+  exit 4
+fi
+cat "$out/smi.txt"
+counts=(1)
+for ((n = 2; n < ngpu; n *= 2)); do counts+=("$n"); done
+((ngpu > 1)) && counts+=("$ngpu")
+
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMESHBENCH_CUDA=ON >"$out/cmake.log" 2>&1 \
   || { tail -30 "$out/cmake.log"; exit 3; }
-cmake --build "$BUILD" -j "$(nproc)" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 3; }
+benches=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv)
+cmake --build "$BUILD" -j "$(nproc)" --target engine_tests step_bench "${benches[@]/%/_bench}" \
+  >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 3; }
+BIN="$BUILD/bin"
+echo "gpu-check: built in ${SECONDS} s; ${ngpu} GPU(s), rank counts ${counts[*]}; logs in $out"
 
-failed=0
-for c in all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv; do
-  rc=0
-  mpiexec -n 1 "$BUILD/bin/${c}_bench" --backend nccl -d all -o all -b 0 -e 64M -f 4 -n 5 -w 2 \
-    -O "$out/$c.h5" -q >"$out/$c.txt" 2>&1 || rc=$?
-  echo "$c $rc" >>"$out/rc.txt"
-  [[ $rc == 0 ]] || { failed=1; cat "$out/$c.txt"; }
-done
+# ---- 1 + 2. usable GPU, CUDA parity ---------------------------------------------------------
+rc=0
+limited 120 "$BIN/engine_tests" --gtest_filter='CudaParity.DeviceUsable' >"$out/usable.txt" 2>&1 || rc=$?
+if grep -q "SKIPPED" "$out/usable.txt"; then
+  row "gpu usable" "nvidia-smi: $ngpu" "FAIL" "$(grep -m1 'no GPU' "$out/usable.txt" | cut -c1-100)"
+  failed=1
+else
+  verdict "gpu usable" "device 0" "$rc" "$out/usable.txt" "$(grep -m1 '^device ' "$out/usable.txt" | cut -c1-100)"
+fi
+rc=0
+limited 300 "$BIN/engine_tests" --gtest_filter='CudaParity*' >"$out/parity.txt" 2>&1 || rc=$?
+if grep -q "SKIPPED" "$out/parity.txt"; then
+  row "cuda parity" "engine_tests CudaParity*" "FAIL" "skipped on a machine where nvidia-smi sees $ngpu GPU(s)"
+  failed=1
+else
+  verdict "cuda parity" "engine_tests CudaParity*" "$rc" "$out/parity.txt"
+fi
+# One row per parity line: "parity WHAT PRECISION OP ERR TOL ok|FAIL".
+while read -r _ what prec op err tol res; do
+  row "  parity $what $prec" "$op" "$res" "rel $err (tol $tol)"
+done < <(grep '^parity ' "$out/parity.txt")
 
-"$PY" - "$out" <<'PY'
-import json, os, sys
-out = sys.argv[1]
-rc = dict(line.split() for line in open(os.path.join(out, "rc.txt")))
-rows = {}
-for c in rc:
-    path = os.path.join(out, c + ".jsonl")
-    if not os.path.exists(path):
-        continue
-    for line in open(path):
-        j = json.loads(line)
-        k = (c, j["dtype"], j["redop"], j["placement"])
-        r = rows.setdefault(k, {"sizes": 0, "wrong": 0, "busbw": 0.0})
-        r["sizes"] += 1
-        r["wrong"] += j["wrong"]
-        r["busbw"] = max(r["busbw"], j["busbw"])
-print(f"| {'binary':<16} | {'dtype':<6} | {'op':<5} | {'placement':<12} | sizes | wrong | peak busbw GB/s | exit |")
-print(f"|{'-'*18}|{'-'*8}|{'-'*7}|{'-'*14}|-------|-------|-----------------|------|")
-for (c, d, o, p), r in sorted(rows.items()):
-    print(f"| {c + '_bench':<16} | {d:<6} | {o:<5} | {p:<12} | {r['sizes']:>5} | {r['wrong']:>5} | {r['busbw']:>15.2f} | {rc[c]:>4} |")
-bad = sum(r["wrong"] for r in rows.values())
-print(f"total wrong elements: {bad}; binaries with a non-zero exit: {sum(v != '0' for v in rc.values())}")
-PY
-# ---- step engine (issue 4): CUDA parity and a timed step ------------------------------------
-# 1. every layer (fp32, bf16) and one whole step against the CPU float32 path, by normalised
-#    error (CudaParity.*; they skip without a GPU, which counts as a failure here);
-# 2. step_bench --device cuda --check (whole-step parity, exit 1 on mismatch), fp32 and bf16;
-# 3. a timed bf16 run: MFU against the measured cuBLAS peak and the datasheet peak.
-engine_failed=0
-echo "== step engine: CUDA parity tests"
-"$BUILD/bin/engine_tests" --gtest_filter='CudaParity.*' >"$out/engine_parity.txt" 2>&1 || engine_failed=1
-tail -8 "$out/engine_parity.txt"
-if grep -q "SKIPPED" "$out/engine_parity.txt"; then echo "step engine: parity tests skipped"; engine_failed=1; fi
+# ---- 3. step_bench --check at one rank --------------------------------------------------------
 for dt in fp32 bf16; do
-  mpiexec -n 1 "$BUILD/bin/step_bench" --device cuda --dtype $dt --check --model tiny --kv-heads 2 \
-    --steps 3 --warmup 1 || engine_failed=1
+  rc=0
+  limited 120 mpiexec -n 1 "$BIN/step_bench" --device cuda --dtype $dt --check --model tiny \
+    --kv-heads 2 --steps 3 --warmup 1 >"$out/step_check_$dt.txt" 2>&1 || rc=$?
+  verdict "step_bench --check" "n=1, $dt, tiny" "$rc" "$out/step_check_$dt.txt"
 done
-mpiexec -n 1 "$BUILD/bin/step_bench" --device cuda --dtype bf16 --model medium --steps 10 --warmup 3 \
-  -O "$out/step_cuda.h5" || engine_failed=1
-# Both parts run; either failing fails the check.
-[[ $failed == 0 && $engine_failed == 0 ]] || exit 1
+
+# ---- 4 + 6. collectives, NCCL, verified --------------------------------------------------------
+collectives() {  # RANKS DTYPES MAXSIZE
+  local n=$1 c rc
+  for c in "${benches[@]}"; do
+    rc=0
+    limited 120 mpiexec -n "$n" "$BIN/${c}_bench" --backend nccl -d "$2" -o all -b 0 -e "$3" -f 4 \
+      -n 5 -w 2 -O "$out/${c}_n$n.h5" -q >"$out/${c}_n$n.txt" 2>&1 || rc=$?
+    echo "$c $n $rc" >>"$out/collective_rc.txt"  # the table reads the .jsonl and the log
+    [[ $rc == 0 ]] || failed=1
+  done
+}
+collectives 1 all 64M
+((ngpu > 1)) && collectives "$ngpu" all 64M
+
+# ---- 5. timed bf16 step: MFU -----------------------------------------------------------------
+rc=0
+limited 180 mpiexec -n 1 "$BIN/step_bench" --device cuda --dtype bf16 --model medium --steps 10 \
+  --warmup 3 -O "$out/step_cuda.h5" >"$out/step_timed.txt" 2>&1 || rc=$?
+verdict "step_bench timed" "n=1, bf16, medium" "$rc" "$out/step_timed.txt" \
+  "$(grep -m1 -o 'MFU [0-9.]*% of measured[^;]*; datasheet MFU [^ ]*' "$out/step_timed.txt")"
+
+for n in "${counts[@]}"; do
+  ((n == 1 || n == ngpu)) || collectives "$n" float 4M
+done
+
+# ---- 7. the data-parallel step at N ranks ----------------------------------------------------
+if ((ngpu > 1)); then
+  rc=0
+  limited 180 mpiexec -n "$ngpu" "$BIN/step_bench" --device cuda --dtype fp32 --model tiny \
+    --mesh "dp=$ngpu" --backend nccl --check --steps 3 --warmup 1 >"$out/step_dp.txt" 2>&1 || rc=$?
+  if [[ $rc == 2 ]]; then
+    row "step_bench dp=$ngpu" "n=$ngpu, nccl" "not available" "$(grep -m1 -o -- '--mesh.*' "$out/step_dp.txt" | cut -c1-100)"
+  else
+    verdict "step_bench dp=$ngpu" "n=$ngpu, nccl, --check" "$rc" "$out/step_dp.txt"
+  fi
+fi
+
+# ---- the table ---------------------------------------------------------------------------------
+"$PY" - "$out" "$rows" <<'PY'
+import json, os, sys
+out, rows_path = sys.argv[1], sys.argv[2]
+rows = [l.rstrip("\n").split("\t") for l in open(rows_path) if l.strip()]
+# One row per (binary, ranks): sizes, wrong elements and peak bus bandwidth from the .jsonl.
+rc_path = os.path.join(out, "collective_rc.txt")
+for line in (open(rc_path) if os.path.exists(rc_path) else []):
+    c, n, rc = line.split()
+    path = os.path.join(out, f"{c}_n{n}.jsonl")
+    recs = [json.loads(l) for l in open(path)] if os.path.exists(path) else []
+    wrong = sum(r["wrong"] for r in recs)
+    busbw = max((r["busbw"] for r in recs), default=0.0)
+    ok = rc == "0" and wrong == 0 and recs
+    detail = f"{len(recs)} points, {wrong} wrong, peak busbw {busbw:.1f} GB/s"
+    if rc in ("124", "137"):
+        detail = "timed out; " + detail
+    elif rc == "125":
+        detail = "not run: out of time"
+    elif not ok:
+        log = os.path.join(out, f"{c}_n{n}.txt")
+        err = [l.strip() for l in open(log) if "error" in l.lower() or "fail" in l.lower()] if os.path.exists(log) else []
+        detail = (err[0][:100] if err else detail)
+    rows.append([c + "_bench", f"n={n}, nccl", "ok" if ok else f"FAIL (exit {rc})", detail])
+w = [max(len(r[i]) for r in rows + [["check", "configuration", "result", "detail"]]) for i in range(4)]
+line = lambda r: "| " + " | ".join(x.ljust(w[i]) for i, x in enumerate(r)) + " |"
+print(line(["check", "configuration", "result", "detail"]))
+print("|" + "|".join("-" * (x + 2) for x in w) + "|")
+for r in rows:
+    print(line(r))
+bad = [r for r in rows if not (r[2] == "ok" or r[2] == "not available")]
+print(f"gpu-check: {len(rows)} rows, {len(bad)} failed or not run")
+sys.exit(1 if bad else 0)
+PY
+table_rc=$?
+echo "gpu-check: finished in ${SECONDS} s (budget ${BUDGET} s)"
+[[ $failed == 0 && $table_rc == 0 ]] || exit 1

@@ -44,6 +44,14 @@ class Backend {
   virtual void zero(void* p, std::size_t bytes) = 0;
   virtual void copy(S* dst, const S* src, int64_t n) = 0;
   virtual void scale(S* x, double a, int64_t n) = 0;  // x *= a
+  // [p, p + bytes) of this backend's memory was written by something other than its ops
+  // (a collective into the parameters): a backend that keeps derived copies (the CUDA bf16
+  // backend's bf16 weights) refreshes them. Call it after ordering the backend after the
+  // writer; the CPU backend keeps none.
+  virtual void written(const void* p, std::size_t bytes) {
+    (void)p;
+    (void)bytes;
+  }
 
   // The layers (layers.hpp).
   virtual void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe,

@@ -1,7 +1,13 @@
 // NCCL backend: device buffers, one GPU per rank (local rank modulo the GPUs a node has),
 // the unique id broadcast over the group's MPI communicator, one non-blocking stream, and
 // CUDA events for timing. All-to-all is grouped send/recv, as nccl-tests does; NCCL has no
-// in-place all-to-all or send/recv. Version #ifs stay in this file.
+// in-place all-to-all or send/recv. Version #ifs stay in this file. Checks: MB_CHECK_CUDA and
+// MB_CHECK_NCCL from core/error.hpp.
+// Ordering with copies (issue 17, defect 2): the stream is non-blocking, so nothing orders
+// it with the legacy default stream; compute::copy_to_device completes before it returns,
+// and synchronize()/barrier() also drain the legacy stream, so a host copy issued before a
+// barrier is on the device before the next collective, and a collective finished by
+// synchronize() is done before the host overwrites its buffers.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -10,22 +16,6 @@
 
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
-
-#define MB_CHECK_CUDA(stmt, group)                                                         \
-  do {                                                                                     \
-    cudaError_t mb_err_ = (stmt);                                                          \
-    if (mb_err_ != cudaSuccess)                                                            \
-      ::meshbench::core::check_failed("CUDA", #stmt, cudaGetErrorString(mb_err_), (group), \
-                                      __FILE__, __LINE__);                                 \
-  } while (0)
-
-#define MB_CHECK_NCCL(stmt, group)                                                         \
-  do {                                                                                     \
-    ncclResult_t mb_res_ = (stmt);                                                         \
-    if (mb_res_ != ncclSuccess)                                                            \
-      ::meshbench::core::check_failed("NCCL", #stmt, ncclGetErrorString(mb_res_), (group), \
-                                      __FILE__, __LINE__);                                 \
-  } while (0)
 
 namespace meshbench::comm {
 namespace {
@@ -205,6 +195,7 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str());
   }
   void synchronize() override {
+    MB_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy), group_.c_str());
     MB_CHECK_CUDA(cudaStreamSynchronize(stream_), group_.c_str());
     ncclResult_t async = ncclSuccess;
     MB_CHECK_NCCL(ncclCommGetAsyncError(comm_, &async), group_.c_str());

@@ -1,6 +1,7 @@
 // Devices and device memory behind a plain C++ interface: CUDA types never appear here.
-// Without CUDA (or without a visible GPU) device_count() is 0 and the rest throws
-// UsageError naming what is missing, so drivers can refuse `--mem device` cleanly.
+// Without CUDA (or without a usable GPU) device_count() is 0 and the rest throws
+// UsageError naming what is missing, so drivers can refuse `--mem device` cleanly;
+// probe_gpus() says why (no GPU at all, or a GPU that CUDA cannot use).
 #pragma once
 
 #include <cstddef>
@@ -10,16 +11,29 @@ namespace meshbench::compute {
 
 enum class MemKind { kHost, kDevice };
 
+// kAbsent: built without CUDA, no NVIDIA driver, or the driver sees no device (tests skip).
+// kUnusable: a driver is there but CUDA fails (e.g. cudaErrorInsufficientDriver: the driver
+// is older than this build's runtime); GPU tests fail on it instead of skipping.
+enum class GpuState { kUsable, kAbsent, kUnusable };
+struct GpuProbe {
+  GpuState state = GpuState::kAbsent;
+  int count = 0;       // devices when usable
+  std::string detail;  // the CUDA error by name and number, driver and runtime versions
+};
+GpuProbe probe_gpus();            // never throws
+
 bool built_with_cuda();
-int device_count();               // 0 when CUDA is absent or no GPU is usable; never throws
+int device_count();               // 0 unless probe_gpus() says usable; never throws
 std::string device_name(int index);
 std::string cuda_version();       // "13.0" or "none"
 void set_device(int index);
 
 void* device_alloc(std::size_t bytes);
 void device_free(void* p) noexcept;
-void copy_to_device(void* dst, const void* src, std::size_t bytes);
-void copy_to_host(void* dst, const void* src, std::size_t bytes);
+// Copies queued on `stream` (an opaque cudaStream_t; null: the legacy default stream) that
+// have completed when they return.
+void copy_to_device(void* dst, const void* src, std::size_t bytes, void* stream = nullptr);
+void copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream = nullptr);
 // Blocks until the work queued on an opaque compute stream (a cudaStream_t; null: the legacy
 // default stream) has finished. Without CUDA there is no queued work: it returns at once.
 void stream_synchronize(void* stream);

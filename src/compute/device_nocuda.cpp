@@ -9,6 +9,7 @@ namespace {
 }
 }  // namespace
 
+GpuProbe probe_gpus() { return {GpuState::kAbsent, 0, "meshbench was built without CUDA"}; }
 bool built_with_cuda() { return false; }
 int device_count() { return 0; }
 std::string device_name(int) { return "none"; }
@@ -16,8 +17,8 @@ std::string cuda_version() { return "none"; }
 void set_device(int) { no_cuda(); }
 void* device_alloc(std::size_t) { no_cuda(); }
 void device_free(void*) noexcept {}
-void copy_to_device(void*, const void*, std::size_t) { no_cuda(); }
-void copy_to_host(void*, const void*, std::size_t) { no_cuda(); }
+void copy_to_device(void*, const void*, std::size_t, void*) { no_cuda(); }
+void copy_to_host(void*, const void*, std::size_t, void*) { no_cuda(); }
 void stream_synchronize(void*) {}
 
 }  // namespace meshbench::compute

@@ -44,15 +44,33 @@ inline constexpr int kExitOk = 0, kExitCheck = 1, kExitUsage = 2, kExitRuntime =
 
 }  // namespace meshbench::core
 
-// MB_CHECK_MPI(MPI_Allreduce(...), "tp") : on failure prints the statement, the MPI error
-// string, rank, host and group, then aborts with exit 3.
-#define MB_CHECK_MPI(stmt, group)                                                         \
-  do {                                                                                    \
-    int mb_rc_ = (stmt);                                                                  \
-    if (mb_rc_ != 0 /* MPI_SUCCESS */)                                                    \
-      ::meshbench::core::check_failed("MPI", #stmt, ::meshbench::core::mpi_error_string(mb_rc_), \
-                                      (group), __FILE__, __LINE__);                       \
+// One check pattern for every library the binaries call (ggml/c10d style): on failure print
+// the statement, the library's error string, file, line, rank, host and group ("-" when
+// there is none), then abort the job with exit 3. The CUDA, NCCL and cuBLAS forms expand
+// only in .cu files (their types appear nowhere else); each kind names its status type, its
+// success value and its error-string function:
+//   MB_CHECK_MPI(MPI_Allreduce(...), "tp")     MB_CHECK_CUDA(cudaMemcpyAsync(...), "-")
+//   MB_CHECK_NCCL(ncclAllReduce(...), "dp")    MB_CHECK_CUBLAS(cublasSgemm(...), "-")
+//   kernel<<<grid, block, 0, stream>>>(...); MB_CHECK_LAUNCH(kernel, "-");
+// MB_CHECK_LAUNCH reads cudaGetLastError(), so a bad launch configuration is reported at the
+// launch it came from, not at some later, unrelated call.
+#define MB_CHECK_(kind, status_type, ok, to_string, text, stmt, group)                       \
+  do {                                                                                     \
+    const status_type mb_rc_ = (stmt);                                                     \
+    if (mb_rc_ != (ok))                                                                    \
+      ::meshbench::core::check_failed(kind, text, to_string(mb_rc_), (group), __FILE__,    \
+                                      __LINE__);                                           \
   } while (0)
+#define MB_CHECK_MPI(stmt, group) \
+  MB_CHECK_("MPI", int, 0 /* MPI_SUCCESS */, ::meshbench::core::mpi_error_string, #stmt, stmt, group)
+#define MB_CHECK_CUDA(stmt, group) \
+  MB_CHECK_("CUDA", cudaError_t, cudaSuccess, cudaGetErrorString, #stmt, stmt, group)
+#define MB_CHECK_NCCL(stmt, group) \
+  MB_CHECK_("NCCL", ncclResult_t, ncclSuccess, ncclGetErrorString, #stmt, stmt, group)
+#define MB_CHECK_CUBLAS(stmt, group) \
+  MB_CHECK_("cuBLAS", cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, #stmt, stmt, group)
+#define MB_CHECK_LAUNCH(kernel, group) \
+  MB_CHECK_("CUDA", cudaError_t, cudaSuccess, cudaGetErrorString, "launch of " #kernel, cudaGetLastError(), group)
 
 namespace meshbench::core {
 std::string mpi_error_string(int code);

@@ -1,0 +1,208 @@
+// The CUDA backend's kernels (float32 in, float32 out), each the device twin of a loop in
+// layers.cpp: one block per row for the row reductions (layernorm, softmax, cross-entropy),
+// one thread per element for the rest. Included by backend_cuda.cu only.
+// Not here: GEMMs (cuBLAS, through the plans of operands.hpp), fused or flash attention.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace meshbench::parallel::cuda {
+namespace {
+
+inline unsigned blocks_for(size_t n, unsigned threads = 256) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+// Threads per block for a row of n elements: a multiple of 32, at most 1024 (block_sum).
+inline int row_threads(int n) { return n >= 1024 ? 1024 : (n >= 256 ? 256 : 128); }
+
+__device__ float block_sum(float v) {
+  __shared__ float s[32];
+  __shared__ float out;
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+  __syncthreads();  // a previous call's readers are done with s and out
+  if (lane == 0) s[w] = v;
+  __syncthreads();
+  float r = threadIdx.x < nw ? s[threadIdx.x] : 0.f;
+  if (w == 0)
+    for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xffffffff, r, o);
+  if (threadIdx.x == 0) out = r;
+  __syncthreads();
+  return out;
+}
+
+__device__ float block_max(float v) {
+  __shared__ float s[32];
+  __shared__ float out;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32, nw = (blockDim.x + 31) / 32;
+  __syncthreads();
+  if (lane == 0) s[w] = v;
+  __syncthreads();
+  float r = threadIdx.x < nw ? s[threadIdx.x] : -INFINITY;
+  if (w == 0)
+    for (int o = 16; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xffffffff, r, o));
+  if (threadIdx.x == 0) out = r;
+  __syncthreads();
+  return out;
+}
+
+// out (n) = bf16(in), round to nearest even.
+__global__ void k_to_bf16(__nv_bfloat16* out, const float* in, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+__global__ void k_scale(float* x, float a, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < n) x[i] *= a;
+}
+__global__ void k_embedding_fwd(float* out, const int32_t* tok, const float* wte, const float* wpe,
+                                int N, int T, int C) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= size_t(N) * C) return;
+  const int n = int(i / C), c = int(i % C);
+  out[i] = wte[size_t(tok[n]) * C + c] + wpe[size_t(n % T) * C + c];
+}
+__global__ void k_embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tok,
+                                int N, int T, int C) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= size_t(N) * C) return;
+  const int n = int(i / C), c = int(i % C);
+  atomicAdd(&dwte[size_t(tok[n]) * C + c], dout[i]);
+  atomicAdd(&dwpe[size_t(n % T) * C + c], dout[i]);
+}
+// One block per row n of inp (N, C).
+__global__ void k_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp,
+                                const float* w, const float* b, int C) {
+  const size_t n = blockIdx.x;
+  const float* x = inp + n * C;
+  float s = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
+  const float m = block_sum(s) / C;
+  float v = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) v += (x[c] - m) * (x[c] - m);
+  const float r = rsqrtf(block_sum(v) / C + 1e-5f);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) out[n * C + c] = (x[c] - m) * r * w[c] + b[c];
+  if (threadIdx.x == 0) {
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+// dinp +=, dw +=, db += (atomics across rows).
+__global__ void k_layernorm_bwd(float* dinp, float* dw, float* db, const float* dout,
+                                const float* inp, const float* w, const float* mean,
+                                const float* rstd, int C) {
+  const size_t n = blockIdx.x;
+  const float* x = inp + n * C;
+  const float* d = dout + n * C;
+  const float m = mean[n], r = rstd[n];
+  float a = 0, bsum = 0;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float norm = (x[c] - m) * r, dn = w[c] * d[c];
+    a += dn;
+    bsum += dn * norm;
+  }
+  const float dnorm_mean = block_sum(a) / C, dnorm_norm_mean = block_sum(bsum) / C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float norm = (x[c] - m) * r, dn = w[c] * d[c];
+    atomicAdd(&db[c], d[c]);
+    atomicAdd(&dw[c], norm * d[c]);
+    dinp[n * C + c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * r;
+  }
+}
+// out (N, OC) = bias, or += bias.
+__global__ void k_bias_rows(float* out, const float* bias, int N, int OC, bool accumulate) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= size_t(N) * OC) return;
+  const float b = bias[i % OC];
+  out[i] = accumulate ? out[i] + b : b;
+}
+// dbias (OC) += column sums of dout (N, OC).
+__global__ void k_bias_grad(float* dbias, const float* dout, int N, int OC) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= OC) return;
+  float s = 0;
+  for (int n = 0; n < N; ++n) s += dout[size_t(n) * OC + j];
+  dbias[j] += s;
+}
+__device__ float gelu_tanh(float x, float* dlocal) {
+  const float k = 0.7978845608028654f, cube = 0.044715f * x * x * x, th = tanhf(k * (x + cube));
+  if (dlocal)
+    *dlocal = 0.5f * (1 + th) + x * 0.5f * (1 - th * th) * k * (1 + 3 * 0.044715f * x * x);
+  return 0.5f * x * (1 + th);
+}
+__global__ void k_gelu_fwd(float* out, const float* inp, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = gelu_tanh(inp[i], nullptr);
+}
+// dinp may alias dout: each element is read, then written, by one thread.
+__global__ void k_gelu_bwd(float* dinp, const float* inp, const float* dout, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float d;
+  gelu_tanh(inp[i], &d);
+  dinp[i] = d * dout[i];
+}
+// att: B*NH*T rows of length T, row r is query position r % T: causal softmax in place.
+__global__ void k_causal_softmax(float* att, int T) {
+  const size_t row = blockIdx.x;
+  const int t = int(row % T);
+  float* p = att + row * T;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) mx = fmaxf(mx, p[j]);
+  mx = block_max(mx);
+  float s = 0;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) s += expf(p[j] - mx);
+  const float inv = 1.f / block_sum(s);
+  for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = j <= t ? expf(p[j] - mx) * inv : 0.f;
+}
+// ds (rows of T) = p * (ds - sum_j p ds) on the causal part, 0 above it.
+__global__ void k_softmax_bwd(float* ds, const float* p, int T) {
+  const size_t row = blockIdx.x;
+  const int t = int(row % T);
+  const float* pr = p + row * T;
+  float* d = ds + row * T;
+  float s = 0;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) s += pr[j] * d[j];
+  const float dot = block_sum(s);
+  for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= t ? pr[j] * (d[j] - dot) : 0.f;
+}
+// One block per row: probs (may alias logits) and losses[n] = -log softmax(x)[target].
+__global__ void k_ce_fwd(float* probs, float* losses, const float* logits, const int32_t* tgt, int V) {
+  const size_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  float* p = probs + n * V;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx);
+  float s = 0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(x[j] - mx);
+  const float sum = block_sum(s), xt = x[tgt[n]];
+  __syncthreads();  // every thread has read x[target] before any thread overwrites it
+  for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = expf(x[j] - mx) / sum;
+  if (threadIdx.x == 0) losses[n] = logf(sum) - (xt - mx);
+}
+__global__ void k_ce_bwd(float* dlogits, const float* probs, const int32_t* tgt, float scale, int N,
+                         int V) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= size_t(N) * V) return;
+  const int n = int(i / V), j = int(i % V);
+  dlogits[i] = probs[i] * scale - (j == tgt[n] ? scale : 0.f);
+}
+// AdamW as layers.cpp (the scalars are computed in double on the host, then rounded).
+__global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, float b1, float b2,
+                        float omb1, float omb2, float eps, float decay, float step, float bc2_sqrt) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const float gi = g[i], mi = b1 * m[i] + omb1 * gi, vi = b2 * v[i] + omb2 * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  p[i] = p[i] * decay - step * mi / (sqrtf(vi) / bc2_sqrt + eps);
+}
+
+}  // namespace
+}  // namespace meshbench::parallel::cuda

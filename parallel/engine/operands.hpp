@@ -1,0 +1,70 @@
+// The GEMMs the device backends issue for the matmul and attention layers, as data: for each
+// call its transposes, sizes, scalars and the three operands as row-major views (offset,
+// rows, cols, leading dimension) into named arrays. The CUDA backend (cuda/backend_cuda.cu)
+// and its host emulation (backend_emulated.cpp) both execute these plans, so the offsets
+// they use are the ones a CPU unit test bounds against the array sizes: every view ends at
+// offset + (rows-1)*ld + cols, which must not pass the array (issue 17, defect 3: a column
+// slice of a wider matrix, such as one head of the fused qkv, ends before rows*ld).
+// Not here: the CPU reference's own blocked GEMMs (layers.cpp), which the plans must match.
+//
+// Dimensions as layers.hpp: B, T, NH, KVH, hs, C = NH*hs, QKV = (NH + 2*KVH)*hs; matmul N
+// rows, C inputs, OC outputs. A GEMM is C (M,N) = alpha op(A) op(B) + beta C (compute::gemm).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace meshbench::parallel {
+
+// The arrays an op reads or writes (the layer's argument of that name).
+enum class Array { kInp, kWeight, kOut, kDout, kDinp, kDweight, kQkv, kAtt, kDatt, kDqkv };
+const char* array_name(Array a);
+
+// A rows x cols row-major block of `array` starting at element `offset`, rows `ld` apart.
+struct View {
+  Array array;
+  int64_t offset;
+  int rows, cols, ld;
+};
+// One past the last element the view touches (offset when it is empty).
+inline int64_t view_end(const View& v) {
+  return v.rows <= 0 || v.cols <= 0 ? v.offset : v.offset + int64_t(v.rows - 1) * v.ld + v.cols;
+}
+
+struct GemmPlan {
+  bool ta, tb;  // A stored (K,M) when ta, else (M,K); B stored (N,K) when tb, else (K,N)
+  int M, N, K;
+  float alpha, beta;
+  View a, b, c;
+};
+
+struct MatmulShape {
+  int N, C, OC;
+};
+struct AttentionShape {
+  int B, T, NH, KVH, hs;
+  int C() const { return NH * hs; }
+  int QKV() const { return (NH + 2 * KVH) * hs; }
+};
+
+// Elements of each array the op takes (what the caller allocated).
+int64_t numel(const MatmulShape& s, Array a);
+int64_t numel(const AttentionShape& s, Array a);
+
+// matmul_forward: out (N,OC) = inp (N,C) @ weight (OC,C)^T + out (the bias is written first).
+GemmPlan matmul_forward_gemm(const MatmulShape& s);
+// matmul_backward: [0] dinp = dout @ weight, [1] dweight += dout^T @ inp.
+std::array<GemmPlan, 2> matmul_backward_gemms(const MatmulShape& s);
+
+// Head h of sample b. Forward: [0] att = scale Q K^T, then the causal softmax of att in
+// place, then [1] out = att V. Backward (dqkv zeroed first): [0] datt = dout V^T, then the
+// softmax backward of datt in place, then [1] dQ = scale datt K, [2] dK += scale datt^T Q,
+// [3] dV += att^T dout. Heads of one KV group accumulate into the same dK, dV.
+std::array<GemmPlan, 2> attention_forward_gemms(const AttentionShape& s, int b, int h);
+std::array<GemmPlan, 4> attention_backward_gemms(const AttentionShape& s, int b, int h);
+
+// The stored extent of an operand is consistent with the GEMM (rows and cols match op(A),
+// op(B), C for M, N, K; ld >= cols; offset >= 0). The unit test checks this for every plan.
+bool plan_consistent(const GemmPlan& g);
+
+}  // namespace meshbench::parallel

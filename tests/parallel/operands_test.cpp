@@ -1,0 +1,76 @@
+// Bounds of every strided operand the CUDA backend passes to cuBLAS (issue 17, defect 3):
+// each GEMM plan of operands.hpp, for every head of every sample, at the shapes the tests
+// and presets use, stays inside the arrays the model allocates; bf16 staging converts whole
+// arrays (numel elements), so staged views obey the same bounds.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config.hpp"
+#include "operands.hpp"
+
+using namespace meshbench::parallel;
+
+namespace {
+
+void expect_inside(const GemmPlan& g, const std::function<int64_t(Array)>& size, const std::string& where) {
+  EXPECT_TRUE(plan_consistent(g)) << where;
+  for (const View* v : {&g.a, &g.b, &g.c}) {
+    EXPECT_GE(v->offset, 0) << where;
+    EXPECT_LE(view_end(*v), size(v->array)) << where << " " << array_name(v->array);
+  }
+}
+
+std::vector<AttentionShape> attention_shapes() {
+  std::vector<AttentionShape> out{{2, 70, 4, 2, 16}};  // layer_parity's shape
+  for (const auto& name : preset_names()) {
+    const GptConfig c = preset(name);
+    for (int kvh : {c.heads, c.heads / 2, 1})
+      if (kvh >= 1 && c.heads % kvh == 0)
+        out.push_back({c.micro_batch, c.seq, c.heads, kvh, c.head_size()});
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Operands, AttentionPlansStayInsideTheirArrays) {
+  for (const AttentionShape& s : attention_shapes()) {
+    auto size = [&](Array a) { return numel(s, a); };
+    for (int b = 0; b < s.B; ++b)
+      for (int h = 0; h < s.NH; ++h) {
+        const std::string where = "B=" + std::to_string(s.B) + " T=" + std::to_string(s.T) +
+                                  " NH=" + std::to_string(s.NH) + " KVH=" + std::to_string(s.KVH) +
+                                  " b=" + std::to_string(b) + " h=" + std::to_string(h);
+        for (const auto& g : attention_forward_gemms(s, b, h)) expect_inside(g, size, where);
+        for (const auto& g : attention_backward_gemms(s, b, h)) expect_inside(g, size, where);
+      }
+  }
+}
+
+TEST(Operands, TheLastHeadsSliceEndsBeforeRowsTimesLd) {
+  // The extent rows*ld that issue 17 found staged would pass the end of qkv: the bound that
+  // holds is (rows-1)*ld + cols.
+  const AttentionShape s{2, 70, 4, 2, 16};
+  const View v = attention_forward_gemms(s, s.B - 1, s.NH - 1)[1].b;  // the last V head
+  EXPECT_EQ(view_end(v), numel(s, Array::kQkv));
+  EXPECT_GT(v.offset + int64_t(v.rows) * v.ld, numel(s, Array::kQkv));
+}
+
+TEST(Operands, MatmulPlansStayInsideTheirArrays) {
+  for (const auto& name : preset_names()) {
+    const GptConfig c = preset(name);
+    const int N = c.micro_batch * c.seq, C = c.hidden;
+    for (const MatmulShape& s : {MatmulShape{N, C, c.qkv_width()}, MatmulShape{N, C, C},
+                                 MatmulShape{N, C, c.ffn}, MatmulShape{N, c.ffn, C},
+                                 MatmulShape{N, C, c.vocab}, MatmulShape{140, 64, 96}}) {
+      auto size = [&](Array a) { return numel(s, a); };
+      const std::string where = name + " N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) +
+                                " OC=" + std::to_string(s.OC);
+      expect_inside(matmul_forward_gemm(s), size, where);
+      for (const auto& g : matmul_backward_gemms(s)) expect_inside(g, size, where);
+    }
+  }
+}
