@@ -18,15 +18,19 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
   Trace& tr = env.trace;
   tr.tags = TraceTags{step, 0, -1, 'F'};
   double loss_sum = 0;
+  // The phases partition the step: each action's span starts where the previous one ended.
   const double t_begin = core::now_seconds();
-  if (zero_grads) {  // counted with the forward, so the phases add up to the step
+  double t_prev = t_begin;
+  if (zero_grads) {  // counted with the forward
     env.model.zero_grad();
-    tr.phase("forward", t_begin, core::now_seconds());
+    const double t = core::now_seconds();
+    tr.phase("forward", t_begin, t);
+    t_prev = t;
   }
   int forwards = 0;
   for (const Action& a : actions) {
     tr.tags.micro = a.micro;
-    const double t0 = core::now_seconds();
+    const double t0 = t_prev;
     switch (a.kind) {
       case ActionKind::kForward: {
         tr.tags.phase = 'F';
@@ -35,34 +39,38 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
         loss_sum += static_cast<double>(env.model.forward(tok.data(), tgt.data()));
         ++forwards;
-        tr.phase("forward", t0, core::now_seconds());
+        t_prev = core::now_seconds();
+        tr.phase("forward", t0, t_prev);
         break;
       }
       case ActionKind::kBackward:
         tr.tags.phase = 'B';
         if (env.dp) env.dp->begin_backward(a.micro == m - 1);
         env.model.backward(scale);
-        tr.phase("backward", t0, core::now_seconds());
+        t_prev = core::now_seconds();
+        tr.phase("backward", t0, t_prev);
         break;
       case ActionKind::kGradSync:
         tr.tags.phase = 'G';
         tr.tags.layer = -1;
         if (env.dp) env.dp->finish();
-        tr.phase("grad_sync", t0, core::now_seconds());
+        t_prev = core::now_seconds();
+        tr.phase("grad_sync", t0, t_prev);
         break;
       case ActionKind::kOptimizer:
         tr.tags.phase = 'O';
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, 0);
         env.model.update(env.adam, adam_t);
         env.model.backend().synchronize();
-        tr.phase("optimizer", t0, core::now_seconds());
+        t_prev = core::now_seconds();
+        tr.phase("optimizer", t0, t_prev);
         break;
     }
   }
   env.model.set_trace(nullptr, step, 0);
   if (tr.on) {
     tr.step_start.push_back(t_begin);
-    tr.step_end.push_back(core::now_seconds());
+    tr.step_end.push_back(t_prev);
   }
   return forwards ? loss_sum / forwards : 0.0;
 }

@@ -232,6 +232,18 @@ Peak measure_sgemm_peak(const GptConfig& c, double min_seconds) {
   return pk;
 }
 
+// The GEMM peak MFU is normalised by: SGEMM on the CPU, cuBLAS (fp32 or bf16 inputs) on a GPU.
+Peak measure_peak(const GptConfig& c, bool gpu, Precision prec, int device) {
+  if (!gpu) return measure_sgemm_peak(c, 0.5);
+  Peak pk;
+  pk.shape = largest_gemm(c);
+  pk.best = pk.median = cuda::measure_gemm_peak(pk.shape.M, pk.shape.N, pk.shape.K, prec, device);
+  pk.reps = 3;
+  return pk;
+}
+
+bool model_on_device(const Gpt<float>& m) { return m.backend().mem() == mb::compute::MemKind::kDevice; }
+
 double peak_rss_bytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -281,7 +293,7 @@ struct Setup {
   std::vector<Action> actions;
 };
 
-void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be) {
+void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
   st.model = std::make_unique<Gpt<float>>(plan.model, be);
@@ -291,8 +303,7 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   if (plan.degrees.dp * plan.degrees.cp > 1) {
     MPI_Comm c = st.comms->get(mb::comm::GroupKind::kDpCp);
     std::unique_ptr<mb::comm::Communicator> inner =
-        o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, "dp", mb::compute::device_count() > 0 ? rank % mb::compute::device_count() : 0)
-                            : mb::comm::make_mpi_communicator(c, "dp");
+        o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, "dp", device) : mb::comm::make_mpi_communicator(c, "dp");
     st.dp_comm = std::make_unique<RecordingComm>(std::move(inner), st.trace, "dp", mem ? mem->group : 0);
     st.dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags);
     if (o.inject_fault == rank) st.dp->inject_fault(1.0);
@@ -374,7 +385,12 @@ std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, int worl
                       std::vector<CheckRow>& rows) {
   if (!o.check) return "off";
   const GptConfig& c = o.model;
-  if (world == 1) {
+  if (world == 1 && model_on_device(*st.model)) {
+    // On a GPU the reference is the CPU float32 path: one whole step, normalised errors.
+    const Precision prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
+    for (const auto& r : step_parity(c, st.model->backend(), prec, static_cast<unsigned>(o.seed)))
+      rows.push_back({"cuda_vs_cpu:" + r.op, NAN, r.rel_err, r.tolerance, r.rel_err <= r.tolerance});
+  } else if (world == 1) {
     std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
     synthetic_batch(tok.data(), tgt.data(), env.data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
     rows = check_against_fp64(*st.model, tok.data(), tgt.data());
@@ -428,84 +444,6 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
   return true;
 }
 
-// --device cuda at one rank: cuda::run_steps times the steps on the GPU (to be replaced by
-// the executor over the CUDA backend), reported through the same records and reporters.
-int run_gpu(const Options& o, int argc, char** argv) {
-  const mb::core::Log out(0, o.quiet);
-  const GptConfig& c = o.model;
-  const cuda::Precision prec = o.dtype == "bf16" ? cuda::Precision::kBf16 : cuda::Precision::kFp32;
-  const std::string gpu_name = cuda::device_name();
-  Peak peak;
-  peak.shape = largest_gemm(c);
-  peak.best = peak.median = cuda::measure_gemm_peak(peak.shape.M, peak.shape.N, peak.shape.K, prec);
-  peak.reps = 3;
-  const double datasheet = cuda::datasheet_peak(gpu_name, prec);
-  const StepFlops fl = step_flops(c);
-  out.out("step_bench: {} on {} ({})\n", describe(c), gpu_name, o.dtype);
-  out.out("  cuBLAS {} peak on {}: {:.2f} TFLOP/s; datasheet dense peak {}\n", o.dtype, peak.shape.name,
-          peak.best / 1e12, std::isnan(datasheet) ? std::string("unknown") : fmt::format("{:.1f} TFLOP/s", datasheet / 1e12));
-  std::vector<CheckRow> rows;
-  std::string check = "off";
-  if (o.check) {
-    for (const auto& r : cuda::step_parity(c, prec, static_cast<unsigned>(o.seed)))
-      rows.push_back({"cuda_vs_cpu:" + r.op, NAN, r.rel_err, r.tolerance, r.rel_err <= r.tolerance});
-    check = all_pass(rows) ? "pass" : "fail";
-    for (const auto& r : rows)
-      out.out("  check {:<32} rel {:.3e} tol {:.0e} {}\n", r.quantity, r.rel, r.tolerance, r.pass ? "ok" : "FAIL");
-  }
-  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
-  mb::results::RunContext ctx = mb::results::make_run_context(MPI_COMM_WORLD, "step_bench", argc, argv, topo);
-  ctx.attrs["tag"] = o.tag;
-  ctx.attrs["backend"] = o.backend;
-  ctx.attrs["mem"] = "device";
-  ctx.attrs["iters"] = o.steps;
-  ctx.attrs["warmup"] = o.warmup;
-  ctx.attrs["check"] = o.check;
-  mb::results::sync_from_root(ctx, MPI_COMM_WORLD);
-  Plan plan;
-  plan.model = c;
-  Setup st;
-  st.actions = accumulation_schedule(1);
-  Gpt<float> shape(c);  // the layout, for the attributes
-  std::unique_ptr<StepH5> h5;
-  const std::vector<std::string> phase_names(kPhaseNames.begin(), kPhaseNames.end());
-  std::vector<int> all{0};
-  if (!o.output.empty())
-    h5 = std::make_unique<StepH5>(o.output, o.append, MPI_COMM_WORLD, ctx,
-                                  step_attributes(o, plan, shape, 1, fl, peak, datasheet, gpu_name, st), phase_names,
-                                  std::vector<mb::results::GroupInfo>{mb::results::describe_group("world", 0, all, topo)});
-  const cuda::GpuStepTimes g = cuda::run_steps(c, prec, o.warmup, o.steps, static_cast<unsigned>(o.seed));
-  StepRecord rec;
-  rec.model = describe(c);
-  rec.plan = "single rank";
-  rec.steps = static_cast<int>(g.step.size());
-  rec.warmup = o.warmup;
-  rec.global_tokens = static_cast<double>(c.tokens());
-  rec.flops_per_step = fl.total();
-  rec.peak = {peak.best};
-  for (size_t i = 0; i < g.step.size(); ++i) {
-    rec.step_time.push_back({g.step[i]});
-    rec.phases.push_back({{g.forward[i], g.backward[i], 0.0, g.optimizer[i]}});
-    rec.loss.push_back(g.loss[i]);
-    if (h5) h5->append_step(g.step[i], rec.phases.back()[0], g.loss[i]);
-  }
-  const StepSummary sum = summarize(rec, check, datasheet);
-  print_step_report(out, rec, sum);
-  if (h5) {
-    h5->write_memory({});
-    h5->write_comm({});
-    h5->write_check(rows);
-    h5->write_summary(sum);
-    h5->write_events({});
-    h5->finish(check == "fail" ? "failed" : "ok");
-    write_step_jsonl(std::filesystem::path(o.output).replace_extension(".jsonl"), h5->run_id(), o.tag, rec, sum, 1);
-    out.always("step_bench: wrote run {} to {}\n", h5->run_id(), o.output);
-  }
-  out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} TFLOP/s, MFU {:.1f}% (measured cuBLAS peak), check {}\n",
-             sum.step_time_median * 1e3, sum.tokens_per_s, sum.model_flops_per_s / 1e12, 100 * sum.mfu_measured_peak, check);
-  return check == "fail" ? kExitCheck : kExitOk;
-}
-
 int run(int argc, char** argv, int world_rank, int world_size, int thread_level) {
   std::optional<Options> parsed = parse(argc, argv);
   if (!parsed) return kExitOk;
@@ -525,16 +463,24 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   const DataKind data = o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   const bool gpu = o.device == "cuda";
+  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
+  if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
+  // The compute backend: the CPU, or one GPU per rank (local rank modulo the node's GPUs).
+  const Precision prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  std::unique_ptr<Backend<float>> gpu_backend;  // outlives the model (declared first)
+  int device = -1;
+  std::string gpu_name = "none";
   if (gpu) {
     std::string why;
     if (!cuda::available(&why)) throw UsageError(fmt::format("--device cuda: no usable GPU ({})", why));
-    if (world_size > 1)
-      throw UsageError("--device cuda: the CUDA step runs on one rank in this build (data parallel runs on --device cpu)");
-    return run_gpu(o, argc, argv);
+    device = topo.ranks[static_cast<size_t>(world_rank)].local_rank % mb::compute::device_count();
+    gpu_backend = cuda::make_backend(prec, device);
+    gpu_name = cuda::device_name(device);
   }
+  Backend<float>& backend = gpu ? *gpu_backend : cpu_backend<float>();
 
   Setup st;
-  make_setup(st, o, plan, world_rank, cpu_backend<float>());
+  make_setup(st, o, plan, world_rank, backend, device);
   Gpt<float>& model = *st.model;
   if (!o.export_dir.empty()) {
     std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
@@ -546,9 +492,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   }
 
   const StepFlops fl = step_flops(c);
-  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
-  if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
-  out.out("step_bench: {} on {} ({} threads per rank, OPENBLAS_CORETYPE={})\n", describe(c), o.device, threads,
+  out.out("step_bench: {} on {} ({}; {} threads per rank, OPENBLAS_CORETYPE={})\n", describe(c),
+          gpu ? fmt::format("{} {}", gpu_name, o.dtype) : std::string("cpu"), backend.name(), threads,
           coretype ? coretype : "unset");
   out.out("  parameters {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
           model.num_params(), human_bytes(static_cast<double>(model.num_params()) * 4), fl.total(),
@@ -562,9 +507,14 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
             st.dp->buckets(), st.dp->bucket_elements(), human_bytes(double(st.dp->bucket_elements()) * 4),
             plan.degrees.dp * plan.degrees.cp, plan.overlap ? ", overlapped with the backward" : ", after the backward (--no-overlap)");
 
-  Peak peak = measure_sgemm_peak(c, 0.5);
-  out.out("  SGEMM peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls (rank 0)\n",
-          peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K, peak.best / 1e9, peak.median / 1e9, peak.reps);
+  Peak peak = measure_peak(c, gpu, prec, device);
+  const double datasheet = gpu ? cuda::datasheet_peak(gpu_name, prec) : NAN;
+  out.out("  {} peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls (rank 0){}\n",
+          gpu ? "cuBLAS GEMM" : "SGEMM", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K, peak.best / 1e9,
+          peak.median / 1e9, peak.reps,
+          gpu ? (std::isnan(datasheet) ? std::string("; no datasheet entry for this GPU")
+                                       : fmt::format("; datasheet dense peak {:.1f} TFLOP/s", datasheet / 1e12))
+              : std::string());
 
   StepEnv<float> env{model, st.dp.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
   std::vector<CheckRow> check_rows;
@@ -578,7 +528,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   ctx.attrs["order"] = plan.order;
   ctx.attrs["group"] = o.group;
   ctx.attrs["time_limit"] = o.time_limit;
-  ctx.attrs["mem"] = "host";
+  ctx.attrs["mem"] = gpu ? "device" : "host";
   ctx.attrs["iters"] = o.steps;
   ctx.attrs["warmup"] = o.warmup;
   ctx.attrs["check"] = o.check;
@@ -589,7 +539,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   std::unique_ptr<StepH5> h5;
   if (!o.output.empty())
     h5 = std::make_unique<StepH5>(o.output, o.append, MPI_COMM_WORLD, ctx,
-                                  step_attributes(o, plan, model, threads, fl, peak, NAN, "none", st), phase_names,
+                                  step_attributes(o, plan, model, threads, fl, peak, datasheet, gpu_name, st), phase_names,
                                   describe_groups(st, topo));
 
   // Clock offsets against rank 0, for the trace's aligned timelines.
@@ -603,9 +553,9 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
 
   // On a shared machine the GEMM rate drifts while the steps run: measure the peak again
   // after them and normalise by the higher of the two (the lower, conservative MFU).
-  const Peak after = measure_sgemm_peak(c, 0.5);
-  out.out("  SGEMM peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
-          after.best / 1e9, peak.best / 1e9);
+  const Peak after = measure_peak(c, gpu, prec, device);
+  out.out("  {} peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
+          gpu ? "cuBLAS GEMM" : "SGEMM", after.best / 1e9, peak.best / 1e9);
   const double peak_used = std::max(peak.best, after.best);
   if (h5)
     h5->write_step_attrs({{"peak_measured_flops_before", peak.best},
@@ -645,7 +595,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
       }
     rec.comm = gather_rows(rm.comm, MPI_COMM_WORLD);
   }
-  const StepSummary sum = world_rank == 0 && rec.steps > 0 ? summarize(rec, check, NAN) : StepSummary{};
+  const StepSummary sum = world_rank == 0 && rec.steps > 0 ? summarize(rec, check, datasheet) : StepSummary{};
   const std::vector<MemoryRow> mem = memory_rows(model, c);
   if (rec.steps > 0) print_step_report(out, rec, sum);
   print_memory(out, mem, world_size);
