@@ -44,6 +44,7 @@ class Backend {
   virtual void zero(void* p, std::size_t bytes) = 0;
   virtual void copy(S* dst, const S* src, int64_t n) = 0;
   virtual void scale(S* x, double a, int64_t n) = 0;  // x *= a
+  virtual void add(S* dst, const S* src, int64_t n) = 0;  // dst += src
   // [p, p + bytes) of this backend's memory was written by something other than its ops
   // (a collective into the parameters): a backend that keeps derived copies (the CUDA bf16
   // backend's bf16 weights) refreshes them. Call it after ordering the backend after the

@@ -43,6 +43,11 @@ class CpuBackend final : public Backend<S> {
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
   }
 
+  void add(S* dst, const S* src, int64_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+
   void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
                          int C) override {
     parallel::embedding_forward(out, tokens, wte, wpe, B, T, C);

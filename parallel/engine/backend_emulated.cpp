@@ -27,6 +27,7 @@ class EmulatedBackend final : public Backend<float> {
   void zero(void* p, std::size_t n) override { cpu_.zero(p, n); }
   void copy(float* d, const float* s, int64_t n) override { cpu_.copy(d, s, n); }
   void scale(float* x, double a, int64_t n) override { cpu_.scale(x, a, n); }
+  void add(float* dst, const float* src, int64_t n) override { cpu_.add(dst, src, n); }
 
   void embedding_forward(float* out, const int32_t* tok, const float* wte, const float* wpe, int B,
                          int T, int C) override {

@@ -354,25 +354,22 @@ void Gpt<S>::set_optimizer_shard(int64_t elements) {
 
 template <typename S>
 void Gpt<S>::update(const AdamWConfig& cfg, int t) {
-  update_pieces(params_.data(), grads_.data(), {{0, layout_.total()}}, cfg, t);
+  update_pieces({{0, layout_.total(), params_.data(), grads_.data(), 0}}, cfg, t);
 }
 
 template <typename S>
-void Gpt<S>::update_pieces(S* params, const S* grads, const std::vector<std::pair<int64_t, int64_t>>& pieces,
-                           const AdamWConfig& cfg, int t) {
+void Gpt<S>::update_pieces(const std::vector<OptPiece>& pieces, const AdamWConfig& cfg, int t) {
   trace_phase_ = 'O';
   trace_layer_ = -1;
   timed(Op::kAdamW, [&] {
-    int64_t off = 0;  // where the piece starts in params, grads and the moments
-    for (const auto& [lo, hi] : pieces) {
-      for (const auto& e : layout_.entries()) {
-        const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+    for (const OptPiece& pc : pieces) {
+      for (const auto& e : layout_.entries()) {  // weight decay is per tensor
+        const int64_t a = std::max(pc.lo, e.offset), b = std::min(pc.hi, e.offset + e.numel);
         if (a >= b) continue;
-        const int64_t k = off + (a - lo);
-        be_->adamw_update(params + k, grads + k, m_.data() + k, v_.data() + k, b - a, cfg,
-                          e.weight_decay ? cfg.weight_decay : 0.0, t);
+        const int64_t k = a - pc.lo;
+        be_->adamw_update(pc.params + k, pc.grads + k, m_.data() + pc.moment_off + k,
+                          v_.data() + pc.moment_off + k, b - a, cfg, e.weight_decay ? cfg.weight_decay : 0.0, t);
       }
-      off += hi - lo;
     }
   });
 }

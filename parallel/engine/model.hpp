@@ -119,11 +119,16 @@ class Gpt {
   void update(const AdamWConfig& cfg, int t);
   // A shard of the optimizer: moments for `elements` elements (zeroed).
   void set_optimizer_shard(int64_t elements);
-  // AdamW step t over pieces of the flat array held elsewhere: piece k covers the flat range
-  // [pieces[k].first, pieces[k].second) and lives at params + off_k, grads + off_k, off_k the
-  // sum of the earlier pieces' lengths; the moments are this model's (set_optimizer_shard).
-  void update_pieces(S* params, const S* grads, const std::vector<std::pair<int64_t, int64_t>>& pieces,
-                     const AdamWConfig& cfg, int t);
+  // AdamW step t over pieces of the flat array held wherever a strategy keeps them: piece k
+  // covers the flat range [lo, hi), its parameters and gradients start at params and grads
+  // (element lo), its moments at moment_off in this model's moments (set_optimizer_shard).
+  struct OptPiece {
+    int64_t lo, hi;
+    S* params;
+    const S* grads;
+    int64_t moment_off;
+  };
+  void update_pieces(const std::vector<OptPiece>& pieces, const AdamWConfig& cfg, int t);
 
   MemoryBytes memory_allocated() const;  // the model's allocations now
   MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers

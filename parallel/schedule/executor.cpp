@@ -14,7 +14,7 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
   const GptConfig& c = env.model.config();
   const int m = env.plan.micro_batches;
   std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
-  const S scale = static_cast<S>(env.dp ? DataParallel<S>::loss_scale(env.plan) : 1.0 / m);
+  const S scale = static_cast<S>(env.sync ? env.sync->loss_scale() : 1.0 / m);
   Trace& tr = env.trace;
   tr.tags = TraceTags{step, 0, -1, 'F'};
   double loss_sum = 0;
@@ -34,6 +34,7 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
     switch (a.kind) {
       case ActionKind::kForward: {
         tr.tags.phase = 'F';
+        if (env.sync) env.sync->begin_forward(a.micro);
         synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, data_step,
                         first_sample(env.plan, env.dp_rank, a.micro), c.micro_batch, c.seq, c.vocab);
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
@@ -45,7 +46,7 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
       }
       case ActionKind::kBackward:
         tr.tags.phase = 'B';
-        if (env.dp) env.dp->begin_backward(a.micro == m - 1);
+        if (env.sync) env.sync->begin_backward(a.micro, a.micro == m - 1);
         env.model.backward(scale);
         t_prev = core::now_seconds();
         tr.phase("backward", t0, t_prev);
@@ -53,14 +54,17 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
       case ActionKind::kGradSync:
         tr.tags.phase = 'G';
         tr.tags.layer = -1;
-        if (env.dp) env.dp->finish();
+        if (env.sync) env.sync->finish();
         t_prev = core::now_seconds();
         tr.phase("grad_sync", t0, t_prev);
         break;
       case ActionKind::kOptimizer:
         tr.tags.phase = 'O';
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, 0);
-        env.model.update(env.adam, adam_t);
+        if (env.sync)
+          env.sync->optimizer_step(env.adam, adam_t);
+        else
+          env.model.update(env.adam, adam_t);
         env.model.backend().synchronize();
         t_prev = core::now_seconds();
         tr.phase("optimizer", t0, t_prev);

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "data_parallel.hpp"
+#include "grad_sync.hpp"
 #include "model.hpp"
 #include "plan.hpp"
 #include "schedule.hpp"
@@ -19,7 +19,7 @@ namespace meshbench::parallel {
 template <typename S>
 struct StepEnv {
   Gpt<S>& model;
-  DataParallel<S>* dp;  // null at dp x cp = 1
+  GradSync<S>* sync;   // data parallel or ZeRO; null at dp x cp = 1
   Trace& trace;
   const Plan& plan;
   DataKind data;

@@ -37,6 +37,15 @@ CheckRow compare(std::string q, const A* a, const R* ref, int64_t n, double tol)
   return r;
 }
 
+// The tensors of a flat array in layout order, without the padding between them, so two
+// layouts of the same model (ZeRO pads its units) compare tensor by tensor.
+std::vector<float> pack(const Layout& layout, const std::vector<float>& flat) {
+  std::vector<float> out;
+  for (const auto& e : layout.entries())
+    out.insert(out.end(), flat.begin() + e.offset, flat.begin() + e.offset + e.numel);
+  return out;
+}
+
 // Keeps, per quantity, the worst row seen (over ranks).
 void merge_worst(std::map<std::string, CheckRow>& worst, std::vector<std::string>& order, CheckRow r) {
   auto it = worst.find(r.quantity);
@@ -83,7 +92,7 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
   MB_CHECK_MPI(MPI_Comm_size(world, &size), "world");
   const Plan& plan = env.plan;
   Gpt<float>& model = env.model;
-  const int64_t P = model.layout().total();
+  const int64_t P = model.num_params();  // packed: tensors only
   const bool trace_was = env.trace.on;
   env.trace.on = false;
 
@@ -94,9 +103,10 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
                before.end());
   opt.push_back({ActionKind::kOptimizer, 0, 0});
   double loss = run_step(env, before, 0, 0, 1, true);
-  const std::vector<float> grads = model.download_grads();
+  // Every rank's gradients after the reduction, gathered to full shape (ZeRO: from the shards).
+  const std::vector<float> grads = pack(model.layout(), env.sync ? env.sync->full_grads() : model.download_grads());
   run_step(env, opt, 0, 0, 1, false);
-  const std::vector<float> params = model.download_params();
+  const std::vector<float> params = pack(model.layout(), env.sync ? env.sync->full_params() : model.download_params());
   env.trace.on = trace_was;
   // The global mean loss: every rank of a dp x cp group holds its share.
   double loss_sum = 0;
@@ -122,9 +132,9 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
       ref.backward(scale);
     }
     ref_loss /= mb;
-    const std::vector<float> ref_grads = ref.download_grads();
+    const std::vector<float> ref_grads = pack(ref.layout(), ref.download_grads());
     ref.update(env.adam, 1);
-    const std::vector<float> ref_params = ref.download_params();
+    const std::vector<float> ref_params = pack(ref.layout(), ref.download_params());
 
     std::map<std::string, CheckRow> worst;
     std::vector<std::string> order;
@@ -139,9 +149,12 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
         MB_CHECK_MPI(MPI_Recv(p.data(), static_cast<int>(P), MPI_FLOAT, r, 902, world, MPI_STATUS_IGNORE), "world");
       }
       merge_worst(worst, order, compare("grads", g.data(), ref_grads.data(), P, kParallelTolerance));
-      for (const auto& e : model.layout().entries())
-        merge_worst(worst, order, compare("grad:" + e.name, g.data() + e.offset, ref_grads.data() + e.offset,
-                                          e.numel, kParallelTolerance));
+      int64_t at = 0;
+      for (const auto& e : model.layout().entries()) {
+        merge_worst(worst, order, compare("grad:" + e.name, g.data() + at, ref_grads.data() + at, e.numel,
+                                          kParallelTolerance));
+        at += e.numel;
+      }
       merge_worst(worst, order, compare("params_after", p.data(), ref_params.data(), P, kParallelTolerance));
     }
     for (const auto& q : order) rows.push_back(worst.at(q));

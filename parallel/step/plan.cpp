@@ -14,6 +14,20 @@ void resolve_and_validate(Plan& p, int world) {
   if (p.micro_batches < 1)
     throw UsageError(fmt::format("--micro-batches {}: must be at least 1", p.micro_batches));
   if (p.bucket_mb < 0) throw UsageError(fmt::format("--bucket-mb {}: must be >= 0 (0: the default rule)", p.bucket_mb));
+  if (p.zero < 0 || p.zero > 3) throw UsageError(fmt::format("--zero {}: must be 0, 1, 2 or 3", p.zero));
+  if (p.prefetch < 0) throw UsageError(fmt::format("--prefetch {}: must be >= 0", p.prefetch));
+  if (p.keep_params && p.zero != 3) throw UsageError("--zero3-keep-params: needs --zero 3");
+  if (p.zero > 0 && p.progress == Progress::kThread)
+    throw UsageError(fmt::format("--progress thread: runs plain data parallel only (--zero {} tests its "
+                                 "reductions between backward ops)", p.zero));
+  if (p.zero > 0 && p.bucket_mb > 0) {
+    const int64_t unit = largest_unit_elements(p.model);
+    if (p.bucket_mb * 1024 * 1024 / 4 < static_cast<double>(unit))
+      throw UsageError(fmt::format("--bucket-mb {} with --zero {}: ZeRO reduces and gathers whole units (the "
+                                   "embeddings, a block, the head); the largest holds {} elements ({:.2f} MiB), "
+                                   "so the bucket must be 0 or at least that",
+                                   p.bucket_mb, p.zero, unit, unit * 4.0 / 1024 / 1024));
+  }
   // Dimensions whose strategies are not in this build, before the degrees are resolved.
   struct Later {
     int degree;
@@ -39,6 +53,14 @@ void resolve_and_validate(Plan& p, int world) {
     throw UsageError(fmt::format("--mesh: dp x cp = {} must equal the world size {}", d.dp * d.cp, world));
 }
 
+int64_t largest_unit_elements(const GptConfig& c) {
+  const int64_t C = c.hidden, F = c.ffn, V = c.vocab, QKV = c.qkv_width();
+  const int64_t embed = V * C + int64_t{c.max_seq} * C;
+  const int64_t block = 4 * C + QKV * C + QKV + C * C + C + F * C + F + C * F + C;
+  const int64_t head = 2 * C + V + (c.tied ? 0 : V * C);
+  return std::max({embed, block, head});
+}
+
 int64_t bucket_elements(const Plan& p, int64_t grad_elements, int scalar_bytes) {
   int64_t n;
   if (p.bucket_mb > 0) {
@@ -52,9 +74,9 @@ int64_t bucket_elements(const Plan& p, int64_t grad_elements, int scalar_bytes) 
 }
 
 std::string describe(const Plan& p) {
-  return fmt::format("{} (order {}), micro-batches {}, global batch {} x {} tokens, grad-reduce {}, "
+  return fmt::format("{} (order {}), zero {}, micro-batches {}, global batch {} x {} tokens, grad-reduce {}, "
                      "overlap {}, progress {}",
-                     comm::format_degrees(p.degrees), p.order, p.micro_batches, p.global_batch(),
+                     comm::format_degrees(p.degrees), p.order, p.zero, p.micro_batches, p.global_batch(),
                      p.model.seq, p.grad_reduce == GradReduce::kAvg ? "avg" : "sum",
                      p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread");
 }

@@ -29,6 +29,9 @@ struct Plan {
   bool overlap = true;       // start each bucket's reduction as soon as its gradients are final
   double bucket_mb = 0;      // bucket size in MiB of gradients; 0: the default rule
   Progress progress = Progress::kPoll;
+  int zero = 0;              // ZeRO stage 0 (plain data parallel) .. 3
+  int prefetch = 1;          // ZeRO-3: units gathered ahead of the one in use
+  bool keep_params = false;  // ZeRO-3: keep gathered units across micro-batches
 
   int dp() const { return degrees.dp; }
   int64_t global_batch() const {  // sequences per step: b x m x dp
@@ -36,6 +39,10 @@ struct Plan {
   }
   int64_t global_tokens() const { return global_batch() * model.seq; }
 };
+
+// The largest unit of the model (embeddings, a block, or the head) in elements, without
+// padding: ZeRO reduces and gathers whole units.
+int64_t largest_unit_elements(const GptConfig& c);
 
 // Resolves the degrees for `world` ranks and checks every rule (degrees multiply to the
 // world size, --micro-batches >= 1, the dimensions this build runs). Throws UsageError.

@@ -51,24 +51,35 @@ StepSummary summarize(const StepRecord& r, const std::string& check, double data
       s.straggler_rank = k;
     }
   }
-  double busy = 0, exposed = 0, wire = 0;
-  uint64_t bytes = 0;
+  double busy = 0, exposed = 0, dp_busy = 0, dp_exposed = 0, wire = 0;
+  std::map<std::pair<std::string, std::string>, uint64_t> payload;  // over ranks and steps
   for (const CommRow& c : r.comm) {
     busy += c.busy_s;
     exposed += c.exposed_s;
+    payload[{c.dim, c.kind}] += c.bytes;
     if (std::string(c.dim) == "dp") {
       wire += c.wire_bytes;
-      bytes += c.bytes;
+      dp_busy += c.busy_s;
+      dp_exposed += c.exposed_s;
     }
   }
   s.exposed_comm_fraction = busy > 0 ? exposed / busy : 0;
-  s.exposed_dp = s.exposed_comm_fraction;
+  s.exposed_dp = dp_busy > 0 ? dp_exposed / dp_busy : NAN;
   const double per = r.steps > 0 ? 1.0 / (double(r.steps) * r.ranks) : 0;
   s.dp_wire_bytes = wire * per;
-  s.dp_wire_bytes_analytic = r.dp > 1 ? r.dp_wire_analytic : 0;
-  // Exact: every rank's payload over the timed steps is steps x the plan's gradient bytes.
-  const uint64_t want = r.dp > 1 ? static_cast<uint64_t>(r.dp_bytes_analytic) * r.steps * r.ranks : 0;
-  s.bytes_match = bytes == want;
+  s.dp_wire_bytes_analytic = 0;
+  // Exact: every rank moves the plan's payload per (dim, kind) in every timed step, and
+  // nothing else.
+  s.bytes_match = true;
+  for (const AnalyticBytes& a : r.analytic) {
+    if (a.dim == "dp") s.dp_wire_bytes_analytic += a.wire;
+    auto it = payload.find({a.dim, a.kind});
+    const uint64_t got = it == payload.end() ? 0 : it->second;
+    if (got != a.payload * static_cast<uint64_t>(r.steps) * static_cast<uint64_t>(r.ranks)) s.bytes_match = false;
+    if (it != payload.end()) payload.erase(it);
+  }
+  for (const auto& [key, bytes] : payload)
+    if (bytes > 0) s.bytes_match = false;
   s.check = check;
   return s;
 }
@@ -107,12 +118,16 @@ void print_step_report(const core::Log& out, const StepRecord& r, const StepSumm
     out.out("  communication per rank and step: {:>4} {:<14} {:>6} {:>12} {:>12} {:>12} {:>10} {:>10} {:>8}\n", "dim",
             "kind", "calls", "payload B", "wire B", "analytic B", "busy ms", "exposed ms", "exposed");
     for (const auto& [key, a] : agg) {
-      const bool dp = key.first == "dp";
+      const AnalyticBytes* want = nullptr;
+      for (const AnalyticBytes& x : r.analytic)
+        if (x.dim == key.first && x.kind == key.second) want = &x;
+      const bool match = want && static_cast<uint64_t>(std::llround(a.bytes * per)) == want->payload &&
+                         a.bytes == want->payload * static_cast<uint64_t>(r.steps) * static_cast<uint64_t>(r.ranks);
       out.out("  {:>36} {:<14} {:>6.1f} {:>12.0f} {:>12.0f} {:>12} {:>10.3f} {:>10.3f} {:>7.1f}%{}\n", key.first,
               key.second, a.calls * per, a.bytes * per, a.wire_bytes * per,
-              dp ? fmt::format("{:.0f}", r.dp_wire_analytic) : std::string("-"), a.busy_s * per * 1e3,
+              want ? fmt::format("{:.0f}", want->wire) : std::string("-"), a.busy_s * per * 1e3,
               a.exposed_s * per * 1e3, a.busy_s > 0 ? 100 * a.exposed_s / a.busy_s : 0.0,
-              dp && !s.bytes_match ? "  MISMATCH: measured bytes differ from the plan's" : "");
+              match ? "" : "  MISMATCH: measured payload differs from the plan's");
     }
   }
   out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",

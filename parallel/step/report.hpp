@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/log.hpp"
+#include "grad_sync.hpp"
 #include "metrics.hpp"
 #include "step_h5.hpp"
 
@@ -26,8 +27,7 @@ struct StepRecord {
   std::vector<double> loss;                                  // [steps], the global mean
   std::vector<double> peak;                                  // [ranks] measured GEMM peak
   std::vector<CommRow> comm;                                 // every rank's rows
-  double dp_bytes_analytic = 0;      // payload per rank per step the plan must reduce (dp)
-  double dp_wire_analytic = 0;       // 2(d-1)/d of it
+  std::vector<AnalyticBytes> analytic;  // per (dim, kind), per rank and step, from the plan
   int dp = 1;
 };
 

@@ -43,6 +43,7 @@
 #include "comm/clock_sync.hpp"
 #include "comm/mesh_comm.hpp"
 #include "data_parallel.hpp"
+#include "zero.hpp"
 #include "executor.hpp"
 #include "metrics.hpp"
 #include "perfetto.hpp"
@@ -79,6 +80,8 @@ struct Options {
   std::string grad_reduce = "avg", progress = "poll", trace_file;
   bool no_overlap = false;
   double bucket_mb = 0;
+  int zero = 0, prefetch = 1;
+  bool keep_params = false;
   int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
 };
 
@@ -144,6 +147,9 @@ std::optional<Options> parse(int argc, char** argv) {
   mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradients, 64 KiB to 160 MB (40 M floats)"));
   mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
           ->check(CLI::IsMember({"poll", "thread"})));
+  mb::core::with_env(app.add_option("--zero", o.zero, "ZeRO stage: 0 data parallel, 1 sharded optimizer state, 2 and gradients, 3 and parameters"));
+  mb::core::with_env(app.add_option("--prefetch", o.prefetch, "ZeRO-3: units (embeddings, blocks, head) all-gathered ahead of the one in use"));
+  mb::core::with_env(app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step"));
   mb::core::with_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
   mb::core::with_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
       ->group("");
@@ -271,6 +277,9 @@ Plan make_plan(const Options& o, int world) {
   p.overlap = !o.no_overlap;
   p.bucket_mb = o.bucket_mb;
   p.progress = o.progress == "thread" ? Progress::kThread : Progress::kPoll;
+  p.zero = o.zero;
+  p.prefetch = o.prefetch;
+  p.keep_params = o.keep_params;
   resolve_and_validate(p, world);  // throws UsageError before any communicator exists
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
@@ -288,7 +297,9 @@ struct Setup {
   Trace trace;
   std::unique_ptr<RecordingComm> dp_comm;
   std::unique_ptr<Gpt<float>> model;
-  std::unique_ptr<DataParallel<float>> dp;
+  std::unique_ptr<GradSync<float>> sync;  // DataParallel or Zero; null at dp x cp = 1
+  DataParallel<float>* dp = nullptr;      // the plain data-parallel one, for its buckets
+  Zero<float>* zero = nullptr;
   int dp_rank = 0;
   std::vector<Action> actions;
 };
@@ -296,17 +307,26 @@ struct Setup {
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
-  st.model = std::make_unique<Gpt<float>>(plan.model, be);
-  st.model->init_weights(o.seed);  // every rank: the full canonical weights
+  const int d = plan.degrees.dp * plan.degrees.cp;
+  st.model = std::make_unique<Gpt<float>>(plan.model, be, plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{});
+  st.model->init_weights(o.seed);  // every rank: the full canonical weights (ZeRO-3: its shard)
   const auto mem = st.grid->membership(mb::comm::GroupKind::kDpCp, rank);
   st.dp_rank = mem ? mem->index : 0;
-  if (plan.degrees.dp * plan.degrees.cp > 1) {
+  if (d > 1 || plan.zero > 0) {
     MPI_Comm c = st.comms->get(mb::comm::GroupKind::kDpCp);
     std::unique_ptr<mb::comm::Communicator> inner =
         o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, "dp", device) : mb::comm::make_mpi_communicator(c, "dp");
     st.dp_comm = std::make_unique<RecordingComm>(std::move(inner), st.trace, "dp", mem ? mem->group : 0);
-    st.dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags);
-    if (o.inject_fault == rank) st.dp->inject_fault(1.0);
+    if (plan.zero > 0) {
+      auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
+      st.zero = z.get();
+      st.sync = std::move(z);
+    } else {
+      auto dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags);
+      st.dp = dp.get();
+      st.sync = std::move(dp);
+    }
+    if (o.inject_fault == rank) st.sync->inject_fault(1.0);
   }
   st.actions = accumulation_schedule(plan.micro_batches);
 }
@@ -316,11 +336,20 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
   std::vector<int> all(static_cast<size_t>(st.grid->world()));
   for (int r = 0; r < st.grid->world(); ++r) all[static_cast<size_t>(r)] = r;
   g.push_back(mb::results::describe_group("world", 0, all, topo));
-  if (st.dp) {
+  if (st.sync) {
     const auto& groups = st.grid->groups(mb::comm::GroupKind::kDpCp);
     for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::results::describe_group("dp", static_cast<int>(i), groups[i], topo));
   }
   return g;
+}
+
+std::string memory_formula(int zero) {
+  switch (zero) {
+    case 1: return "ZeRO-1, fp32 with Adam, per flat element P (padding included): params 4, grads 4, optimizer 8/d bytes";
+    case 2: return "ZeRO-2: params 4, grads 4/d (+ the units' full gradients while they are reduced), optimizer 8/d bytes";
+    case 3: return "ZeRO-3: params 4/d (+ gathered units), grads 4/d (+ units' full gradients while reduced; + 4/d scratch with m > 1), optimizer 8/d bytes";
+    default: return "data parallel, fp32 with Adam: params 4, grads 4, optimizer 8 bytes per parameter (16)";
+  }
 }
 
 nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>& model, int threads,
@@ -338,13 +367,18 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
-      {"strategy", d.dp > 1 ? "data_parallel" : "single"},
+      {"strategy", plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "single")},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
-      {"order", plan.order}, {"zero_stage", 0}, {"schedule", "accumulate"},
+      {"order", plan.order}, {"schedule", "accumulate"},
       {"schedule_actions", to_string(st.actions)}, {"microbatches", plan.micro_batches},
       {"global_batch", plan.global_batch()}, {"grad_reduce", o.grad_reduce}, {"overlap", plan.overlap},
-      {"progress", o.progress}, {"buckets", st.dp ? st.dp->buckets() : 0},
+      {"progress", o.progress}, {"buckets", st.dp ? st.dp->buckets() : (st.zero ? int(model.units().size()) : 0)},
       {"bucket_elements", st.dp ? st.dp->bucket_elements() : 0},
+      {"zero_stage", plan.zero}, {"prefetch", plan.prefetch}, {"zero3_keep_params", plan.keep_params},
+      {"zero_shard_elements", st.zero ? st.zero->shard_elements() : 0},
+      {"zero_padding_elements", st.zero ? st.zero->padding_elements() : 0},
+      {"zero_units", "embeddings, each block, the head; each padded to a multiple of 16 x dp elements and split evenly"},
+      {"memory_formula", memory_formula(plan.zero)},
       {"bucket_rule", "--bucket-mb, else a quarter of the gradient elements clamped to [16 Ki, 40 M], rounded up to 64"},
       {"grad_bytes_padding", "the flat gradient array, each tensor aligned to 16 elements"},
       {"flops_per_step", fl.total() * plan.micro_batches * d.dp}, {"flops_per_microbatch", fl.total()},
@@ -361,20 +395,32 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"gpu", gpu_name}};
 }
 
-// The memory of this rank per category, measured (the allocations) beside the analytic value.
-std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const GptConfig& c) {
-  const MemoryBytes mm = model.memory_allocated();
+// The memory of this rank per category: the peak bytes allocated during the timed steps,
+// beside the analytic value (ZeRO: the stage's formula over the padded flat array).
+std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
+  const GptConfig& c = plan.model;
+  const MemoryTracker& t = model.memory();
   const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4);
-  return {{"params", double(mm.params), double(ma.params)},
-          {"grads", double(mm.grads), double(ma.grads)},
-          {"optimizer", double(mm.optimizer), double(ma.optimizer)},
-          {"activations", double(mm.activations), double(ma.activations)},
-          {"buffers", double(mm.buffers), double(ma.buffers)},
+  auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
+  double ap = double(ma.params), ag = double(ma.grads), ao = double(ma.optimizer);
+  if (plan.zero > 0) {
+    const double P = double(model.layout().total()) * 4, d = plan.degrees.dp * plan.degrees.cp;
+    ap = plan.zero == 3 ? P / d : P;
+    ag = plan.zero >= 2 ? P / d : P;
+    ao = 2 * P / d;
+  }
+  return {{"params", peak(MemCat::kParams), ap},
+          {"grads", peak(MemCat::kGrads), ag},
+          {"optimizer", peak(MemCat::kOptimizer), ao},
+          {"activations", peak(MemCat::kActivations), double(ma.activations)},
+          {"buffers", peak(MemCat::kBuffers), double(ma.buffers)},
+          {"engine_peak", double(t.total_peak), NAN},
           {"process_peak_rss", peak_rss_bytes(), NAN}};
 }
 
 void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, int ranks) {
-  out.out("  memory (rank 0{})  measured     analytic\n", ranks > 1 ? "; data parallel: the same on every rank" : "");
+  out.out("  memory, peak per category (rank 0)  measured     analytic\n");
+  (void)ranks;
   for (const auto& r : mem)
     out.out("    {:<16} {:>12} {:>12}\n", r.category, human_bytes(r.measured_bytes),
             std::isnan(r.analytic_bytes) ? std::string("-") : human_bytes(r.analytic_bytes));
@@ -419,7 +465,10 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
       return false;
     }
     const bool timed = s >= o.warmup;
-    if (s == o.warmup) st.model->reset_profile();  // the op profile covers timed steps only
+    if (s == o.warmup) {  // the op profile and the memory peaks cover the timed steps only
+      st.model->reset_profile();
+      st.model->memory().reset_peaks();
+    }
     st.trace.on = timed;
     MPI_Barrier(MPI_COMM_WORLD);
     const int step = timed ? s - o.warmup : -1;
@@ -502,10 +551,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
     out.out("  plan: {}; {} ranks{}; schedule {}\n", describe(plan), world_size,
             topo.oversubscribed ? " (OVERSUBSCRIBED: more ranks than cores, times are not meaningful)" : "",
             to_string(st.actions));
-  if (st.dp)
-    out.out("  data parallel: {} gradient buckets of up to {} elements ({}), all-reduced over dp x cp = {}{}\n",
-            st.dp->buckets(), st.dp->bucket_elements(), human_bytes(double(st.dp->bucket_elements()) * 4),
-            plan.degrees.dp * plan.degrees.cp, plan.overlap ? ", overlapped with the backward" : ", after the backward (--no-overlap)");
+  if (st.sync) out.out("  {}\n", st.sync->describe());
 
   Peak peak = measure_peak(c, gpu, prec, device);
   const double datasheet = gpu ? cuda::datasheet_peak(gpu_name, prec) : NAN;
@@ -516,7 +562,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
                                        : fmt::format("; datasheet dense peak {:.1f} TFLOP/s", datasheet / 1e12))
               : std::string());
 
-  StepEnv<float> env{model, st.dp.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
+  StepEnv<float> env{model, st.sync.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
   std::vector<CheckRow> check_rows;
   const std::string check = run_check(o, st, env, world_size, out, check_rows);
 
@@ -574,8 +620,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   rec.flops_per_step = fl.total() * plan.micro_batches * d.dp;
   rec.loss = losses;
   rec.dp = d.dp * d.cp;
-  rec.dp_bytes_analytic = st.dp ? double(st.dp->grad_bytes()) : 0;
-  rec.dp_wire_analytic = rec.dp > 1 ? 2.0 * (rec.dp - 1) / rec.dp * rec.dp_bytes_analytic : 0;
+  if (st.sync) rec.analytic = st.sync->analytic();
   {
     std::vector<double> all_times(rm.step_time.size() * world_size), all_ph(rm.step_time.size() * world_size * 4),
         peaks(static_cast<size_t>(world_size));
@@ -596,7 +641,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
     rec.comm = gather_rows(rm.comm, MPI_COMM_WORLD);
   }
   const StepSummary sum = world_rank == 0 && rec.steps > 0 ? summarize(rec, check, datasheet) : StepSummary{};
-  const std::vector<MemoryRow> mem = memory_rows(model, c);
+  const std::vector<MemoryRow> mem = memory_rows(model, plan);
   if (rec.steps > 0) print_step_report(out, rec, sum);
   print_memory(out, mem, world_size);
   std::vector<std::pair<std::string, double>> ops;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <fmt/core.h>
+
 namespace meshbench::parallel {
 
 namespace {
@@ -45,9 +47,23 @@ double DataParallel<S>::loss_scale(const Plan& plan) {
 }
 
 template <typename S>
-void DataParallel<S>::begin_backward(bool last_micro) {
+void DataParallel<S>::begin_backward(int, bool last_micro) {
   armed_ = last_micro && plan_.overlap;
   if (last_micro) next_ = 0;
+}
+
+template <typename S>
+std::string DataParallel<S>::describe() const {
+  return fmt::format("data parallel: {} gradient buckets of up to {} elements, all-reduced over dp x cp = {}{}",
+                     buckets_.size(), bucket_elems_, dp_.size(),
+                     plan_.overlap ? ", overlapped with the backward" : ", after the backward (--no-overlap)");
+}
+
+template <typename S>
+std::vector<AnalyticBytes> DataParallel<S>::analytic() const {
+  const uint64_t payload = grad_bytes();
+  const int d = dp_.size();
+  return {{"dp", "all_reduce", payload, 2.0 * (d - 1) / d * static_cast<double>(payload)}};
 }
 
 template <typename S>

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "grad_sync.hpp"
 #include "model.hpp"
 #include "plan.hpp"
 #include "trace.hpp"
@@ -27,12 +28,12 @@
 namespace meshbench::parallel {
 
 template <typename S>
-class DataParallel {
+class DataParallel final : public GradSync<S> {
  public:
   // `dp` is the dense gradient group (dp x cp), a recording communicator; `tags` (may be
   // null) get the layer whose backward made a bucket ready.
   DataParallel(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags* tags);
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
@@ -44,13 +45,18 @@ class DataParallel {
   // gradients are the plan's: 1/(m dp) for avg (the gradient of the global mean loss), 1/m
   // for sum (the sum over replicas of their mean losses).
   static double loss_scale(const Plan& plan);
+  double loss_scale() const override { return loss_scale(plan_); }
 
+  std::string describe() const override;
   // Before each micro-batch's backward: only the last one's gradients are reduced.
-  void begin_backward(bool last_micro);
+  void begin_backward(int micro, bool last) override;
   // After the last backward: posts what remains and waits for every bucket.
-  void finish();
-  // --inject-fault: add `delta` to one gradient element on this rank before its reduction.
-  void inject_fault(double delta) { fault_ = delta; }
+  void finish() override;
+  void optimizer_step(const AdamWConfig& cfg, int t) override { model_.update(cfg, t); }
+  std::vector<S> full_grads() override { return model_.download_grads(); }
+  std::vector<S> full_params() override { return model_.download_params(); }
+  void inject_fault(double delta) override { fault_ = delta; }
+  std::vector<AnalyticBytes> analytic() const override;
 
  private:
   struct Bucket {

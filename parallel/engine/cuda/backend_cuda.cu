@@ -110,6 +110,12 @@ class CudaBackend final : public Backend<float> {
     MB_CHECK_LAUNCH(k_scale, kG);
     written(x, sizeof(float) * size_t(n));
   }
+  void add(float* dst, const float* src, int64_t n) override {
+    if (n <= 0) return;
+    k_add<<<blocks_for(size_t(n)), 256, 0, stream_>>>(dst, src, size_t(n));
+    MB_CHECK_LAUNCH(k_add, kG);
+    written(dst, sizeof(float) * size_t(n));
+  }
   // Refresh the bf16 copy of any GEMM weight in [p, p + bytes) (backend.hpp), queued on the
   // stream; this backend's own writing ops call it too.
   void written(const void* p, std::size_t bytes) override {

@@ -60,6 +60,10 @@ __global__ void k_scale(float* x, float a, size_t n) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i < n) x[i] *= a;
 }
+__global__ void k_add(float* dst, const float* src, size_t n) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < n) dst[i] += src[i];
+}
 __global__ void k_embedding_fwd(float* out, const int32_t* tok, const float* wte, const float* wpe,
                                 int N, int T, int C) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
