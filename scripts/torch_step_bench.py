@@ -11,7 +11,8 @@ machine sets it and recorded. Run with Debian's /usr/bin/python3 (python3-torch)
 
   scripts/torch_step_bench.py --step-bench build/bin/step_bench --threads 1,2 --json out.json
 
-With --ddp N it compares data parallel instead: PyTorch DistributedDataParallel (gloo, N
+With --ddp N it compares data parallel instead (and with --zero1, DDP with PyTorch's
+ZeroRedundancyOptimizer against step_bench --zero 1): PyTorch DistributedDataParallel (gloo, N
 processes started with torch.multiprocessing, --threads each) against
 `mpiexec -n N step_bench --mesh dp=N`, the same shape and the same global batch (N x the
 micro-batch), each step timed on every rank after a barrier and taken as the slowest rank's.
@@ -108,8 +109,15 @@ def torch_worker(a, rank=0, world=1):
         model = torch.nn.parallel.DistributedDataParallel(model)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
+    if world > 1 and a.zero1:
+        # DDP + ZeRO-1: the optimizer state sharded over the ranks (one parameter group: the
+        # ZeroRedundancyOptimizer of torch 1.13 takes a flat list, so decay applies to all)
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
+                                      lr=1e-3, weight_decay=0.01)
+    else:
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
     times = []
     for step in range(a.warmup + a.steps):
         x, y = synthetic_batch(a.seed, step, B, T, V, first=rank * B)
@@ -150,7 +158,7 @@ def env_for(threads):
 def run_torch(a, shape, threads):
     cmd = [sys.executable, __file__, "--worker", "--shape", shape, "--threads", str(threads),
            "--steps", str(a.steps), "--warmup", str(a.warmup), "--seed", str(a.seed),
-           "--ddp", str(a.ddp), "--port", str(a.port)]
+           "--ddp", str(a.ddp), "--port", str(a.port)] + (["--zero1"] if a.zero1 else [])
     out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -166,6 +174,8 @@ def run_engine(a, shape, threads):
                "--warmup", str(a.warmup), "--seed", str(a.seed), "-O", out_h5]
         if a.ddp > 1:
             cmd = [os.environ.get("MB_MPIEXEC", "mpiexec"), "-n", str(a.ddp)] + cmd + ["--mesh", f"dp={a.ddp}"]
+            if a.zero1:
+                cmd += ["--zero", "1"]
         if a.profile:
             cmd.append("--profile")
         out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True).stdout
@@ -192,6 +202,8 @@ def main():
     ap.add_argument("--ddp", type=int, default=1,
                     help="N > 1: PyTorch DDP (gloo, N processes) against mpiexec -n N step_bench --mesh dp=N")
     ap.add_argument("--port", type=int, default=29517, help="gloo rendezvous port on 127.0.0.1 (--ddp)")
+    ap.add_argument("--zero1", action="store_true",
+                    help="with --ddp: PyTorch's ZeroRedundancyOptimizer against step_bench --zero 1")
     a = ap.parse_args()
     if a.worker:
         a.threads = int(a.threads)
@@ -204,7 +216,8 @@ def main():
             "OMP_WAIT_POLICY": env_for(1)["OMP_WAIT_POLICY"], "host": platform.node(),
             "cpus": os.cpu_count(), "load_before": os.getloadavg()}
     info["ddp"] = a.ddp
-    print(f"torch_step_bench: {'DDP x' + str(a.ddp) + ', ' if a.ddp > 1 else ''}"
+    info["zero1"] = a.zero1
+    print(f"torch_step_bench: {'DDP x' + str(a.ddp) + (' + ZeRO-1' if a.zero1 else '') + ', ' if a.ddp > 1 else ''}"
           f"OPENBLAS_CORETYPE={info['OPENBLAS_CORETYPE']} "
           f"OMP_WAIT_POLICY={info['OMP_WAIT_POLICY']} cpus={info['cpus']} load={info['load_before']}")
     rows = []
