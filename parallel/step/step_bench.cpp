@@ -37,6 +37,7 @@
 #include "export.hpp"
 #include "flops.hpp"
 #include "model.hpp"
+#include "options.hpp"
 #include "results/run_context.hpp"
 #include "results/run_file.hpp"
 #include "check.hpp"
@@ -63,147 +64,7 @@ using namespace mb::parallel;
 
 namespace {
 
-struct Options {
-  GptConfig model;
-  std::string preset = "tiny";
-  int steps = 10, warmup = 2, threads = 0;
-  std::string device = "cpu", dtype = "fp32", output, tag, export_dir, data = "random";
-  // Flags every meshbench binary shares (DESIGN.md); at one rank only their defaults run.
-  std::string mesh, order = std::string(mb::comm::kDefaultOrder), group = "world", backend = "mpi";
-  double time_limit = 0;
-  int ranks_per_node = 0;
-  bool append = false, check = false, profile = false, quiet = false;
-  uint64_t seed = 1234;
-  AdamWConfig adam;
-  // The parallel step.
-  int micro_batches = 1;
-  std::string grad_reduce = "avg", progress = "poll", trace_file;
-  bool no_overlap = false;
-  double bucket_mb = 0;
-  int zero = 0, prefetch = 1;
-  bool keep_params = false;
-  int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
-};
 
-// Parses argv; nullopt after --help. Throws UsageError for anything wrong.
-std::optional<Options> parse(int argc, char** argv) {
-  Options o;
-  CLI::App app{"step_bench: time GPT training steps (forward, backward, AdamW), on one rank or "
-               "data parallel over many (mpiexec -n N step_bench --mesh dp=N)",
-               "step_bench"};
-  // A repeated option takes its last value, so wrappers can append overrides to defaults.
-  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::string preset_name = o.preset;
-  GptConfig m;
-  auto* o_model = mb::core::with_env(app.add_option("--model", preset_name, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
-                                            "; the shape flags below override it"));
-  auto* o_layers = mb::core::with_env(app.add_option("--layers", m.layers, "transformer blocks L"));
-  auto* o_hidden = mb::core::with_env(app.add_option("--hidden", m.hidden, "channels C"));
-  auto* o_heads = mb::core::with_env(app.add_option("--heads", m.heads, "attention heads NH"));
-  auto* o_kv = mb::core::with_env(app.add_option("--kv-heads", m.kv_heads, "key/value heads (grouped-query attention); default: heads"));
-  auto* o_ffn = mb::core::with_env(app.add_option("--ffn", m.ffn, "MLP width F; default 4*hidden"));
-  auto* o_seq = mb::core::with_env(app.add_option("--seq", m.seq, "sequence length T"));
-  auto* o_maxseq = mb::core::with_env(app.add_option("--max-seq", m.max_seq,
-                                      "position-table rows; default: the --model preset's table, or "
-                                      "max(64, seq) when no --model is given"));
-  auto* o_vocab = mb::core::with_env(app.add_option("--vocab", m.vocab, "vocabulary V"));
-  auto* o_mb = mb::core::with_env(app.add_option("--micro-batch", m.micro_batch, "samples per micro-batch on one rank (b)"));
-  auto* o_tied = mb::core::with_env(app.add_option("--tied", m.tied, "LM head tied to the token embedding (true|false)"));
-  mb::core::with_env(app.add_option("--steps", o.steps, "timed steps"));
-  mb::core::with_env(app.add_option("--warmup", o.warmup, "untimed steps first"));
-  mb::core::with_env(app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"})));
-  mb::core::with_env(app.add_option("--dtype", o.dtype, "cuda GEMM precision: fp32 or bf16 (fp32 accumulate)")
-          ->check(CLI::IsMember({"fp32", "bf16"})));
-  mb::core::with_env(app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads; 0: OMP_NUM_THREADS or all cores"));
-  mb::core::with_env(app.add_option("-O,--output", o.output, "HDF5 file (refuses to overwrite; see --append)"));
-  mb::core::with_env(app.add_flag("--append", o.append, "add this run to an existing -O file"));
-  mb::core::with_env(app.add_option("--tag", o.tag, "label stored with the run"));
-  mb::core::with_env(app.add_flag("--check", o.check,
-                   "before timing, check one step: at one rank float32 against float64 (loss, logits, "
-                   "gradients, 1e-4); on several ranks against the single-rank reference on rank 0 "
-                   "(loss, every gradient, updated parameters, 1e-5); exit 1 above tolerance"));
-  mb::core::with_env(app.add_flag("--profile", o.profile, "time every op kind (adds timer calls) and print the table"));
-  mb::core::with_env(app.add_option("--export", o.export_dir,
-                     "write one step (weights, tokens, logits, grads, updated weights) to DIR for "
-                     "scripts/torch_reference.py, then exit"));
-  mb::core::with_env(app.add_option("--data", o.data, "synthetic tokens: random or repeat (a learnable period-8 pattern)")
-          ->check(CLI::IsMember({"random", "repeat"})));
-  mb::core::with_env(app.add_option("--seed", o.seed, "seed of weights and tokens"));
-  mb::core::with_env(app.add_option("--lr", o.adam.lr, "AdamW learning rate"));
-  mb::core::with_env(app.add_option("--beta1", o.adam.beta1, "AdamW beta1"));
-  mb::core::with_env(app.add_option("--beta2", o.adam.beta2, "AdamW beta2"));
-  mb::core::with_env(app.add_option("--eps", o.adam.eps, "AdamW epsilon"));
-  mb::core::with_env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"));
-  mb::core::with_env(app.add_flag("--quiet", o.quiet, "only the summary line"));
-  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 (tp, cp, ep, pp come with their strategies; dp defaults to the world size)"));
-  mb::core::with_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
-  mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
-  mb::core::with_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
-          ->check(CLI::IsMember({"mpi", "nccl"})));
-  mb::core::with_env(app.add_option("--micro-batches", o.micro_batches, "m: micro-batches per step, gradients accumulated; global batch b x m x dp"));
-  mb::core::with_env(app.add_option("--grad-reduce", o.grad_reduce, "avg (gradient of the global mean loss) or sum (of the replicas' mean losses)")
-          ->check(CLI::IsMember({"avg", "sum"})));
-  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward (the ablation of overlap)"));
-  mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradients, 64 KiB to 160 MB (40 M floats)"));
-  mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
-          ->check(CLI::IsMember({"poll", "thread"})));
-  mb::core::with_env(app.add_option("--zero", o.zero, "ZeRO stage: 0 data parallel, 1 sharded optimizer state, 2 and gradients, 3 and parameters"));
-  mb::core::with_env(app.add_option("--prefetch", o.prefetch, "ZeRO-3: units (embeddings, blocks, head) all-gathered ahead of the one in use"));
-  mb::core::with_env(app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step"));
-  mb::core::with_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
-  mb::core::with_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
-      ->group("");
-  mb::core::with_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
-  mb::core::with_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return std::nullopt;
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
-  // Preset first, then every shape flag that was given (on the command line or from env).
-  GptConfig c = preset(preset_name);
-  o.preset = preset_name;
-  if (o_layers->count()) c.layers = m.layers;
-  if (o_hidden->count()) c.hidden = m.hidden;
-  if (o_heads->count()) c.heads = m.heads;
-  c.kv_heads = o_kv->count() ? m.kv_heads : (o_heads->count() ? c.heads : c.kv_heads);
-  c.ffn = o_ffn->count() ? m.ffn : (o_hidden->count() ? 4 * c.hidden : c.ffn);
-  if (o_seq->count()) c.seq = m.seq;
-  // A preset's position table is part of the model; a custom shape sizes its own to fit.
-  c.max_seq = o_maxseq->count() ? m.max_seq : (o_model->count() ? c.max_seq : std::max(c.max_seq, c.seq));
-  if (o_vocab->count()) c.vocab = m.vocab;
-  if (o_mb->count()) c.micro_batch = m.micro_batch;
-  if (o_tied->count()) c.tied = m.tied;
-  validate(c);
-  o.model = c;
-  if (o.steps < 1) throw UsageError(fmt::format("--steps {}: must be at least 1", o.steps));
-  if (o.warmup < 0) throw UsageError(fmt::format("--warmup {}: must be >= 0", o.warmup));
-  if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0", o.threads));
-  if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
-  if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
-  mb::comm::parse_order(o.order);
-  mb::comm::parse_group_kind(o.group);
-  if (!(o.adam.lr > 0)) throw UsageError("--lr: must be positive");
-  if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1) || !(o.adam.beta2 >= 0 && o.adam.beta2 < 1))
-    throw UsageError("--beta1/--beta2: must be in [0, 1)");
-  if (!(o.adam.eps > 0)) throw UsageError("--eps: must be positive");
-  if (!o.output.empty() && !o.append && std::filesystem::exists(o.output))
-    throw UsageError(fmt::format("-O {}: file exists (meshbench never overwrites; use --append "
-                                 "or another name)", o.output));
-  if (!o.output.empty() && o.append && !std::filesystem::exists(o.output))
-    throw UsageError(fmt::format("--append: -O {} does not exist", o.output));
-  if (!o.output.empty()) {  // as the collective binaries do: make the folder
-    std::filesystem::path parent = std::filesystem::path(o.output).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      throw UsageError(fmt::format("-O {}: cannot create folder {}", o.output, parent.string()));
-  }
-  return o;
-}
 
 struct Peak {
   GemmShape shape;
@@ -266,29 +127,6 @@ std::string human_bytes(double b) {
   return fmt::format("{:.2f} {}", b, u[i]);
 }
 
-Plan make_plan(const Options& o, int world) {
-  Plan p;
-  p.model = o.model;
-  p.mesh_text = o.mesh;
-  p.mesh = mb::comm::parse_mesh(o.mesh);
-  p.order = o.order;
-  p.micro_batches = o.micro_batches;
-  p.grad_reduce = o.grad_reduce == "sum" ? GradReduce::kSum : GradReduce::kAvg;
-  p.overlap = !o.no_overlap;
-  p.bucket_mb = o.bucket_mb;
-  p.progress = o.progress == "thread" ? Progress::kThread : Progress::kPoll;
-  p.zero = o.zero;
-  p.prefetch = o.prefetch;
-  p.keep_params = o.keep_params;
-  resolve_and_validate(p, world);  // throws UsageError before any communicator exists
-  if (o.backend == "nccl" && o.device != "cuda")
-    throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
-  if (!o.export_dir.empty() && world > 1)
-    throw UsageError(fmt::format("--export: exports the single-rank step; run it on one rank (world size {})", world));
-  if (o.inject_fault >= world)
-    throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
-  return p;
-}
 
 // Everything a rank runs the step with: groups, the dp communicator, the model, the strategy.
 struct Setup {
@@ -493,204 +331,252 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
   return true;
 }
 
-int run(int argc, char** argv, int world_rank, int world_size, int thread_level) {
-  std::optional<Options> parsed = parse(argc, argv);
-  if (!parsed) return kExitOk;
-  const Options& o = *parsed;
-  const Plan plan = make_plan(o, world_size);
-  if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
-    throw UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
-  const mb::core::Log out(world_rank, o.quiet);
-  const GptConfig& c = o.model;
+// The compute backend of this rank: the CPU, or one GPU (local rank modulo the node's GPUs).
+struct Compute {
+  std::unique_ptr<Backend<float>> gpu_backend;  // declared before anything that uses it
+  Backend<float>* backend = nullptr;
+  bool gpu = false;
+  int device = -1;
+  std::string gpu_name = "none";
+  Precision prec = Precision::kFp32;
+};
+
+void make_compute(Compute& cp, const Options& o, const mb::comm::Topology& topo, int rank) {
+  cp.gpu = o.device == "cuda";
+  cp.prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  cp.backend = &cpu_backend<float>();
+  if (!cp.gpu) return;
+  std::string why;
+  if (!cuda::available(&why)) throw UsageError(fmt::format("--device cuda: no usable GPU ({})", why));
+  cp.device = topo.ranks[static_cast<size_t>(rank)].local_rank % mb::compute::device_count();
+  cp.gpu_backend = cuda::make_backend(cp.prec, cp.device);
+  cp.gpu_name = cuda::device_name(cp.device);
+  cp.backend = cp.gpu_backend.get();
+}
+
+void set_threads(const Options& o) {
   if (o.threads > 0) {
     omp_set_num_threads(o.threads);
     mb::compute::set_blas_threads(o.threads);
   } else {
     mb::compute::set_blas_threads(omp_get_max_threads());
   }
-  const int threads = omp_get_max_threads();
-  const DataKind data = o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom;
-  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  const bool gpu = o.device == "cuda";
-  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
-  if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
-  // The compute backend: the CPU, or one GPU per rank (local rank modulo the node's GPUs).
-  const Precision prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
-  std::unique_ptr<Backend<float>> gpu_backend;  // outlives the model (declared first)
-  int device = -1;
-  std::string gpu_name = "none";
-  if (gpu) {
-    std::string why;
-    if (!cuda::available(&why)) throw UsageError(fmt::format("--device cuda: no usable GPU ({})", why));
-    device = topo.ranks[static_cast<size_t>(world_rank)].local_rank % mb::compute::device_count();
-    gpu_backend = cuda::make_backend(prec, device);
-    gpu_name = cuda::device_name(device);
-  }
-  Backend<float>& backend = gpu ? *gpu_backend : cpu_backend<float>();
+}
 
-  Setup st;
-  make_setup(st, o, plan, world_rank, backend, device);
-  Gpt<float>& model = *st.model;
-  if (!o.export_dir.empty()) {
-    std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
-    synthetic_batch(tok.data(), tgt.data(), data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
-    ExportedStep s = run_export_step(model, tok.data(), tgt.data(), o.adam);
-    write_export(o.export_dir, model, s, o.adam);
-    out.always("step_bench: exported one step of {} (loss {:.6f}) to {}\n", describe(c), s.loss, o.export_dir);
-    return 0;
-  }
-
+void print_header(const mb::core::Log& out, const Options& o, const Plan& plan, const Setup& st,
+                  const Compute& cp, const mb::comm::Topology& topo) {
+  const GptConfig& c = o.model;
   const StepFlops fl = step_flops(c);
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   out.out("step_bench: {} on {} ({}; {} threads per rank, OPENBLAS_CORETYPE={})\n", describe(c),
-          gpu ? fmt::format("{} {}", gpu_name, o.dtype) : std::string("cpu"), backend.name(), threads,
-          coretype ? coretype : "unset");
+          cp.gpu ? fmt::format("{} {}", cp.gpu_name, o.dtype) : std::string("cpu"), cp.backend->name(),
+          omp_get_max_threads(), coretype ? coretype : "unset");
   out.out("  parameters {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
-          model.num_params(), human_bytes(static_cast<double>(model.num_params()) * 4), fl.total(),
+          st.model->num_params(), human_bytes(static_cast<double>(st.model->num_params()) * 4), fl.total(),
           fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
-  if (world_size > 1 || plan.micro_batches > 1)
-    out.out("  plan: {}; {} ranks{}; schedule {}\n", describe(plan), world_size,
+  if (plan.world > 1 || plan.micro_batches > 1 || plan.zero > 0)
+    out.out("  plan: {}; {} ranks{}; schedule {}\n", describe(plan), plan.world,
             topo.oversubscribed ? " (OVERSUBSCRIBED: more ranks than cores, times are not meaningful)" : "",
             to_string(st.actions));
   if (st.sync) out.out("  {}\n", st.sync->describe());
+}
 
-  Peak peak = measure_peak(c, gpu, prec, device);
-  const double datasheet = gpu ? cuda::datasheet_peak(gpu_name, prec) : NAN;
+void print_peak(const mb::core::Log& out, const Compute& cp, const Peak& peak, double datasheet) {
   out.out("  {} peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls (rank 0){}\n",
-          gpu ? "cuBLAS GEMM" : "SGEMM", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K, peak.best / 1e9,
-          peak.median / 1e9, peak.reps,
-          gpu ? (std::isnan(datasheet) ? std::string("; no datasheet entry for this GPU")
-                                       : fmt::format("; datasheet dense peak {:.1f} TFLOP/s", datasheet / 1e12))
-              : std::string());
+          cp.gpu ? "cuBLAS GEMM" : "SGEMM", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K,
+          peak.best / 1e9, peak.median / 1e9, peak.reps,
+          cp.gpu ? (std::isnan(datasheet) ? std::string("; no datasheet entry for this GPU")
+                                          : fmt::format("; datasheet dense peak {:.1f} TFLOP/s", datasheet / 1e12))
+                 : std::string());
+}
 
-  StepEnv<float> env{model, st.sync.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
-  std::vector<CheckRow> check_rows;
-  const std::string check = run_check(o, st, env, world_size, out, check_rows);
-
-  // The run context and the file are created before timing, so a killed run leaves the
-  // finished steps readable.
+// The run's provenance; created before timing with the file, so a killed run leaves the
+// finished steps readable.
+mb::results::RunContext make_context(const Options& o, const Plan& plan, const Compute& cp, int argc, char** argv,
+                                     const mb::comm::Topology& topo) {
   mb::results::RunContext ctx = mb::results::make_run_context(MPI_COMM_WORLD, "step_bench", argc, argv, topo);
   ctx.attrs["tag"] = o.tag;
   ctx.attrs["backend"] = o.backend;
   ctx.attrs["order"] = plan.order;
   ctx.attrs["group"] = o.group;
   ctx.attrs["time_limit"] = o.time_limit;
-  ctx.attrs["mem"] = gpu ? "device" : "host";
+  ctx.attrs["mem"] = cp.gpu ? "device" : "host";
   ctx.attrs["iters"] = o.steps;
   ctx.attrs["warmup"] = o.warmup;
   ctx.attrs["check"] = o.check;
   const auto& d = plan.degrees;
   ctx.attrs["mesh"] = nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}};
   mb::results::sync_from_root(ctx, MPI_COMM_WORLD);
-  const std::vector<std::string> phase_names(kPhaseNames.begin(), kPhaseNames.end());
-  std::unique_ptr<StepH5> h5;
-  if (!o.output.empty())
-    h5 = std::make_unique<StepH5>(o.output, o.append, MPI_COMM_WORLD, ctx,
-                                  step_attributes(o, plan, model, threads, fl, peak, datasheet, gpu_name, st), phase_names,
-                                  describe_groups(st, topo));
+  return ctx;
+}
 
-  // Clock offsets against rank 0, for the trace's aligned timelines.
-  const mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
-  const double t_origin = mb::core::now_seconds() + clock.offset_s;
-  double t_origin0 = t_origin;
-  MPI_Bcast(&t_origin0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  model.set_profiling(o.profile);
-  std::vector<double> losses;
-  const bool finished = timed_steps(o, env, st, h5.get(), losses, out);
-
-  // On a shared machine the GEMM rate drifts while the steps run: measure the peak again
-  // after them and normalise by the higher of the two (the lower, conservative MFU).
-  const Peak after = measure_peak(c, gpu, prec, device);
-  out.out("  {} peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
-          gpu ? "cuBLAS GEMM" : "SGEMM", after.best / 1e9, peak.best / 1e9);
-  const double peak_used = std::max(peak.best, after.best);
-  if (h5)
-    h5->write_step_attrs({{"peak_measured_flops_before", peak.best},
-                          {"peak_measured_flops_after", after.best},
-                          {"peak_measured_flops", peak_used}});
-
-  // Gather the per-rank metrics (derived from the trace alone) to rank 0.
-  const RankMetrics rm = rank_metrics(st.trace, world_rank);
+// Every rank's metrics (from its trace) and peak, gathered into rank 0's record.
+StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, const RankMetrics& rm,
+                         const std::vector<double>& losses, double peak_used) {
+  const int world = plan.world;
   StepRecord rec;
-  rec.model = describe(c);
+  rec.model = describe(o.model);
   rec.plan = describe(plan);
-  rec.ranks = world_size;
+  rec.ranks = world;
   rec.steps = static_cast<int>(rm.step_time.size());
   rec.warmup = o.warmup;
   rec.global_tokens = static_cast<double>(plan.global_tokens());
-  rec.flops_per_step = fl.total() * plan.micro_batches * d.dp;
+  rec.flops_per_step = step_flops(o.model).total() * plan.micro_batches * plan.degrees.dp;
   rec.loss = losses;
-  rec.dp = d.dp * d.cp;
+  rec.dp = plan.degrees.dp * plan.degrees.cp;
   if (st.sync) rec.analytic = st.sync->analytic();
-  {
-    std::vector<double> all_times(rm.step_time.size() * world_size), all_ph(rm.step_time.size() * world_size * 4),
-        peaks(static_cast<size_t>(world_size));
-    std::vector<double> my_ph;
-    for (const auto& p : rm.phases) my_ph.insert(my_ph.end(), p.begin(), p.end());
-    const int n = rec.steps;
-    MPI_Gather(rm.step_time.data(), n, MPI_DOUBLE, all_times.data(), n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    MPI_Gather(my_ph.data(), 4 * n, MPI_DOUBLE, all_ph.data(), 4 * n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    MPI_Gather(&peak_used, 1, MPI_DOUBLE, peaks.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    rec.peak = peaks;
-    rec.step_time.assign(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(world_size)));
-    rec.phases.assign(static_cast<size_t>(n), std::vector<std::array<double, 4>>(static_cast<size_t>(world_size)));
-    for (int r = 0; r < world_size; ++r)
-      for (int s = 0; s < n; ++s) {
-        rec.step_time[s][r] = all_times[static_cast<size_t>(r) * n + s];
-        for (int k = 0; k < 4; ++k) rec.phases[s][r][k] = all_ph[(static_cast<size_t>(r) * n + s) * 4 + k];
-      }
-    rec.comm = gather_rows(rm.comm, MPI_COMM_WORLD);
-  }
-  const StepSummary sum = world_rank == 0 && rec.steps > 0 ? summarize(rec, check, datasheet) : StepSummary{};
-  const std::vector<MemoryRow> mem = memory_rows(model, plan);
-  if (rec.steps > 0) print_step_report(out, rec, sum);
-  print_memory(out, mem, world_size);
+  const int n = rec.steps;
+  std::vector<double> times(static_cast<size_t>(n) * world), ph(static_cast<size_t>(n) * world * 4), mine;
+  for (const auto& p : rm.phases) mine.insert(mine.end(), p.begin(), p.end());
+  rec.peak.resize(static_cast<size_t>(world));
+  MPI_Gather(rm.step_time.data(), n, MPI_DOUBLE, times.data(), n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(mine.data(), 4 * n, MPI_DOUBLE, ph.data(), 4 * n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Gather(&peak_used, 1, MPI_DOUBLE, rec.peak.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  rec.step_time.assign(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(world)));
+  rec.phases.assign(static_cast<size_t>(n), std::vector<std::array<double, 4>>(static_cast<size_t>(world)));
+  for (size_t r = 0; r < static_cast<size_t>(world); ++r)
+    for (size_t s = 0; s < static_cast<size_t>(n); ++s) {
+      rec.step_time[s][r] = times[r * n + s];
+      for (size_t k = 0; k < 4; ++k) rec.phases[s][r][k] = ph[(r * n + s) * 4 + k];
+    }
+  rec.comm = gather_rows(rm.comm, MPI_COMM_WORLD);
+  return rec;
+}
+
+std::vector<std::pair<std::string, double>> print_profile(const mb::core::Log& out, const Gpt<float>& model,
+                                                          int steps, double step_time) {
   std::vector<std::pair<std::string, double>> ops;
-  if (o.profile) {
-    out.out("  op profile (rank 0, per step, over timed steps):\n");
-    for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
-      const double per = model.op_seconds()[i] / std::max(1, rec.steps);
-      ops.emplace_back(op_name(static_cast<Op>(i)), per);
-      out.out("    {:<14} {:9.3f} ms  {:5.1f}%\n", op_name(static_cast<Op>(i)), per * 1e3,
-              100 * per / sum.step_time_median);
-    }
+  out.out("  op profile (rank 0, per step, over timed steps):\n");
+  for (int i = 0; i < static_cast<int>(Op::kCount); ++i) {
+    const double per = model.op_seconds()[i] / std::max(1, steps);
+    ops.emplace_back(op_name(static_cast<Op>(i)), per);
+    out.out("    {:<14} {:9.3f} ms  {:5.1f}%\n", op_name(static_cast<Op>(i)), per * 1e3, 100 * per / step_time);
   }
-  const bool want_events = o.profile || !o.trace_file.empty();
+  return ops;
+}
+
+// --trace: every rank's events, on rank 0's clock, into one Perfetto file.
+void write_trace(const Options& o, const std::vector<EventRow>& events, const mb::comm::ClockOffset& clock,
+                 const mb::comm::Topology& topo, const mb::core::Log& out, int rank, int world) {
+  const std::vector<EventRow> all = gather_rows(events, MPI_COMM_WORLD);
+  std::vector<mb::comm::ClockOffset> offsets(static_cast<size_t>(world));
+  MPI_Gather(&clock, 2, MPI_DOUBLE, offsets.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  std::vector<std::string> hosts;
+  for (const auto& p : topo.ranks) hosts.push_back(p.host);
+  write_perfetto(o.trace_file, all, offsets, hosts);
+  out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
+}
+
+// What a run produced, handed to the reporters.
+struct Outcome {
+  StepRecord rec;
+  StepSummary sum;
+  std::vector<MemoryRow> mem;
+  std::vector<CheckRow> check_rows;
+  std::string check;
+  bool finished = true;
+};
+
+void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, const mb::comm::ClockOffset& clock,
+            double t_origin, const mb::comm::Topology& topo, const mb::core::Log& out, int rank) {
+  if (r.rec.steps > 0) print_step_report(out, r.rec, r.sum);
+  print_memory(out, r.mem, r.rec.ranks);
+  std::vector<std::pair<std::string, double>> ops;
+  if (o.profile) ops = print_profile(out, *st.model, r.rec.steps, r.sum.step_time_median);
   std::vector<EventRow> events;
-  if (want_events) events = event_rows(st.trace, world_rank, t_origin0, clock.offset_s);
-  if (!o.trace_file.empty()) {
-    const std::vector<EventRow> all = gather_rows(events, MPI_COMM_WORLD);
-    std::vector<mb::comm::ClockOffset> offsets(static_cast<size_t>(world_size));
-    MPI_Gather(&clock, 2, MPI_DOUBLE, offsets.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    if (world_rank == 0) {
-      std::vector<std::string> hosts;
-      for (const auto& p : topo.ranks) hosts.push_back(p.host);
-      write_perfetto(o.trace_file, all, offsets, hosts);
-      out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
-    }
-  }
+  if (o.profile || !o.trace_file.empty()) events = event_rows(st.trace, rank, t_origin, clock.offset_s);
+  if (!o.trace_file.empty()) write_trace(o, events, clock, topo, out, rank, r.rec.ranks);
+  double clock_err = clock.error_s;
+  MPI_Allreduce(MPI_IN_PLACE, &clock_err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (h5) {
-    h5->write_memory(mem);
-    h5->write_comm(rm.comm);
-    h5->write_check(check_rows);
-    h5->write_summary(sum);
+    h5->write_memory(r.mem);
+    h5->write_comm(rank_metrics(st.trace, rank).comm);
+    h5->write_check(r.check_rows);
+    h5->write_summary(r.sum);
     if (o.profile) h5->write_op_profile(ops);
     h5->write_events(events);
-    h5->write_step_attrs({{"clock_offset_error_max_s", clock.error_s}});
-    h5->finish(!finished ? "timeout" : (check == "fail" ? "failed" : "ok"));
-    if (world_rank == 0 && rec.steps > 0)
-      write_step_jsonl(std::filesystem::path(o.output).replace_extension(".jsonl"), h5->run_id(), o.tag, rec, sum,
-                       threads);
+    h5->write_step_attrs({{"clock_offset_error_max_s", clock_err}});
+    h5->finish(!r.finished ? "timeout" : (r.check == "fail" ? "failed" : "ok"));
+    if (rank == 0 && r.rec.steps > 0)
+      write_step_jsonl(std::filesystem::path(o.output).replace_extension(".jsonl"), h5->run_id(), o.tag, r.rec,
+                       r.sum, omp_get_max_threads());
     out.always("step_bench: wrote run {} to {}\n", h5->run_id(), o.output);
   }
-  if (rec.steps > 0)
-    out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured SGEMM peak), check {}\n",
-               sum.step_time_median * 1e3, sum.tokens_per_s, sum.model_flops_per_s / 1e9,
-               100 * sum.mfu_measured_peak, check);
-  int bytes_ok = sum.bytes_match ? 1 : 0;
-  MPI_Bcast(&bytes_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (!finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got
-  if (check == "fail") return kExitCheck;
+  if (r.rec.steps > 0)
+    out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured GEMM peak), check {}\n",
+               r.sum.step_time_median * 1e3, r.sum.tokens_per_s, r.sum.model_flops_per_s / 1e9,
+               100 * r.sum.mfu_measured_peak, r.check);
+}
+
+// --export: one single-rank step for scripts/torch_reference.py.
+int run_export(const Options& o, Gpt<float>& model, DataKind data, const mb::core::Log& out) {
+  const GptConfig& c = o.model;
+  std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
+  synthetic_batch(tok.data(), tgt.data(), data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
+  ExportedStep s = run_export_step(model, tok.data(), tgt.data(), o.adam);
+  write_export(o.export_dir, model, s, o.adam);
+  out.always("step_bench: exported one step of {} (loss {:.6f}) to {}\n", describe(c), s.loss, o.export_dir);
   return kExitOk;
+}
+
+// options -> plan -> groups and sharded model -> check -> timed steps -> metrics -> reports.
+int run(int argc, char** argv, int world_rank, int world_size, int thread_level) {
+  std::optional<Options> parsed = parse_options(argc, argv);
+  if (!parsed) return kExitOk;
+  const Options& o = *parsed;
+  const Plan plan = make_plan(o, world_size);
+  if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
+    throw UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
+  const mb::core::Log out(world_rank, o.quiet);
+  set_threads(o);
+  const DataKind data = o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom;
+  mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
+  if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
+  Compute cp;
+  make_compute(cp, o, topo, world_rank);
+  Setup st;
+  make_setup(st, o, plan, world_rank, *cp.backend, cp.device);
+  if (!o.export_dir.empty()) return run_export(o, *st.model, data, out);
+  print_header(out, o, plan, st, cp, topo);
+  const Peak peak = measure_peak(o.model, cp.gpu, cp.prec, cp.device);
+  const double datasheet = cp.gpu ? cuda::datasheet_peak(cp.gpu_name, cp.prec) : NAN;
+  print_peak(out, cp, peak, datasheet);
+
+  StepEnv<float> env{*st.model, st.sync.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
+  Outcome r;
+  r.check = run_check(o, st, env, world_size, out, r.check_rows);
+  mb::results::RunContext ctx = make_context(o, plan, cp, argc, argv, topo);
+  std::unique_ptr<StepH5> h5;
+  if (!o.output.empty())
+    h5 = std::make_unique<StepH5>(
+        o.output, o.append, MPI_COMM_WORLD, ctx,
+        step_attributes(o, plan, *st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet, cp.gpu_name, st),
+        std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(st, topo));
+
+  // Clock offsets against rank 0, for the trace's aligned timelines.
+  const mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
+  double t_origin = mb::core::now_seconds() + clock.offset_s;
+  MPI_Bcast(&t_origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  st.model->set_profiling(o.profile);
+  std::vector<double> losses;
+  r.finished = timed_steps(o, env, st, h5.get(), losses, out);
+
+  // On a shared machine the GEMM rate drifts while the steps run: measure the peak again
+  // after them and normalise by the higher of the two (the lower, conservative MFU).
+  const Peak after = measure_peak(o.model, cp.gpu, cp.prec, cp.device);
+  out.out("  {} peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
+          cp.gpu ? "cuBLAS GEMM" : "SGEMM", after.best / 1e9, peak.best / 1e9);
+  const double peak_used = std::max(peak.best, after.best);
+  if (h5)
+    h5->write_step_attrs({{"peak_measured_flops_before", peak.best}, {"peak_measured_flops_after", after.best},
+                          {"peak_measured_flops", peak_used}});
+  r.rec = gather_record(o, plan, st, rank_metrics(st.trace, world_rank), losses, peak_used);
+  if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
+  r.mem = memory_rows(*st.model, plan);
+  report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
+  if (!r.finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got
+  return r.check == "fail" ? kExitCheck : kExitOk;
 }
 
 }  // namespace

@@ -1,0 +1,192 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/core.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "core/cli.hpp"
+#include "core/error.hpp"
+
+namespace meshbench::parallel {
+
+namespace mb = meshbench;
+using core::UsageError;
+
+namespace {
+
+// The shape flags, kept so that only the ones given override the preset.
+struct ModelFlags {
+  std::string preset = "tiny";
+  GptConfig m;
+  CLI::Option *model, *layers, *hidden, *heads, *kv, *ffn, *seq, *maxseq, *vocab, *mb, *tied;
+};
+
+void add_model_flags(CLI::App& app, ModelFlags& f) {
+  f.model = mb::core::with_env(app.add_option("--model", f.preset, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
+                                            "; the shape flags below override it"));
+  f.layers = mb::core::with_env(app.add_option("--layers", f.m.layers, "transformer blocks L"));
+  f.hidden = mb::core::with_env(app.add_option("--hidden", f.m.hidden, "channels C"));
+  f.heads = mb::core::with_env(app.add_option("--heads", f.m.heads, "attention heads NH"));
+  f.kv = mb::core::with_env(app.add_option("--kv-heads", f.m.kv_heads, "key/value heads (grouped-query attention); default: heads"));
+  f.ffn = mb::core::with_env(app.add_option("--ffn", f.m.ffn, "MLP width F; default 4*hidden"));
+  f.seq = mb::core::with_env(app.add_option("--seq", f.m.seq, "sequence length T"));
+  f.maxseq = mb::core::with_env(app.add_option("--max-seq", f.m.max_seq,
+                                      "position-table rows; default: the --model preset's table, or "
+                                      "max(64, seq) when no --model is given"));
+  f.vocab = mb::core::with_env(app.add_option("--vocab", f.m.vocab, "vocabulary V"));
+  f.mb = mb::core::with_env(app.add_option("--micro-batch", f.m.micro_batch, "samples per micro-batch on one rank (b)"));
+  f.tied = mb::core::with_env(app.add_option("--tied", f.m.tied, "LM head tied to the token embedding (true|false)"));
+}
+
+void add_run_flags(CLI::App& app, Options& o) {
+  mb::core::with_env(app.add_option("--steps", o.steps, "timed steps"));
+  mb::core::with_env(app.add_option("--warmup", o.warmup, "untimed steps first"));
+  mb::core::with_env(app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"})));
+  mb::core::with_env(app.add_option("--dtype", o.dtype, "cuda GEMM precision: fp32 or bf16 (fp32 accumulate)")
+          ->check(CLI::IsMember({"fp32", "bf16"})));
+  mb::core::with_env(app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads; 0: OMP_NUM_THREADS or all cores"));
+  mb::core::with_env(app.add_option("-O,--output", o.output, "HDF5 file (refuses to overwrite; see --append)"));
+  mb::core::with_env(app.add_flag("--append", o.append, "add this run to an existing -O file"));
+  mb::core::with_env(app.add_option("--tag", o.tag, "label stored with the run"));
+  mb::core::with_env(app.add_flag("--check", o.check,
+                   "before timing, check one step: at one rank float32 against float64 (loss, logits, "
+                   "gradients, 1e-4); on several ranks against the single-rank reference on rank 0 "
+                   "(loss, every gradient, updated parameters, 1e-5); exit 1 above tolerance"));
+  mb::core::with_env(app.add_flag("--profile", o.profile, "time every op kind (adds timer calls) and print the table"));
+  mb::core::with_env(app.add_option("--export", o.export_dir,
+                     "write one step (weights, tokens, logits, grads, updated weights) to DIR for "
+                     "scripts/torch_reference.py, then exit"));
+  mb::core::with_env(app.add_option("--data", o.data, "synthetic tokens: random or repeat (a learnable period-8 pattern)")
+          ->check(CLI::IsMember({"random", "repeat"})));
+  mb::core::with_env(app.add_option("--seed", o.seed, "seed of weights and tokens"));
+  mb::core::with_env(app.add_option("--lr", o.adam.lr, "AdamW learning rate"));
+  mb::core::with_env(app.add_option("--beta1", o.adam.beta1, "AdamW beta1"));
+  mb::core::with_env(app.add_option("--beta2", o.adam.beta2, "AdamW beta2"));
+  mb::core::with_env(app.add_option("--eps", o.adam.eps, "AdamW epsilon"));
+  mb::core::with_env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"));
+  mb::core::with_env(app.add_flag("--quiet", o.quiet, "only the summary line"));
+}
+
+void add_parallel_flags(CLI::App& app, Options& o) {
+  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 (tp, cp, ep, pp come with their strategies; dp defaults to the world size)"));
+  mb::core::with_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
+  mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
+  mb::core::with_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
+          ->check(CLI::IsMember({"mpi", "nccl"})));
+  mb::core::with_env(app.add_option("--micro-batches", o.micro_batches, "m: micro-batches per step, gradients accumulated; global batch b x m x dp"));
+  mb::core::with_env(app.add_option("--grad-reduce", o.grad_reduce, "avg (gradient of the global mean loss) or sum (of the replicas' mean losses)")
+          ->check(CLI::IsMember({"avg", "sum"})));
+  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward (the ablation of overlap)"));
+  mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradient elements, 16 Ki to 40 M"));
+  mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
+          ->check(CLI::IsMember({"poll", "thread"})));
+  mb::core::with_env(app.add_option("--zero", o.zero, "ZeRO stage: 0 data parallel, 1 sharded optimizer state, 2 and gradients, 3 and parameters"));
+  mb::core::with_env(app.add_option("--prefetch", o.prefetch, "ZeRO-3: units (embeddings, blocks, head) all-gathered ahead of the one in use"));
+  mb::core::with_env(app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step"));
+  mb::core::with_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
+  mb::core::with_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
+      ->group("");
+  mb::core::with_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
+  mb::core::with_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
+}
+
+GptConfig resolve_model(const ModelFlags& f, Options& o) {
+  // Preset first, then every shape flag that was given (on the command line or from env).
+  GptConfig c = preset(f.preset);
+  o.preset = f.preset;
+  if (f.layers->count()) c.layers = f.m.layers;
+  if (f.hidden->count()) c.hidden = f.m.hidden;
+  if (f.heads->count()) c.heads = f.m.heads;
+  c.kv_heads = f.kv->count() ? f.m.kv_heads : (f.heads->count() ? c.heads : c.kv_heads);
+  c.ffn = f.ffn->count() ? f.m.ffn : (f.hidden->count() ? 4 * c.hidden : c.ffn);
+  if (f.seq->count()) c.seq = f.m.seq;
+  // A preset's position table is part of the model; a custom shape sizes its own to fit.
+  c.max_seq = f.maxseq->count() ? f.m.max_seq : (f.model->count() ? c.max_seq : std::max(c.max_seq, c.seq));
+  if (f.vocab->count()) c.vocab = f.m.vocab;
+  if (f.mb->count()) c.micro_batch = f.m.micro_batch;
+  if (f.tied->count()) c.tied = f.m.tied;
+  validate(c);
+  return c;
+}
+
+void check_options(Options& o) {
+  if (o.steps < 1) throw UsageError(fmt::format("--steps {}: must be at least 1", o.steps));
+  if (o.warmup < 0) throw UsageError(fmt::format("--warmup {}: must be >= 0", o.warmup));
+  if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0", o.threads));
+  if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
+  if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
+  mb::comm::parse_order(o.order);
+  mb::comm::parse_group_kind(o.group);
+  if (!(o.adam.lr > 0)) throw UsageError("--lr: must be positive");
+  if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1) || !(o.adam.beta2 >= 0 && o.adam.beta2 < 1))
+    throw UsageError("--beta1/--beta2: must be in [0, 1)");
+  if (!(o.adam.eps > 0)) throw UsageError("--eps: must be positive");
+  if (!o.output.empty() && !o.append && std::filesystem::exists(o.output))
+    throw UsageError(fmt::format("-O {}: file exists (meshbench never overwrites; use --append "
+                                 "or another name)", o.output));
+  if (!o.output.empty() && o.append && !std::filesystem::exists(o.output))
+    throw UsageError(fmt::format("--append: -O {} does not exist", o.output));
+  if (!o.output.empty()) {  // as the collective binaries do: make the folder
+    std::filesystem::path parent = std::filesystem::path(o.output).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (!parent.empty() && !std::filesystem::is_directory(parent))
+      throw UsageError(fmt::format("-O {}: cannot create folder {}", o.output, parent.string()));
+  }
+}
+
+}  // namespace
+
+std::optional<Options> parse_options(int argc, char** argv) {
+  Options o;
+  CLI::App app{"step_bench: time GPT training steps (forward, backward, AdamW), on one rank or "
+               "data parallel over many (mpiexec -n N step_bench --mesh dp=N)",
+               "step_bench"};
+  // A repeated option takes its last value, so wrappers can append overrides to defaults.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  ModelFlags f;
+  add_model_flags(app, f);
+  add_run_flags(app, o);
+  add_parallel_flags(app, o);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  o.model = resolve_model(f, o);
+  check_options(o);
+  return o;
+}
+
+Plan make_plan(const Options& o, int world) {
+  Plan p;
+  p.model = o.model;
+  p.mesh_text = o.mesh;
+  p.mesh = mb::comm::parse_mesh(o.mesh);
+  p.order = o.order;
+  p.micro_batches = o.micro_batches;
+  p.grad_reduce = o.grad_reduce == "sum" ? GradReduce::kSum : GradReduce::kAvg;
+  p.overlap = !o.no_overlap;
+  p.bucket_mb = o.bucket_mb;
+  p.progress = o.progress == "thread" ? Progress::kThread : Progress::kPoll;
+  p.zero = o.zero;
+  p.prefetch = o.prefetch;
+  p.keep_params = o.keep_params;
+  resolve_and_validate(p, world);  // throws UsageError before any communicator exists
+  if (o.backend == "nccl" && o.device != "cuda")
+    throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
+  if (!o.export_dir.empty() && world > 1)
+    throw UsageError(fmt::format("--export: exports the single-rank step; run it on one rank (world size {})", world));
+  if (o.inject_fault >= world)
+    throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
+  return p;
+}
+
+}  // namespace meshbench::parallel

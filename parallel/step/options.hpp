@@ -1,0 +1,46 @@
+// step_bench's options: one CLI11 table (help text generated from it, every option also read
+// from MESHBENCH_<OPTION>), the model shape resolved from a preset and the flags given, the
+// rules a single option must satisfy, and the Plan they make (plan.hpp checks the rules
+// that involve the world size). Not here: running anything.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "comm/mesh.hpp"
+#include "config.hpp"
+#include "layers.hpp"
+#include "plan.hpp"
+
+namespace meshbench::parallel {
+
+struct Options {
+  GptConfig model;
+  std::string preset = "tiny";
+  int steps = 10, warmup = 2, threads = 0;
+  std::string device = "cpu", dtype = "fp32", output, tag, export_dir, data = "random";
+  // Flags every meshbench binary shares (DESIGN.md); at one rank only their defaults run.
+  std::string mesh, order = std::string(comm::kDefaultOrder), group = "world", backend = "mpi";
+  double time_limit = 0;
+  int ranks_per_node = 0;
+  bool append = false, check = false, profile = false, quiet = false;
+  uint64_t seed = 1234;
+  AdamWConfig adam;
+  // The parallel step.
+  int micro_batches = 1;
+  std::string grad_reduce = "avg", progress = "poll", trace_file;
+  bool no_overlap = false;
+  double bucket_mb = 0;
+  int zero = 0, prefetch = 1;
+  bool keep_params = false;
+  int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
+};
+
+// Parses argv; nullopt after --help. Throws core::UsageError for anything wrong.
+std::optional<Options> parse_options(int argc, char** argv);
+
+// The plan of a run on `world` ranks; throws UsageError naming the options and the rule.
+Plan make_plan(const Options& o, int world);
+
+}  // namespace meshbench::parallel
