@@ -71,7 +71,10 @@ void ConsoleReporter::begin_run(const RunContext& ctx, const std::vector<GroupIn
     for (const auto& g : groups) {
       if (g.dim != dim) continue;
       std::string list;
-      for (std::size_t i = 0; i < g.ranks.size(); ++i) list += (i ? "," : "") + std::to_string(g.ranks[i]);
+      for (std::size_t i = 0; i < g.ranks.size(); ++i) {
+        if (i) list += ',';  // two appends: GCC 12 warns (-Wrestrict, falsely) on "," + string
+        list += std::to_string(g.ranks[i]);
+      }
       s += fmt::format("# group {}#{}: ranks {} ({} node{}, {}-node)\n", g.dim, g.id, list, g.nodes_spanned,
                        g.nodes_spanned == 1 ? "" : "s", g.span);
     }
