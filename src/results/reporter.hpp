@@ -43,6 +43,8 @@ class ConsoleReporter final : public Reporter {
   double best_busbw_ = 0;
   std::uint64_t best_bytes_ = 0;
   std::string best_what_;
+  std::string rank_stat_ = "max";
+  std::vector<std::string> not_converged_;  // "all_reduce 256 B out-of-place"
 };
 
 class JsonLinesReporter final : public Reporter {

@@ -96,6 +96,32 @@ void RunFile::finish(const std::string& status) {
   flush();
 }
 
+bool mark_status_alone(const std::string& path, const std::string& run_id, const std::string& status) {
+  H5E_auto2_t func = nullptr;
+  void* data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &func, &data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  bool ok = false;
+  {
+    H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    H5Pset_fapl_sec2(fapl.get());
+    H5Id f(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), H5Fclose);
+    std::string where = "runs/" + run_id;
+    if (f.get() >= 0 && H5Lexists(f.get(), "runs", H5P_DEFAULT) > 0 && H5Lexists(f.get(), where.c_str(), H5P_DEFAULT) > 0) {
+      H5Id run(H5Gopen2(f.get(), where.c_str(), H5P_DEFAULT), H5Gclose);
+      try {
+        write_attr(run.get(), "status", status);
+        write_attr(run.get(), "end_time", utc_now_iso());
+        ok = H5Fflush(f.get(), H5F_SCOPE_GLOBAL) >= 0;
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+  }
+  H5Eset_auto2(H5E_DEFAULT, func, data);
+  return ok;
+}
+
 GroupInfo describe_group(std::string dim, int id, std::vector<int> ranks, const comm::Topology& topo) {
   std::vector<int> node_of(topo.ranks.size());
   for (std::size_t r = 0; r < node_of.size(); ++r) node_of[r] = topo.ranks[r].node;
