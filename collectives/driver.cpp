@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "comm/agree.hpp"
+#include "comm/clock_sync.hpp"
 #include "comm/topology.hpp"
 #include "comm/watched_comm.hpp"
 #include "core/op_watch.hpp"
@@ -195,6 +196,32 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   a["group_dim"] = plan.dim;
   a["groups"] = static_cast<int>(plan.run_groups.size());
   a["comm_setup_seconds"] = plan.setup_seconds;
+  // Window timing: every rank's clock offset against rank 0 (and its error), stored per rank.
+  constexpr int kClockRounds = 20;
+  comm::ClockOffset clock;
+  auto gather_clocks = [&]() {
+    clock = comm::estimate_clock_offset(world, kClockRounds);
+    std::vector<double> both(2 * static_cast<std::size_t>(size)), mine{clock.offset_s, clock.error_s};
+    MB_CHECK_MPI(MPI_Allgather(mine.data(), 2, MPI_DOUBLE, both.data(), 2, MPI_DOUBLE, world), "world");
+    nlohmann::ordered_json off = nlohmann::ordered_json::array(), err = nlohmann::ordered_json::array();
+    double max_err = 0;
+    for (int r = 0; r < size; ++r) {
+      off.push_back(both[2 * static_cast<std::size_t>(r)]);
+      err.push_back(both[2 * static_cast<std::size_t>(r) + 1]);
+      max_err = std::max(max_err, both[2 * static_cast<std::size_t>(r) + 1]);
+    }
+    return std::make_tuple(off, err, max_err);
+  };
+  double clock_max_error = 0, clock_t0 = core::now_seconds();
+  std::vector<double> offsets_start;
+  if (opt.timing == Timing::kWindow) {
+    auto [off, err, max_err] = gather_clocks();
+    a["clock_sync_rounds"] = kClockRounds;
+    a["clock_offset_s"] = off;
+    a["clock_error_s"] = err;
+    clock_max_error = max_err;
+    for (const auto& x : off) offsets_start.push_back(x.get<double>());
+  }
   results::sync_from_root(ctx, world);
 
   std::vector<std::unique_ptr<results::Reporter>> reporters;
@@ -228,6 +255,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
                std::vector<std::byte>(std::max(max_send, max_recv)), std::vector<std::byte>(std::max(max_send, max_recv))};
 
   Runner runner(spec, opt, *comm, world, plan, watched);
+  runner.set_clock(clock, clock_max_error);
   results::RunStatus status = results::RunStatus::kOk;
   std::uint64_t wrong_total = 0;
   double t0 = core::now_seconds();
@@ -274,6 +302,17 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     for (auto& r : reporters) r->end_block(b);
   }
   if (status == results::RunStatus::kOk && wrong_total > 0) status = results::RunStatus::kFailed;
+  if (opt.timing == Timing::kWindow) {
+    // Again at the end: the change over the run is each clock's drift against rank 0's.
+    double elapsed = core::now_seconds() - clock_t0;  // rank 0's: attribute values must agree
+    MB_CHECK_MPI(MPI_Bcast(&elapsed, 1, MPI_DOUBLE, 0, world), "world");
+    comm::WatchScope w(watched, "clock offset estimate (end)", 0, "world");
+    auto [off, err, max_err] = gather_clocks();
+    nlohmann::ordered_json drift = nlohmann::ordered_json::array();
+    for (std::size_t r = 0; r < off.size(); ++r) drift.push_back((off[r].get<double>() - offsets_start[r]) / elapsed);
+    nlohmann::ordered_json end = {{"clock_offset_end_s", off}, {"clock_error_end_s", err}, {"clock_drift", drift}};
+    for (auto& r : reporters) r->add_run_attrs(end);
+  }
   {
     comm::WatchScope w(watched, "HDF5 finish run (collective)", 0, "world");
     for (auto& r : reporters) r->finish(status);

@@ -36,7 +36,9 @@ std::vector<std::string> split(const std::string& s) {
 
 }  // namespace
 
-const char* name(Timing t) { return t == Timing::kPipelined ? "pipelined" : "isolated"; }
+const char* name(Timing t) {
+  return t == Timing::kPipelined ? "pipelined" : t == Timing::kWindow ? "window" : "isolated";
+}
 const char* name(InplaceMode m) {
   return m == InplaceMode::kYes ? "yes" : m == InplaceMode::kNo ? "no" : "both";
 }
@@ -86,7 +88,8 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   opt("--mem", mem, "host or device (default: host for mpi, device for nccl)");
   opt("--inplace", inplace, "yes, no or both")->capture_default_str();
   opt("--timing", timing,
-      "isolated (barrier before each call, not timed) or pipelined (back-to-back calls)")->capture_default_str();
+      "isolated (barrier before each call, not timed), pipelined (back-to-back calls) or window (each call "
+      "starts at a scheduled time on synchronised clocks; ReproMPI)")->capture_default_str();
   opt("-O,--output", o.output, "HDF5 file to write (never overwritten; a .jsonl summary goes beside it)");
   core::with_env(app.add_flag("--append", o.append, "add this run to an existing --output file"));
   opt("--tag", o.tag, "a label stored with the run (e.g. the fabric's name)");
@@ -184,7 +187,10 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   o.inplace = kInplace.at(inplace);
   if (timing == "isolated") o.timing = Timing::kIsolated;
   else if (timing == "pipelined") o.timing = Timing::kPipelined;
-  else throw UsageError(fmt::format("--timing: '{}' is not isolated or pipelined", timing));
+  else if (timing == "window") o.timing = Timing::kWindow;
+  else throw UsageError(fmt::format("--timing: '{}' is not isolated, pipelined or window", timing));
+  if (o.timing == Timing::kWindow && o.backend != comm::Backend::kMpi)
+    throw UsageError("--timing window needs --backend mpi (it times on host clocks; NCCL calls return before they finish)");
   if (o.append && o.output.empty()) throw UsageError("--append needs -O/--output FILE.h5");
   if (!o.groups_file.empty() && o.group != "world" && !o.mesh.empty())
     throw UsageError("--groups-file and --mesh/--group are alternatives: give one");

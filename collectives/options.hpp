@@ -15,7 +15,7 @@
 namespace meshbench::collectives {
 
 enum class InplaceMode { kYes, kNo, kBoth };
-enum class Timing { kIsolated, kPipelined };
+enum class Timing { kIsolated, kPipelined, kWindow };
 
 struct Options {
   std::uint64_t min_bytes = 8;

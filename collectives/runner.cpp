@@ -28,9 +28,11 @@ void Runner::phase(const char* what) {
   if (watch_) watch_->set_context(where_ + ", " + what);
 }
 
-void Runner::run_calls(const Views& v, const Inputs& in, int count, std::vector<double>& out, std::size_t first) {
-  if (count <= 0) return;
-  if (out.size() < first + static_cast<std::size_t>(count)) out.resize(first + static_cast<std::size_t>(count));
+int Runner::run_calls(const Views& v, const Inputs& in, int count, std::vector<double>& out) {
+  if (count <= 0) return 0;
+  if (opt_.timing == Timing::kWindow) return run_window(v, in, count, out);
+  std::size_t first = out.size();
+  out.resize(first + static_cast<std::size_t>(count));
   if (!timer_ || timer_marks_ < count + 1) {  // grown outside any timed interval
     timer_marks_ = std::max(count + 1, 2 * timer_marks_);
     timer_ = comm_.make_timer(timer_marks_);
@@ -48,7 +50,7 @@ void Runner::run_calls(const Views& v, const Inputs& in, int count, std::vector<
       }
       out[first + static_cast<std::size_t>(i)] = t.elapsed(0, 1);
     }
-    return;
+    return count;
   }
   comm_.barrier();
   t.mark(0);
@@ -59,12 +61,53 @@ void Runner::run_calls(const Views& v, const Inputs& in, int count, std::vector<
   WatchScope w(watch_, "timer sync", 0, comm_.group_name().c_str());
   t.sync();
   for (int i = 0; i < count; ++i) out[first + static_cast<std::size_t>(i)] = t.elapsed(i, i + 1);
+  return count;
+}
+
+// ReproMPI's window scheme (Hunold and Carpen-Amarie): world rank 0 fixes when the first call
+// starts on its clock; call i starts at that time + i * window on every rank's clock (local
+// = global + offset), and is timed from that start to the local completion. A call that any
+// rank reached after its start time is dropped on every rank and counted. Too many late
+// starts double the window (and a late first call the lead) for the next batch.
+int Runner::run_window(const Views& v, const Inputs& in, int count, std::vector<double>& out) {
+  constexpr double kStartSlack = 1e-6;  // seconds
+  double start = world_rank_ == 0 ? core::now_seconds() + lead_s_ : 0;
+  {
+    WatchScope w(watch_, "MPI_Bcast (window start)", sizeof start, "world");
+    MB_CHECK_MPI(MPI_Bcast(&start, 1, MPI_DOUBLE, 0, world_), "world");
+  }
+  std::vector<int> late(static_cast<std::size_t>(count), 0);
+  std::vector<double> t(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    double target = start + i * window_s_ + clock_.offset_s;
+    double now = core::now_seconds();
+    while (now < target) now = core::now_seconds();
+    // Late: past the start already, or descheduled while waiting for it (a clock read is
+    // tens of ns, so an on-time start is well inside kStartSlack).
+    late[static_cast<std::size_t>(i)] = now - target > kStartSlack;
+    spec_.call(comm_, v, in);
+    t[static_cast<std::size_t>(i)] = core::now_seconds() - target;
+  }
+  {
+    WatchScope w(watch_, "MPI_Allreduce (late starts)", late.size() * sizeof(int), "world");
+    MB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, late.data(), count, MPI_INT, MPI_MAX, world_), "world");
+  }
+  int kept = 0;
+  for (int i = 0; i < count; ++i) {
+    if (late[static_cast<std::size_t>(i)]) continue;
+    out.push_back(t[static_cast<std::size_t>(i)]);
+    ++kept;
+  }
+  invalid_ += count - kept;
+  if (late.front()) lead_s_ = std::min(2 * lead_s_, 1.0);
+  if (4 * (count - kept) > count) window_s_ = std::min(2 * window_s_, 1.0);
+  return kept;
 }
 
 void Runner::warm_up(const Views& v, const Inputs& in, results::PointResult& r) {
   std::vector<double> times;
   if (opt_.warmup >= 0) {
-    run_calls(v, in, opt_.warmup, times, 0);
+    run_calls(v, in, opt_.warmup, times);
     r.warmup_calls = opt_.warmup;
     r.warmup_converged = -1;
     return;
@@ -75,32 +118,38 @@ void Runner::warm_up(const Views& v, const Inputs& in, results::PointResult& r) 
     int k = tracker.next_window();
     double t0 = core::now_seconds();
     times.clear();
-    run_calls(v, in, k, times, 0);
-    double local[2] = {core::median(times), core::now_seconds() - t0}, global[2] = {0, 0};
+    run_calls(v, in, k, times);
+    double med = times.empty() ? window_s_ : core::median(times);  // window: every start late
+    double local[2] = {med, core::now_seconds() - t0}, global[2] = {0, 0};
     WatchScope w(watch_, "MPI_Allreduce (warm-up check)", sizeof local, "world");
     MB_CHECK_MPI(MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_MAX, world_), "world");
     tracker.add_window(k, global[0], global[1]);
   }
   r.warmup_calls = tracker.calls();
   r.warmup_converged = tracker.converged() ? 1 : 0;
+  // Window timing: a slot of three warm calls plus the clocks' uncertainty.
+  if (opt_.timing == Timing::kWindow)
+    window_s_ = std::clamp(3 * tracker.last_median() + 4 * max_clock_error_, 5e-6, 1.0);
 }
 
 std::vector<double> Runner::timed(const Views& v, const Inputs& in) {
   std::vector<double> mine;
-  run_calls(v, in, opt_.iters, mine, 0);
+  // -n valid iterations (window timing may drop some; a few more batches make them up).
+  for (int batch = 0; static_cast<int>(mine.size()) < opt_.iters && batch < 8; ++batch)
+    run_calls(v, in, opt_.iters - static_cast<int>(mine.size()), mine);
   if (opt_.iters_fixed) return mine;
   // At least --min-time seconds of timed calls (the slowest rank's sum), at most --max-iters;
   // each round adds the calls the average so far says are missing (at least one).
-  for (;;) {
+  for (int round = 0; round < 64; ++round) {
     double local = std::accumulate(mine.begin(), mine.end(), 0.0), total = 0;
     WatchScope w(watch_, "MPI_Allreduce (--min-time check)", sizeof local, "world");
     MB_CHECK_MPI(MPI_Allreduce(&local, &total, 1, MPI_DOUBLE, MPI_MAX, world_), "world");
     auto have = static_cast<int>(mine.size());
     if (total >= opt_.min_time || have >= opt_.max_iters) break;
-    double per_call = std::max(total / have, 1e-9);
+    double per_call = std::max(total / std::max(have, 1), 1e-9);
     double want = std::ceil((opt_.min_time - total) / per_call * 1.05);
     int extra = static_cast<int>(std::min(want, static_cast<double>(opt_.max_iters - have)));
-    run_calls(v, in, std::max(extra, 1), mine, mine.size());
+    run_calls(v, in, std::max(extra, 1), mine);
   }
   return mine;
 }
@@ -192,10 +241,20 @@ results::PointResult Runner::measure(const Inputs& in, Placement placement, Buff
   }
 
   phase(opt_.warmup < 0 ? "adaptive warm-up" : "warm-up");
+  if (opt_.timing == Timing::kWindow) {
+    // A first window from the cold call (the slowest rank's), refined after warm-up.
+    double cold_max = 0;
+    WatchScope w(watch_, "MPI_Allreduce (cold time)", sizeof cold_max, "world");
+    MB_CHECK_MPI(MPI_Allreduce(&cold.front(), &cold_max, 1, MPI_DOUBLE, MPI_MAX, world_), "world");
+    window_s_ = std::clamp(4 * cold_max + 4 * max_clock_error_, 5e-6, 1.0);
+    lead_s_ = std::max(1e-4, 2 * window_s_);
+  }
   warm_up(v, in, r);
   comm_.synchronize();
   phase("timed loop");
+  invalid_ = 0;
   std::vector<double> mine = timed(v, in);
+  r.invalid = invalid_;
   phase("statistics");
   summarize(std::move(mine), cold.front(), wrong, r);
   return r;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "comm/clock_sync.hpp"
 #include "comm/communicator.hpp"
 #include "core/op_watch.hpp"
 #include "compute/device.hpp"
@@ -34,10 +35,17 @@ class Runner {
          core::OpWatch* watch);
   // `where` names the point for the watchdog's message ("size 3 of 12, 64 B, float sum").
   results::PointResult measure(const Inputs& in, results::Placement placement, Buffers& b, const std::string& where);
+  // --timing window: this rank's clock against world rank 0's, and the largest error of any rank.
+  void set_clock(comm::ClockOffset mine, double max_error_s) {
+    clock_ = mine;
+    max_clock_error_ = max_error_s;
+  }
 
  private:
-  // `count` calls in the --timing mode; the time of call i lands in out[first + i].
-  void run_calls(const Views& v, const Inputs& in, int count, std::vector<double>& out, std::size_t first);
+  // `count` calls in the --timing mode, their times appended to `out` (window: only the calls
+  // every rank started on time; the rest are counted in invalid_). Returns the calls kept.
+  int run_calls(const Views& v, const Inputs& in, int count, std::vector<double>& out);
+  int run_window(const Views& v, const Inputs& in, int count, std::vector<double>& out);
   // Adaptive or fixed warm-up; fills r.warmup_calls and r.warmup_converged.
   void warm_up(const Views& v, const Inputs& in, results::PointResult& r);
   // The timed loop; returns this rank's time per iteration.
@@ -55,6 +63,10 @@ class Runner {
   int timer_marks_ = 0;
   core::OpWatch* watch_;
   std::string where_;
+  comm::ClockOffset clock_;
+  double max_clock_error_ = 0;
+  double window_s_ = 0, lead_s_ = 0;  // window timing: slot per call and the lead before the first
+  int invalid_ = 0;
 };
 
 }  // namespace meshbench::collectives

@@ -88,6 +88,8 @@ void ConsoleReporter::begin_run(const RunContext& ctx, const std::vector<GroupIn
                                                a.value("warmup_time", 0.0));
   s += fmt::format("# timing {} ({}), check {}\n", timing,
                    timing == "pipelined" ? "back-to-back calls, each timed between consecutive marks"
+                   : timing == "window"  ? "each call starts at a scheduled time on clocks synchronised to rank 0, "
+                                           "timed to local completion"
                                          : "barrier before each call, excluded from the time",
                    a.value("check", 0) ? "on" : "off");
   s += fmt::format("# iters {}\n# warm-up {}\n", iters, warmup);
@@ -130,6 +132,8 @@ void ConsoleReporter::row(const Block& b, const Row& r) {
     const auto& pt = r.by_placement[static_cast<size_t>(p)];
     if (!pt.ran) continue;
     wrong_total_ += pt.wrong;
+    invalid_ += pt.invalid;
+    timed_ += pt.iters;
     if (pt.warmup_converged == 0)
       not_converged_.push_back(fmt::format("{} {} B {}", b.collective, r.sizes.bytes, name(static_cast<Placement>(p))));
     if (pt.busbw > best_busbw_) {
@@ -149,6 +153,10 @@ void ConsoleReporter::finish(RunStatus s) {
   std::string out;
   if (!quiet_ && best_busbw_ > 0)
     out += fmt::format("# peak busbw {:.2f} GB/s ({} at {} B)\n", best_busbw_, best_what_, best_bytes_);
+  if (invalid_ > 0)
+    out += fmt::format("# window timing: {} of {} timed calls dropped for a late start on some rank ({:.1f}%)\n",
+                       invalid_, invalid_ + timed_, 100.0 * static_cast<double>(invalid_) /
+                                                       static_cast<double>(invalid_ + timed_));
   if (!not_converged_.empty()) {
     out += fmt::format("# warm-up not converged at {} point{} (the time per call was still changing at the cap; "
                        "raise --warmup-time or --warmup-max):",

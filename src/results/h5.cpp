@@ -177,11 +177,17 @@ void SampleCube::append(std::span<const double> mine, int rank) {
   h5_check(H5Dset_extent(dset_.get(), dims), "H5Dset_extent", "samples");
   H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
   hsize_t start[3] = {rows_, 0, static_cast<hsize_t>(rank)}, count[3] = {1, n, 1};
-  H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  hsize_t mdims[1] = {n};
+  hsize_t mdims[1] = {std::max<hsize_t>(n, 1)};
   H5Id mspace(H5Screate_simple(1, mdims, nullptr), H5Sclose);
+  if (n > 0) {
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  } else {  // no valid iteration at this size (window timing): the row stays NaN
+    H5Sselect_none(fspace.get());
+    H5Sselect_none(mspace.get());
+  }
+  double none = 0;
   H5Id dxpl = collective_xfer();
-  h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(), mine.data()),
+  h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(), n ? mine.data() : &none),
            "H5Dwrite", "samples");
   ++rows_;
 }

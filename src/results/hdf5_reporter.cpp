@@ -31,6 +31,7 @@ struct SummaryRow {
   std::int32_t iters, warmup_calls;
   std::int8_t warmup_converged;
   double t_median_by_stat[4];  // max, avg, min, rank0
+  std::int32_t invalid;
 };
 
 
@@ -65,6 +66,7 @@ H5Id summary_type() {
   const char* stats[] = {"t_median_max", "t_median_avg", "t_median_min", "t_median_rank0"};
   for (size_t i = 0; i < 4; ++i)
     H5Tinsert(t.get(), stats[i], offsetof(SummaryRow, t_median_by_stat) + i * sizeof(double), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "invalid", offsetof(SummaryRow, invalid), H5T_NATIVE_INT32);
   return t;
 }
 
@@ -157,6 +159,7 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
     sum.warmup_calls = pt.warmup_calls;
     sum.warmup_converged = static_cast<std::int8_t>(pt.warmup_converged);
     std::copy(pt.t_by_stat.begin(), pt.t_by_stat.end(), sum.t_median_by_stat);
+    sum.invalid = pt.invalid;
     it->second.summary->append(&sum, m.rank == 0);
     it->second.group_t_median->append(pt.group_t_median, m.rank == 0);
   }
@@ -166,6 +169,8 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
 void Hdf5Reporter::end_block(const Block& b) {
   for (int p = 0; p < 2; ++p) impl_->series.erase(Impl::series_path(b, p));
 }
+
+void Hdf5Reporter::add_run_attrs(const nlohmann::ordered_json& attrs) { write_attrs(impl_->file->run(), attrs); }
 
 void Hdf5Reporter::finish(RunStatus s) {
   impl_->series.clear();

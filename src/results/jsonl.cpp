@@ -57,6 +57,7 @@ void JsonLinesReporter::row(const Block& b, const Row& r) {
     j["iters"] = pt.iters;
     j["warmup_calls"] = pt.warmup_calls;
     j["warmup_converged"] = pt.warmup_converged;
+    j["invalid"] = pt.invalid;
     std::string line = j.dump() + "\n";
     std::fputs(line.c_str(), file_);
   }

@@ -54,6 +54,7 @@ struct PointResult {
   int iters = 0;                // timed iterations at this size
   int warmup_calls = 0;         // warm-up calls made (after the verified first call)
   int warmup_converged = -1;    // 1 stable, 0 gave up at the cap, -1 not judged (fixed -w)
+  int invalid = 0;              // --timing window: timed iterations dropped for a late start
   double algbw = 0, busbw = 0;
   std::uint64_t wrong = 0;      // summed over ranks; all ranks hold the same value
   int slowest_rank = -1;        // valid on rank 0

@@ -158,6 +158,8 @@ TEST(Options, VocabularyRules) {
   expect_usage({"--mem", "disk"}, {"--mem", "'disk'"});
   expect_usage({"--inplace", "maybe"}, {"--inplace", "'maybe'"});
   expect_usage({"--timing", "fast"}, {"--timing", "'fast'"});
+  expect_usage({"--timing", "window", "--backend", "nccl"}, {"--timing window", "--backend mpi"});
+  EXPECT_EQ(parse({"--timing", "window"}).timing, Timing::kWindow);
   expect_usage({"--bogus"}, {"--bogus"});
 }
 
