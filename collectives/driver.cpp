@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "comm/agree.hpp"
 #include "comm/clock_sync.hpp"
@@ -74,6 +75,13 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   auto parsed = parse_options(binary, spec.reduces, spec.rooted, argc, argv, rank == 0);
   if (!parsed) return 0;
   Options opt = *parsed;
+  // The watchdog covers the set-up too (topology, groups, the output file): a rank stuck
+  // there is reported without a file to mark; it restarts with the file once there is one.
+  core::OpWatch* watched = opt.op_timeout > 0 ? &watch : nullptr;
+  HangSite site{rank, comm::host_name(), binary, "world", opt.op_timeout, "", ""};
+  if (watched) watch.start(opt.op_timeout, [site](const core::Hang& h) { report_hang(site, h); });
+  std::optional<comm::WatchScope> setup_scope;
+  setup_scope.emplace(watched, "set-up (topology, groups, output file; collective)", 0, "world");
   if (spec.rooted && opt.root >= size)
     throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank world", opt.root, size));
   if (opt.inject_fault >= size)
@@ -108,7 +116,6 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
                                           : comm::make_mpi_communicator(group_comm, group_name);
   if (spec.rooted && opt.root >= n)
     throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank {} groups", opt.root, n, plan.dim));
-  core::OpWatch* watched = opt.op_timeout > 0 ? &watch : nullptr;
   if (watched) comm = comm::make_watched(std::move(comm), watch);
 
   // What runs: dtype x op blocks, each with the placements the backend supports.
@@ -230,8 +237,9 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     reporters.push_back(std::make_unique<results::Hdf5Reporter>(opt.output, append, world, ctx));
     reporters.push_back(std::make_unique<results::JsonLinesReporter>(jsonl_path(opt.output), rank));
   }
+  setup_scope.reset();
   if (watched) {
-    HangSite site{rank, comm::host_name(), binary, plan.dim, opt.op_timeout, opt.output, ctx.run_id};
+    site = {rank, comm::host_name(), binary, plan.dim, opt.op_timeout, opt.output, ctx.run_id};
     watch.start(opt.op_timeout, [site](const core::Hang& h) { report_hang(site, h); });
   }
   {

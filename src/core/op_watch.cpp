@@ -37,12 +37,19 @@ void OpWatch::start(double timeout_s, std::function<void(const Hang&)> on_hang) 
   stop();
   timeout_s_ = timeout_s;
   on_hang_ = std::move(on_hang);
-  stop_.store(false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
 void OpWatch::stop() {
-  stop_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -51,8 +58,11 @@ void OpWatch::loop() {
   auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 20, 0.01, 1.0));
   std::uint64_t seen = 0;
   double since = 0;
-  while (!stop_.load()) {
-    std::this_thread::sleep_for(period);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, period, [this] { return stop_; })) return;
+    }
     std::uint64_t n = count_.load(std::memory_order_acquire);
     const Slot& s = ring_[n % kRing];
     bool pending = n != 0 && s.state.load(std::memory_order_acquire) == CallState::kPending;

@@ -8,8 +8,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,8 +61,9 @@ class OpWatch {
   // Where the caller is (a size, a phase); copied, so call it outside hot loops.
   void set_context(const std::string& what);
 
-  // Starts the watchdog thread: `on_hang` runs on it once, when one call has been pending
-  // for `timeout_s` (> 0). The callback is expected not to return (it aborts the job).
+  // Starts the watchdog thread (restarts it when running): `on_hang` runs on it once, when
+  // one call has been pending for `timeout_s` (> 0). The callback is expected not to return
+  // (it aborts the job). stop() returns at once.
   void start(double timeout_s, std::function<void(const Hang&)> on_hang);
   void stop();
 
@@ -83,7 +86,9 @@ class OpWatch {
   std::atomic<int> context_at_{0};
   double timeout_s_ = 0;
   std::function<void(const Hang&)> on_hang_;
-  std::atomic<bool> stop_{false};
+  std::mutex mu_;                 // only for the thread's sleep, so stop() wakes it at once
+  std::condition_variable cv_;
+  bool stop_ = false;
   std::thread thread_;
 };
 

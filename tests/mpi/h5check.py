@@ -101,7 +101,7 @@ def check_series_values(tag, g, coll, n):
     for i, k in enumerate(row_iters):
         dropped = int(summ[i]["invalid"]) if "invalid" in summ.dtype.names else 0  # window: late starts
         check(k >= iters or dropped > 0, f"{tag} row {i}: {k} iterations, fewer than -n {iters}")
-        check(not np.isnan(samp[i, :k]).any(), f"{tag} row {i}: NaN among its {k} iterations")
+        check(not np.isnan(samp[i, :k]).any(), f"{tag} row {i}: NaN in samples (among its {k} iterations)")
         check(np.isnan(samp[i, k:]).all(), f"{tag} row {i}: values past its {k} iterations")
         check(np.isfinite(samp[i, :k]).all() and (samp[i, :k] >= 0).all(), f"{tag} row {i}: negative or infinite samples")
         w = int(g.attrs["warmup"])
