@@ -11,17 +11,23 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "comm/agree.hpp"
+#include "comm/clock_sync.hpp"
 #include "comm/topology.hpp"
+#include "comm/watched_comm.hpp"
+#include "core/op_watch.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
 #include "core/timer.hpp"
 #include "core/units.hpp"
 #include "data.hpp"
 #include "groups.hpp"
+#include "results/hang.hpp"
 #include "options.hpp"
 #include "results/reporter.hpp"
+#include "runner.hpp"
 #include "spec.hpp"
 
 namespace meshbench::collectives {
@@ -32,130 +38,11 @@ using comm::DType;
 using comm::RedOp;
 using core::UsageError;
 using results::Placement;
+using results::HangSite;
+using results::report_hang;
 
 std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
-
-struct Buffers {
-  compute::Buffer send, recv;
-  std::vector<std::byte> host_in, host_out;
-};
-
-class Runner {
- public:
-  Runner(const Spec& spec, const Options& opt, comm::Communicator& comm, MPI_Comm world, const GroupPlan& plan)
-      : spec_(spec), opt_(opt), comm_(comm), world_(world), plan_(plan) {
-    MPI_Comm_rank(world, &world_rank_);
-    MPI_Comm_size(world, &world_size_);
-  }
-
-  // One size, one placement: cold verified call, warm-up, timed loop, gather.
-  results::PointResult measure(const Inputs& in, Placement placement, Buffers& b) {
-    std::size_t elt = comm::size_of(in.dtype);
-    Views v;
-    comm::View buf_view;
-    if (placement == Placement::kInPlace) {
-      buf_view = {b.send.data(), spec_.inplace_buffer(in.layout), in.dtype, opt_.mem};
-      v = spec_.inplace(comm_, buf_view, in.layout);
-      fill_sentinel(in.dtype, b.host_in.data(), buf_view.count);
-      auto offset = static_cast<std::size_t>(static_cast<std::byte*>(v.send.data) - static_cast<std::byte*>(buf_view.data));
-      fill_inputs(in, comm_.rank(), b.host_in.data() + offset, 0, v.send.count);
-      b.send.upload(b.host_in.data(), buf_view.bytes());
-    } else {
-      v.send = {b.send.data(), in.layout.send, in.dtype, opt_.mem};
-      v.recv = {b.recv.data(), in.layout.recv, in.dtype, opt_.mem};
-      fill_inputs(in, comm_.rank(), b.host_in.data(), 0, v.send.count);
-      b.send.upload(b.host_in.data(), v.send.bytes());
-      fill_sentinel(in.dtype, b.host_in.data(), v.recv.count);
-      b.recv.upload(b.host_in.data(), v.recv.bytes());
-    }
-
-    results::PointResult r;
-    r.ran = true;
-    const int iters = opt_.iters;
-    auto timer = comm_.make_timer(std::max(2, iters + 1));
-
-    // The cold first call: timed on its own, and the one whose result is verified.
-    comm_.barrier();
-    timer->mark(0);
-    spec_.call(comm_, v, in);
-    timer->mark(1);
-    timer->sync();
-    double first = timer->elapsed(0, 1);
-    std::uint64_t wrong = 0;
-    if (opt_.check) {
-      auto offset = static_cast<std::byte*>(v.recv.data) - static_cast<std::byte*>(placement == Placement::kInPlace ? buf_view.data : v.recv.data);
-      compute::Buffer& holder = placement == Placement::kInPlace ? b.send : b.recv;
-      holder.download(b.host_out.data(), static_cast<std::size_t>(offset) + v.recv.bytes());
-      std::byte* got = b.host_out.data() + offset;
-      // Flip the top exponent bit of element 0 (little-endian: its last byte): a low-byte flip
-      // stays inside avg's tolerance (always for double, for floats whose value is 0).
-      if (opt_.inject_fault == world_rank_ && v.recv.count > 0) got[elt - 1] ^= std::byte{0x40};
-      wrong = count_wrong(spec_, in, comm_.rank(), got, v.recv.count);
-    }
-
-    for (int w = 0; w < opt_.warmup; ++w) spec_.call(comm_, v, in);
-    comm_.synchronize();
-
-    std::vector<double> mine(static_cast<std::size_t>(iters));
-    if (opt_.timing == Timing::kIsolated) {
-      for (int i = 0; i < iters; ++i) {
-        comm_.barrier();
-        timer->mark(0);
-        spec_.call(comm_, v, in);
-        timer->mark(1);
-        timer->sync();
-        mine[static_cast<std::size_t>(i)] = timer->elapsed(0, 1);
-      }
-    } else {
-      comm_.barrier();
-      timer->mark(0);
-      for (int i = 0; i < iters; ++i) {
-        spec_.call(comm_, v, in);
-        timer->mark(i + 1);
-      }
-      timer->sync();
-      for (int i = 0; i < iters; ++i) mine[static_cast<std::size_t>(i)] = timer->elapsed(i, i + 1);
-    }
-
-    // Statistics over every rank of the world (the slowest group decides).
-    std::vector<double> by_rank(world_rank_ == 0 ? mine.size() * static_cast<std::size_t>(world_size_) : 0);
-    MB_CHECK_MPI(MPI_Gather(mine.data(), iters, MPI_DOUBLE, by_rank.data(), iters, MPI_DOUBLE, 0, world_), "world");
-    MB_CHECK_MPI(MPI_Allreduce(&wrong, &r.wrong, 1, MPI_UINT64_T, MPI_SUM, world_), "world");
-    MB_CHECK_MPI(MPI_Reduce(&first, &r.t_first, 1, MPI_DOUBLE, MPI_MAX, 0, world_), "world");
-    if (world_rank_ == 0) {
-      std::vector<double> by_iter(by_rank.size());  // [iter][rank]
-      for (int rk = 0; rk < world_size_; ++rk)
-        for (int i = 0; i < iters; ++i)
-          by_iter[static_cast<std::size_t>(i * world_size_ + rk)] = by_rank[static_cast<std::size_t>(rk * iters + i)];
-      core::SampleSummary s = core::summarize(by_iter, iters, world_size_);
-      r.t_median = s.t_median;
-      r.t_min = s.t_min;
-      r.t_mean = s.t_mean;
-      r.t_p99 = s.t_p99;
-      r.slowest_rank = s.slowest_rank;
-      // Per group: the median over iterations of the group's slowest member.
-      for (const auto& g : plan_.run_groups) {
-        std::vector<double> worst(static_cast<std::size_t>(iters), 0.0);
-        for (int i = 0; i < iters; ++i)
-          for (int m : g.ranks)
-            worst[static_cast<std::size_t>(i)] =
-                std::max(worst[static_cast<std::size_t>(i)], by_iter[static_cast<std::size_t>(i * world_size_ + m)]);
-        r.group_t_median.push_back(core::median(worst));
-      }
-    }
-    r.my_samples = std::move(mine);
-    return r;
-  }
-
- private:
-  const Spec& spec_;
-  const Options& opt_;
-  comm::Communicator& comm_;
-  MPI_Comm world_;
-  const GroupPlan& plan_;
-  int world_rank_ = 0, world_size_ = 1;
-};
 
 // The element counts to run for one dtype: rounded down to the collective's granularity,
 // duplicates removed. Throws when every requested size rounds to nothing.
@@ -185,10 +72,18 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   std::string binary = fs::path(argv[0]).filename().string();
+  core::OpWatch watch;  // outlives the communicator that reports to it
 
   auto parsed = parse_options(binary, spec.reduces, spec.rooted, argc, argv, rank == 0);
   if (!parsed) return 0;
   Options opt = *parsed;
+  // The watchdog covers the set-up too (topology, groups, the output file): a rank stuck
+  // there is reported without a file to mark; it restarts with the file once there is one.
+  core::OpWatch* watched = opt.op_timeout > 0 ? &watch : nullptr;
+  HangSite site{rank, comm::host_name(), binary, "world", opt.op_timeout, "", ""};
+  if (watched) watch.start(opt.op_timeout, [site](const core::Hang& h) { report_hang(site, h); });
+  std::optional<comm::WatchScope> setup_scope;
+  setup_scope.emplace(watched, "set-up (topology, groups, output file; collective)", 0, "world");
   if (spec.rooted && opt.root >= size)
     throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank world", opt.root, size));
   if (opt.inject_fault >= size)
@@ -224,6 +119,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
                                           : comm::make_mpi_communicator(group_comm, group_name);
   if (spec.rooted && opt.root >= n)
     throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank {} groups", opt.root, n, plan.dim));
+  if (watched) comm = comm::make_watched(std::move(comm), watch);
 
   // What runs: dtype x op blocks, each with the placements the backend supports.
   std::vector<std::optional<RedOp>> ops;
@@ -246,6 +142,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
       b.timing = name(opt.timing);
       b.iters = opt.iters;
       b.warmup = opt.warmup;
+      b.rank_stat = core::name(opt.rank_stat);
       for (int p = 0; p < 2; ++p) {
         bool want = p == 0 ? opt.inplace != InplaceMode::kYes : opt.inplace != InplaceMode::kNo;
         auto why = comm->unsupported(spec.kind, t, op, p == 1, opt.mem);
@@ -294,13 +191,47 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   a["nccl_version"] = opt.backend == comm::Backend::kNccl ? comm::nccl_version() : "none";
   a["timing"] = name(opt.timing);
   a["iters"] = opt.iters;
-  a["warmup"] = opt.warmup;
+  a["iters_fixed"] = opt.iters_fixed;
+  a["min_time"] = opt.min_time;
+  a["max_iters"] = opt.max_iters;
+  a["warmup"] = opt.warmup;  // -1: adaptive
+  a["warmup_tolerance"] = opt.warmup_policy.tolerance;
+  a["warmup_max"] = opt.warmup_policy.max_calls;
+  a["warmup_time"] = opt.warmup_policy.max_seconds;
+  a["rank_stat"] = core::name(opt.rank_stat);
+  a["op_timeout"] = opt.op_timeout;
   a["check"] = opt.check;
   a["order"] = plan.mesh_json.empty() ? "" : opt.order;
   a["mesh"] = plan.mesh_json.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(plan.mesh_json);
   a["group_dim"] = plan.dim;
   a["groups"] = static_cast<int>(plan.run_groups.size());
   a["comm_setup_seconds"] = plan.setup_seconds;
+  // Window timing: every rank's clock offset against rank 0 (and its error), stored per rank.
+  constexpr int kClockRounds = 20;
+  comm::ClockOffset clock;
+  auto gather_clocks = [&]() {
+    clock = comm::estimate_clock_offset(world, kClockRounds);
+    std::vector<double> both(2 * static_cast<std::size_t>(size)), mine{clock.offset_s, clock.error_s};
+    MB_CHECK_MPI(MPI_Allgather(mine.data(), 2, MPI_DOUBLE, both.data(), 2, MPI_DOUBLE, world), "world");
+    nlohmann::ordered_json off = nlohmann::ordered_json::array(), err = nlohmann::ordered_json::array();
+    double max_err = 0;
+    for (int r = 0; r < size; ++r) {
+      off.push_back(both[2 * static_cast<std::size_t>(r)]);
+      err.push_back(both[2 * static_cast<std::size_t>(r) + 1]);
+      max_err = std::max(max_err, both[2 * static_cast<std::size_t>(r) + 1]);
+    }
+    return std::make_tuple(off, err, max_err);
+  };
+  double clock_max_error = 0, clock_t0 = core::now_seconds();
+  std::vector<double> offsets_start;
+  if (opt.timing == Timing::kWindow) {
+    auto [off, err, max_err] = gather_clocks();
+    a["clock_sync_rounds"] = kClockRounds;
+    a["clock_offset_s"] = off;
+    a["clock_error_s"] = err;
+    clock_max_error = max_err;
+    for (const auto& x : off) offsets_start.push_back(x.get<double>());
+  }
   results::sync_from_root(ctx, world);
 
   std::vector<std::unique_ptr<results::Reporter>> reporters;
@@ -309,7 +240,15 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     reporters.push_back(std::make_unique<results::Hdf5Reporter>(opt.output, append, world, ctx));
     reporters.push_back(std::make_unique<results::JsonLinesReporter>(jsonl_path(opt.output), rank));
   }
-  for (auto& r : reporters) r->begin_run(ctx, plan.all_groups);
+  setup_scope.reset();
+  if (watched) {
+    site = {rank, comm::host_name(), binary, plan.dim, opt.op_timeout, opt.output, ctx.run_id};
+    watch.start(opt.op_timeout, [site](const core::Hang& h) { report_hang(site, h); });
+  }
+  {
+    comm::WatchScope w(watched, "HDF5 create run (collective)", 0, "world");
+    for (auto& r : reporters) r->begin_run(ctx, plan.all_groups);
+  }
   if (rank == 0 && !opt.quiet) {
     for (const auto& w : plan.warnings) std::printf("# warning: %s\n", w.c_str());
     for (const auto& s : skipped) std::printf("# skipped %s\n", s.c_str());
@@ -326,15 +265,20 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   Buffers bufs{compute::Buffer(opt.mem, max_send), compute::Buffer(opt.mem, max_recv),
                std::vector<std::byte>(std::max(max_send, max_recv)), std::vector<std::byte>(std::max(max_send, max_recv))};
 
-  Runner runner(spec, opt, *comm, world, plan);
+  Runner runner(spec, opt, *comm, world, plan, watched);
+  runner.set_clock(clock, clock_max_error);
   results::RunStatus status = results::RunStatus::kOk;
   std::uint64_t wrong_total = 0;
   double t0 = core::now_seconds();
   bool stop = false;
   for (std::size_t k = 0; k < blocks.size() && !stop; ++k) {
     const results::Block& b = blocks[k];
-    for (auto& r : reporters) r->begin_block(b);
-    for (std::size_t count : counts[k]) {
+    {
+      comm::WatchScope w(watched, "HDF5 create series (collective)", 0, "world");
+      for (auto& r : reporters) r->begin_block(b);
+    }
+    for (std::size_t ci = 0; ci < counts[k].size(); ++ci) {
+      std::size_t count = counts[k][ci];
       Inputs in{keys[k].first, keys[k].second, n, spec.rooted ? opt.root : 0, spec.layout(count, n), &plan.members};
       results::Row row;
       std::size_t elt = comm::size_of(in.dtype);
@@ -342,17 +286,23 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
                    spec.total_bytes(count, elt, n)};
       for (int p = 0; p < 2; ++p) {
         if (!b.runs[static_cast<std::size_t>(p)]) continue;
-        results::PointResult pt = runner.measure(in, static_cast<Placement>(p), bufs);
+        std::string where = fmt::format("size {} of {} ({} B), {} {} {}", ci + 1, counts[k].size(),
+                                        row.sizes.bytes, b.collective, b.dtype, b.redop);
+        results::PointResult pt = runner.measure(in, static_cast<Placement>(p), bufs, where);
         pt.algbw = core::gb_per_s(static_cast<double>(row.sizes.bytes), pt.t_median);
         pt.busbw = pt.algbw * b.bus_factor;
         wrong_total += pt.wrong;
         row.by_placement[static_cast<std::size_t>(p)] = std::move(pt);
       }
-      for (auto& r : reporters) r->row(b, row);
+      {
+        comm::WatchScope w(watched, "HDF5 write of a finished size (collective)", 0, "world");
+        for (auto& r : reporters) r->row(b, row);
+      }
       // Stop together: a signal on any rank, or rank 0's clock past --time-limit.
       int code = g_signal.load() ? 2 : 0;
       if (rank == 0 && opt.time_limit > 0 && core::now_seconds() - t0 > opt.time_limit) code = std::max(code, 1);
       int agreed = 0;
+      comm::WatchScope w(watched, "MPI_Allreduce (stop decision)", sizeof code, "world");
       MB_CHECK_MPI(MPI_Allreduce(&code, &agreed, 1, MPI_INT, MPI_MAX, world), "world");
       if (agreed) {
         status = agreed == 2 ? results::RunStatus::kKilled : results::RunStatus::kTimeout;
@@ -363,7 +313,22 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     for (auto& r : reporters) r->end_block(b);
   }
   if (status == results::RunStatus::kOk && wrong_total > 0) status = results::RunStatus::kFailed;
-  for (auto& r : reporters) r->finish(status);
+  if (opt.timing == Timing::kWindow) {
+    // Again at the end: the change over the run is each clock's drift against rank 0's.
+    double elapsed = core::now_seconds() - clock_t0;  // rank 0's: attribute values must agree
+    MB_CHECK_MPI(MPI_Bcast(&elapsed, 1, MPI_DOUBLE, 0, world), "world");
+    comm::WatchScope w(watched, "clock offset estimate (end)", 0, "world");
+    auto [off, err, max_err] = gather_clocks();
+    nlohmann::ordered_json drift = nlohmann::ordered_json::array();
+    for (std::size_t r = 0; r < off.size(); ++r) drift.push_back((off[r].get<double>() - offsets_start[r]) / elapsed);
+    nlohmann::ordered_json end = {{"clock_offset_end_s", off}, {"clock_error_end_s", err}, {"clock_drift", drift}};
+    for (auto& r : reporters) r->add_run_attrs(end);
+  }
+  {
+    comm::WatchScope w(watched, "HDF5 finish run (collective)", 0, "world");
+    for (auto& r : reporters) r->finish(status);
+  }
+  watch.stop();
   if (rank == 0) {
     if (status == results::RunStatus::kTimeout)
       std::printf("# stopped: --time-limit %g s reached\n", opt.time_limit);

@@ -36,7 +36,9 @@ std::vector<std::string> split(const std::string& s) {
 
 }  // namespace
 
-const char* name(Timing t) { return t == Timing::kPipelined ? "pipelined" : "isolated"; }
+const char* name(Timing t) {
+  return t == Timing::kPipelined ? "pipelined" : t == Timing::kWindow ? "window" : "isolated";
+}
 const char* name(InplaceMode m) {
   return m == InplaceMode::kYes ? "yes" : m == InplaceMode::kNo ? "no" : "both";
 }
@@ -50,15 +52,31 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
                binary};
   app.get_formatter()->column_width(34);
   std::string min_b = "8", max_b = "128M", dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
-              timing = "isolated";
+              timing = "isolated", warmup = "auto", rank_stat = "max";
   auto opt = [&](const std::string& flags, auto& var, const std::string& help) {
     return core::with_env(app.add_option(flags, var, help));
   };
   opt("-b,--min-bytes", min_b, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
   opt("-e,--max-bytes", max_b, "largest size")->capture_default_str();
   opt("-f,--step-factor", o.step_factor, "multiply the size by this between points (>= 2)")->capture_default_str();
-  opt("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
-  opt("-w,--warmup", o.warmup, "untimed iterations per size before timing")->capture_default_str();
+  auto* iters_opt = opt("-n,--iters", o.iters,
+                        "timed iterations per size: given, exactly this many; by default at least this many "
+                        "and at least --min-time seconds")->capture_default_str();
+  opt("--min-time", o.min_time, "without -n: keep timing a size until this many seconds of calls")->capture_default_str();
+  opt("--max-iters", o.max_iters, "without -n: at most this many timed iterations per size")->capture_default_str();
+  opt("-w,--warmup", warmup, "untimed calls per size before timing: a number, or auto (until the time per "
+                             "call is stable)")->capture_default_str();
+  opt("--warmup-tolerance", o.warmup_policy.tolerance,
+      "auto warm-up: stable when the median of the last 10 calls is within this fraction of the previous 10's")
+      ->capture_default_str();
+  opt("--warmup-max", o.warmup_policy.max_calls, "auto warm-up: give up (not converged) after this many calls")
+      ->capture_default_str();
+  opt("--warmup-time", o.warmup_policy.max_seconds, "auto warm-up: give up (not converged) after this many seconds")
+      ->capture_default_str();
+  opt("--rank-stat", rank_stat, "per-iteration time over ranks: max (slowest rank), avg (OSU), min or rank0")
+      ->capture_default_str();
+  opt("--op-timeout", o.op_timeout, "abort the job (exit 3) when one call has not completed after this many "
+                                    "seconds (0: never)")->capture_default_str();
   opt("-c,--check", o.check, "verify the result of the first call at each size (0 or 1)")->capture_default_str();
   opt("-d,--dtype", dtype, "float, double, int32, int8, bf16, half, a comma list, or all")->capture_default_str();
   // Accepted by every binary, so one command line or environment serves them all.
@@ -70,7 +88,8 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   opt("--mem", mem, "host or device (default: host for mpi, device for nccl)");
   opt("--inplace", inplace, "yes, no or both")->capture_default_str();
   opt("--timing", timing,
-      "isolated (barrier before each call, not timed) or pipelined (back-to-back calls)")->capture_default_str();
+      "isolated (barrier before each call, not timed), pipelined (back-to-back calls) or window (each call "
+      "starts at a scheduled time on synchronised clocks; ReproMPI)")->capture_default_str();
   opt("-O,--output", o.output, "HDF5 file to write (never overwritten; a .jsonl summary goes beside it)");
   core::with_env(app.add_flag("--append", o.append, "add this run to an existing --output file"));
   opt("--tag", o.tag, "a label stored with the run (e.g. the fabric's name)");
@@ -98,7 +117,32 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
     throw UsageError(fmt::format("-b/--min-bytes ({}) must not exceed -e/--max-bytes ({})", min_b, max_b));
   if (o.step_factor < 2) throw UsageError("-f/--step-factor must be at least 2");
   if (o.iters < 1) throw UsageError("-n/--iters must be at least 1");
-  if (o.warmup < 0) throw UsageError("-w/--warmup must not be negative");
+  o.iters_fixed = iters_opt->count() > 0;
+  if (!(o.min_time >= 0)) throw UsageError("--min-time must not be negative");
+  if (o.max_iters < o.iters && !o.iters_fixed)
+    throw UsageError(fmt::format("--max-iters ({}) must be at least -n/--iters ({})", o.max_iters, o.iters));
+  if (warmup != "auto") {
+    std::size_t used = 0;
+    try {
+      o.warmup = std::stoi(warmup, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != warmup.size() || used == 0)
+      throw UsageError(fmt::format("-w/--warmup: '{}' is not a number of calls or auto", warmup));
+    if (o.warmup < 0) throw UsageError("-w/--warmup must not be negative");
+  }
+  if (!(o.warmup_policy.tolerance > 0 && o.warmup_policy.tolerance < 1))
+    throw UsageError("--warmup-tolerance must be between 0 and 1 (a fraction, e.g. 0.05)");
+  if (o.warmup_policy.max_calls < 1) throw UsageError("--warmup-max must be at least 1");
+  if (!(o.warmup_policy.max_seconds > 0)) throw UsageError("--warmup-time must be positive");
+  o.warmup_policy.floor_seconds = o.warmup_policy.max_seconds / 4;
+  if (rank_stat == "max") o.rank_stat = core::RankStat::kMax;
+  else if (rank_stat == "avg") o.rank_stat = core::RankStat::kAvg;
+  else if (rank_stat == "min") o.rank_stat = core::RankStat::kMin;
+  else if (rank_stat == "rank0") o.rank_stat = core::RankStat::kRank0;
+  else throw UsageError(fmt::format("--rank-stat: '{}' is not max, avg, min or rank0", rank_stat));
+  if (!(o.op_timeout >= 0)) throw UsageError("--op-timeout must not be negative (0 turns the watchdog off)");
   if (o.check != 0 && o.check != 1) throw UsageError("-c/--check must be 0 or 1");
   if (o.time_limit < 0) throw UsageError("--time-limit must not be negative");
   if (o.root < 0) throw UsageError("-r/--root must not be negative");
@@ -143,7 +187,10 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   o.inplace = kInplace.at(inplace);
   if (timing == "isolated") o.timing = Timing::kIsolated;
   else if (timing == "pipelined") o.timing = Timing::kPipelined;
-  else throw UsageError(fmt::format("--timing: '{}' is not isolated or pipelined", timing));
+  else if (timing == "window") o.timing = Timing::kWindow;
+  else throw UsageError(fmt::format("--timing: '{}' is not isolated, pipelined or window", timing));
+  if (o.timing == Timing::kWindow && o.backend != comm::Backend::kMpi)
+    throw UsageError("--timing window needs --backend mpi (it times on host clocks; NCCL calls return before they finish)");
   if (o.append && o.output.empty()) throw UsageError("--append needs -O/--output FILE.h5");
   if (!o.groups_file.empty() && o.group != "world" && !o.mesh.empty())
     throw UsageError("--groups-file and --mesh/--group are alternatives: give one");

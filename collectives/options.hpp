@@ -9,18 +9,26 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/stats.hpp"
+#include "core/warmup.hpp"
 
 namespace meshbench::collectives {
 
 enum class InplaceMode { kYes, kNo, kBoth };
-enum class Timing { kIsolated, kPipelined };
+enum class Timing { kIsolated, kPipelined, kWindow };
 
 struct Options {
   std::uint64_t min_bytes = 8;
   std::uint64_t max_bytes = 128ull << 20;
   std::uint64_t step_factor = 2;
-  int iters = 20;
-  int warmup = 5;
+  int iters = 20;                          // timed iterations (the minimum unless iters_fixed)
+  bool iters_fixed = false;                // -n given (flag or environment): exactly `iters`
+  double min_time = 0.1;                   // seconds of timed calls per size, unless iters_fixed
+  int max_iters = 1000;                    // cap on the iterations min_time may add
+  int warmup = -1;                         // -1: adaptive (warmup_policy); else exactly this many
+  core::WarmupPolicy warmup_policy;
+  core::RankStat rank_stat = core::RankStat::kMax;
+  double op_timeout = 300;                 // seconds a call may take before the watchdog aborts; 0 off
   int check = 1;
   std::vector<comm::DType> dtypes{comm::DType::kFloat};
   bool all_dtypes = false;                 // -d all: skip what the backend lacks

@@ -143,8 +143,10 @@ mb_note() { printf '[meshbench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 : "${MB_MIN_BYTES:=8}"
 : "${MB_MAX_BYTES:=128M}"
 : "${MB_STEP_FACTOR:=2}"
-: "${MB_ITERS:=20}"
-: "${MB_WARMUP:=5}"
+# MB_ITERS / MB_WARMUP unset: the binaries' adaptive defaults (warm-up until stable, at least
+# 20 iterations and 0.1 s per size); set, they are passed as -n / -w and mean exactly that.
+: "${MB_ITERS:=}"
+: "${MB_WARMUP:=}"
 : "${MB_CHECK:=1}"
 : "${MB_ARGS:=}"
 
@@ -162,13 +164,15 @@ mb_run_collectives() {
     if [[ ! -x "$exe" ]]; then
       mb_note "$exe missing (build with make, or set MB_BIN)"; worst=2; continue
     fi
-    local -a app=()
+    local -a app=() loop=()
     [[ -e "$out/$b.h5" ]] && app=(--append)
+    [[ -n "$MB_ITERS" ]] && loop+=(-n "$MB_ITERS")
+    [[ -n "$MB_WARMUP" ]] && loop+=(-w "$MB_WARMUP")
     mb_note "$b: $n ranks, fabric '$tag' ($(mb_fabric_env "${MB_FABRIC:-}" 2>/dev/null | tr '\n' ' ')), backend $backend, $MB_MIN_BYTES..$MB_MAX_BYTES"
     rc=0
     # shellcheck disable=SC2086
     mb_launch "$n" "$exe" -b "$MB_MIN_BYTES" -e "$MB_MAX_BYTES" -f "$MB_STEP_FACTOR" \
-      -n "$MB_ITERS" -w "$MB_WARMUP" -c "$MB_CHECK" --backend "$backend" --mem "$mem" \
+      "${loop[@]}" -c "$MB_CHECK" --backend "$backend" --mem "$mem" \
       --tag "$tag" -O "$out/$b.h5" "${app[@]}" $MB_ARGS || rc=$?
     mb_note "$b: exit $rc"
     printf '%s\t%s\t%s\t%s\n' "$tag" "$b" "$rc" "$out/$b.h5" >> "$out/exit-codes.tsv"

@@ -90,6 +90,9 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   mb::core::with_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
   mb::core::with_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
       ->group("");
+  mb::core::with_env(app.add_option("--op-timeout", o.op_timeout,
+                     "seconds a communication call may stay pending before the watchdog names it, writes "
+                     "FILE.hang-rank<R>.json, marks the run hung and exits 3 (0: off)"));
   mb::core::with_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
   mb::core::with_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
 }
@@ -117,6 +120,7 @@ void check_options(Options& o) {
   if (o.steps < 1) throw UsageError(fmt::format("--steps {}: must be at least 1", o.steps));
   if (o.warmup < 0) throw UsageError(fmt::format("--warmup {}: must be >= 0", o.warmup));
   if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0", o.threads));
+  if (o.op_timeout < 0) throw UsageError(fmt::format("--op-timeout {}: must be >= 0 (0: no watchdog)", o.op_timeout));
   if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
   if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
   mb::comm::parse_order(o.order);

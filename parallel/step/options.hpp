@@ -34,6 +34,7 @@ struct Options {
   double bucket_mb = 0;
   int zero = 0, prefetch = 1;
   bool keep_params = false;
+  double op_timeout = 300;  // seconds a communication call may stay pending (0: no watchdog)
   int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
 };
 

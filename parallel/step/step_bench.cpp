@@ -43,6 +43,9 @@
 #include "check.hpp"
 #include "comm/clock_sync.hpp"
 #include "comm/mesh_comm.hpp"
+#include "comm/watched_comm.hpp"
+#include "core/op_watch.hpp"
+#include "results/hang.hpp"
 #include "data_parallel.hpp"
 #include "zero.hpp"
 #include "executor.hpp"
@@ -56,10 +59,9 @@
 
 namespace mb = meshbench;
 using mb::core::UsageError;
-using mb::core::kExitOk;
-using mb::core::kExitCheck;
-using mb::core::kExitUsage;
-using mb::core::kExitRuntime;
+using mb::core::ExitCode;
+constexpr int kExitOk = mb::core::code(ExitCode::kOk), kExitCheck = mb::core::code(ExitCode::kCheckFailed),
+              kExitUsage = mb::core::code(ExitCode::kUsage), kExitRuntime = mb::core::code(ExitCode::kRuntime);
 using namespace mb::parallel;
 
 namespace {
@@ -130,6 +132,7 @@ std::string human_bytes(double b) {
 
 // Everything a rank runs the step with: groups, the dp communicator, the model, the strategy.
 struct Setup {
+  mb::core::OpWatch* watch = nullptr;  // --op-timeout: every call of the step is watched
   std::unique_ptr<mb::comm::RankGrid> grid;
   std::unique_ptr<mb::comm::MeshComms> comms;
   Trace trace;
@@ -154,6 +157,7 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
     MPI_Comm c = st.comms->get(mb::comm::GroupKind::kDpCp);
     std::unique_ptr<mb::comm::Communicator> inner =
         o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, "dp", device) : mb::comm::make_mpi_communicator(c, "dp");
+    if (st.watch) inner = mb::comm::make_watched(std::move(inner), *st.watch);
     st.dp_comm = std::make_unique<RecordingComm>(std::move(inner), st.trace, "dp", mem ? mem->group : 0);
     if (plan.zero > 0) {
       auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
@@ -295,9 +299,14 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
                  const mb::core::Log& out) {
   const double t_origin = mb::core::now_seconds();
   const int total = o.warmup + o.steps;
+  using mb::comm::WatchScope;
   for (int s = 0; s < total; ++s) {
+    if (st.watch) st.watch->set_context(fmt::format("step {} of {} ({} warm-up)", s, total, o.warmup));
     int stop = o.time_limit > 0 && mb::core::now_seconds() - t_origin > o.time_limit;
-    MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);  // every rank stops at the same step
+    {
+      WatchScope w(st.watch, "MPI_Bcast (time limit)", sizeof stop, "world");
+      MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);  // every rank stops at the same step
+    }
     if (stop) {
       out.warn("step_bench: --time-limit {} s reached after {} of {} steps\n", o.time_limit, s, total);
       return false;
@@ -308,14 +317,20 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
       st.model->memory().reset_peaks();
     }
     st.trace.on = timed;
-    MPI_Barrier(MPI_COMM_WORLD);
+    {
+      WatchScope w(st.watch, "MPI_Barrier (step start)", 0, "world");
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
     const int step = timed ? s - o.warmup : -1;
     const double loss_local = run_step(env, st.actions, step, s, s + 1);
     st.trace.on = false;
     if (!std::isfinite(loss_local)) out.warn("step_bench: loss is {} at step {}\n", loss_local, s);
     if (!timed) continue;
     double loss = 0;  // the global batch's mean loss (reporting, outside the step)
-    MPI_Allreduce(&loss_local, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    {
+      WatchScope w(st.watch, "MPI_Allreduce (loss)", sizeof loss, "world");
+      MPI_Allreduce(&loss_local, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    }
     int world = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     loss /= world;
@@ -325,6 +340,7 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
       for (auto it = st.trace.phases.rbegin(); it != st.trace.phases.rend() && it->step == step; ++it)
         for (size_t k = 0; k < kPhaseNames.size(); ++k)
           if (it->name == kPhaseNames[k]) ph[k] += it->t1 - it->t0;
+      WatchScope w(st.watch, "HDF5 append step (collective)", 0, "world");
       h5->append_step(st.trace.step_end.back() - st.trace.step_start.back(), ph, loss);
     }
   }
@@ -531,12 +547,25 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   const mb::core::Log out(world_rank, o.quiet);
   set_threads(o);
   const DataKind data = o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom;
+  // The watchdog covers the set-up too; it restarts with the output file once that exists.
+  mb::core::OpWatch watch;  // outlives every communicator that reports to it
+  mb::core::OpWatch* watched = o.op_timeout > 0 ? &watch : nullptr;
+  auto watch_with = [&](const std::string& output, const std::string& run_id) {
+    if (!watched) return;
+    const mb::results::HangSite site{world_rank, mb::comm::host_name(), "step_bench", "dp", o.op_timeout, output, run_id};
+    watch.start(o.op_timeout, [site](const mb::core::Hang& h) { mb::results::report_hang(site, h); });
+  };
+  watch_with("", "");
+  std::optional<mb::comm::WatchScope> setup_scope;
+  setup_scope.emplace(watched, "set-up (topology, groups, model; collective)", 0, "world");
   mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
   if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
   Compute cp;
   make_compute(cp, o, topo, world_rank);
   Setup st;
+  st.watch = watched;
   make_setup(st, o, plan, world_rank, *cp.backend, cp.device);
+  setup_scope.reset();
   if (!o.export_dir.empty()) return run_export(o, *st.model, data, out);
   print_header(out, o, plan, st, cp, topo);
   const Peak peak = measure_peak(o.model, cp.gpu, cp.prec, cp.device);
@@ -553,10 +582,11 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
         o.output, o.append, MPI_COMM_WORLD, ctx,
         step_attributes(o, plan, *st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet, cp.gpu_name, st),
         std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(st, topo));
+  if (h5) watch_with(o.output, h5->run_id());
 
   // Clock offsets against rank 0, for the trace's aligned timelines.
   const mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
-  double t_origin = mb::core::now_seconds() + clock.offset_s;
+  double t_origin = mb::core::now_seconds() - clock.offset_s;  // on rank 0's clock
   MPI_Bcast(&t_origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   st.model->set_profiling(o.profile);
   std::vector<double> losses;
@@ -575,6 +605,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
+  if (watched) watch.stop();
   if (!r.finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got
   return r.check == "fail" ? kExitCheck : kExitOk;
 }

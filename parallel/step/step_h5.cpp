@@ -290,7 +290,7 @@ void StepH5::write_summary(const StepSummary& s) {
 std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, double offset) {
   std::vector<EventRow> rows;
   rows.reserve(tr.ops.size() + tr.comms.size());
-  auto t = [&](double x) { return x + offset - t_origin; };
+  auto t = [&](double x) { return x - offset - t_origin; };  // local clock -> rank 0's
   for (const OpEvent& e : tr.ops) {
     EventRow r{};
     r.rank = rank;

@@ -48,7 +48,7 @@ struct EventRow {
   uint64_t bytes;
   double flops, t_post, t_start, t_end;  // seconds since the run's origin, rank 0's clock
 };
-// This rank's trace as rows; times shifted by -t_origin + clock offset (to rank 0's clock).
+// This rank's trace as rows; times on rank 0's clock (local - offset, comm/clock_sync.hpp) minus t_origin.
 std::vector<EventRow> event_rows(const Trace& trace, int rank, double t_origin, double offset);
 
 class StepH5 {

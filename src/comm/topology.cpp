@@ -56,7 +56,9 @@ void probe_host(std::string& binding, int& online_cores, std::string& gpus, std:
                           : (t == HWLOC_OBJ_OSDEV_NETWORK || t == HWLOC_OBJ_OSDEV_OPENFABRICS) ? nics
                                                                                                 : binding;
       if (&list == &binding) continue;
-      list += (list.empty() ? "" : ",") + std::string(o->name);
+      // Two appends, not ("," + name): GCC 12 reports a false -Wrestrict on operator+(const char*, string&&).
+      if (!list.empty()) list += ',';
+      list += o->name;
     }
   }
   hwloc_topology_destroy(topo);

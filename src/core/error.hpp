@@ -10,7 +10,10 @@
 
 namespace meshbench::core {
 
+// Exit codes of every binary (DESIGN.md): ok, a check failed, bad usage or an impossible
+// configuration, a runtime fault (MPI/NCCL/CUDA error, timeout, hang).
 enum class ExitCode : int { kOk = 0, kCheckFailed = 1, kUsage = 2, kRuntime = 3 };
+constexpr int code(ExitCode c) { return static_cast<int>(c); }
 
 // A bad option or an impossible configuration. The message names the option and the rule.
 class UsageError : public std::runtime_error {
@@ -33,10 +36,6 @@ const std::string& fault_host();
 // job with exit code 3 (MPI_Abort when MPI is up, so no rank hangs).
 [[noreturn]] void fatal_runtime(const std::string& op, const std::string& group,
                                 const std::string& detail);
-
-// Exit codes of every binary (DESIGN.md): ok, a check failed, bad usage or an impossible
-// configuration, a runtime fault (MPI/NCCL/CUDA error, timeout).
-inline constexpr int kExitOk = 0, kExitCheck = 1, kExitUsage = 2, kExitRuntime = 3;
 
 // Called by the check macros; `group` is the communicator's name or "-".
 [[noreturn]] void check_failed(const char* kind, const char* stmt, const std::string& detail,

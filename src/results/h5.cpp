@@ -156,18 +156,38 @@ void AppendTable::append(const void* row, bool writer) {
 }
 
 SampleCube::SampleCube(hid_t loc, const std::string& name, hsize_t iters, hsize_t ranks)
-    : dset_(growing_f64(loc, name, {iters, ranks})), iters_(iters), ranks_(ranks) {}
+    : iters_(std::max<hsize_t>(iters, 1)), ranks_(ranks) {
+  hsize_t dims[3] = {0, iters_, ranks_}, maxdims[3] = {H5S_UNLIMITED, H5S_UNLIMITED, ranks_},
+          chunk[3] = {1, std::min<hsize_t>(iters_, 256), ranks_};
+  H5Id space(H5Screate_simple(3, dims, maxdims), H5Sclose);
+  H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_chunk(dcpl.get(), 3, chunk);
+  double nan = std::numeric_limits<double>::quiet_NaN();
+  H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan);
+  dset_ = H5Id(h5_check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, dcpl.get(),
+                                   H5P_DEFAULT),
+                        "H5Dcreate", name),
+               H5Dclose);
+}
 
 void SampleCube::append(std::span<const double> mine, int rank) {
+  auto n = static_cast<hsize_t>(mine.size());  // the same on every rank
+  iters_ = std::max(iters_, n);
   hsize_t dims[3] = {rows_ + 1, iters_, ranks_};
   h5_check(H5Dset_extent(dset_.get(), dims), "H5Dset_extent", "samples");
   H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
-  hsize_t start[3] = {rows_, 0, static_cast<hsize_t>(rank)}, count[3] = {1, iters_, 1};
-  H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  hsize_t mdims[1] = {iters_};
+  hsize_t start[3] = {rows_, 0, static_cast<hsize_t>(rank)}, count[3] = {1, n, 1};
+  hsize_t mdims[1] = {std::max<hsize_t>(n, 1)};
   H5Id mspace(H5Screate_simple(1, mdims, nullptr), H5Sclose);
+  if (n > 0) {
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+  } else {  // no valid iteration at this size (window timing): the row stays NaN
+    H5Sselect_none(fspace.get());
+    H5Sselect_none(mspace.get());
+  }
+  double none = 0;
   H5Id dxpl = collective_xfer();
-  h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(), mine.data()),
+  h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(), n ? mine.data() : &none),
            "H5Dwrite", "samples");
   ++rows_;
 }

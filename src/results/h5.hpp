@@ -85,7 +85,9 @@ class AppendTable {
 };
 
 // A float64 dataset [rows, iters, ranks], extended one row at a time; every rank writes
-// its own column of each row. Unwritten cells read as NaN.
+// its own column of each row. A row may hold more iterations than the ones before it: the
+// iters dimension then grows (from `iters` at creation), and cells a row did not fill read
+// as NaN.
 class SampleCube {
  public:
   SampleCube(hid_t loc, const std::string& name, hsize_t iters, hsize_t ranks);

@@ -28,6 +28,10 @@ struct SummaryRow {
   double t_median, t_min, t_mean, t_p99, t_first, algbw, busbw;
   std::uint64_t wrong;
   std::int32_t slowest_rank;
+  std::int32_t iters, warmup_calls;
+  std::int8_t warmup_converged;
+  double t_median_by_stat[4];  // max, avg, min, rank0
+  std::int32_t invalid;
 };
 
 
@@ -56,6 +60,13 @@ H5Id summary_type() {
     H5Tinsert(t.get(), reals[i], offsetof(SummaryRow, t_median) + i * sizeof(double), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "wrong", offsetof(SummaryRow, wrong), H5T_NATIVE_UINT64);
   H5Tinsert(t.get(), "slowest_rank", offsetof(SummaryRow, slowest_rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "iters", offsetof(SummaryRow, iters), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "warmup_calls", offsetof(SummaryRow, warmup_calls), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "warmup_converged", offsetof(SummaryRow, warmup_converged), H5T_NATIVE_INT8);
+  const char* stats[] = {"t_median_max", "t_median_avg", "t_median_min", "t_median_rank0"};
+  for (size_t i = 0; i < 4; ++i)
+    H5Tinsert(t.get(), stats[i], offsetof(SummaryRow, t_median_by_stat) + i * sizeof(double), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "invalid", offsetof(SummaryRow, invalid), H5T_NATIVE_INT32);
   return t;
 }
 
@@ -106,7 +117,8 @@ void Hdf5Reporter::begin_block(const Block& b) {
     nlohmann::ordered_json a = {{"collective", b.collective}, {"dtype", b.dtype}, {"redop", b.redop},
                                 {"placement", name(static_cast<Placement>(p))}, {"group", b.group},
                                 {"group_size", b.group_size}, {"groups", b.groups}, {"bus_factor", b.bus_factor}, {"root", b.root},
-                                {"timing", b.timing}, {"iters", b.iters}, {"warmup", b.warmup}};
+                                {"timing", b.timing}, {"iters", b.iters}, {"warmup", b.warmup},
+                                {"rank_stat", b.rank_stat}};
     write_attrs(s.group.get(), a);
     s.sizes = std::make_unique<AppendTable>(s.group.get(), "sizes", m.size_t_.get(), sizeof(SizeRow));
     s.samples = std::make_unique<SampleCube>(s.group.get(), "samples", static_cast<hsize_t>(b.iters),
@@ -143,6 +155,11 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
     sum.busbw = pt.busbw;
     sum.wrong = pt.wrong;
     sum.slowest_rank = pt.slowest_rank;
+    sum.iters = pt.iters;
+    sum.warmup_calls = pt.warmup_calls;
+    sum.warmup_converged = static_cast<std::int8_t>(pt.warmup_converged);
+    std::copy(pt.t_by_stat.begin(), pt.t_by_stat.end(), sum.t_median_by_stat);
+    sum.invalid = pt.invalid;
     it->second.summary->append(&sum, m.rank == 0);
     it->second.group_t_median->append(pt.group_t_median, m.rank == 0);
   }
@@ -152,6 +169,8 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
 void Hdf5Reporter::end_block(const Block& b) {
   for (int p = 0; p < 2; ++p) impl_->series.erase(Impl::series_path(b, p));
 }
+
+void Hdf5Reporter::add_run_attrs(const nlohmann::ordered_json& attrs) { write_attrs(impl_->file->run(), attrs); }
 
 void Hdf5Reporter::finish(RunStatus s) {
   impl_->series.clear();

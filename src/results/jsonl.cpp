@@ -49,6 +49,15 @@ void JsonLinesReporter::row(const Block& b, const Row& r) {
     j["busbw"] = pt.busbw;
     j["wrong"] = pt.wrong;
     j["slowest_rank"] = pt.slowest_rank;
+    j["rank_stat"] = b.rank_stat;
+    j["t_median_max"] = pt.t_by_stat[0];
+    j["t_median_avg"] = pt.t_by_stat[1];
+    j["t_median_min"] = pt.t_by_stat[2];
+    j["t_median_rank0"] = pt.t_by_stat[3];
+    j["iters"] = pt.iters;
+    j["warmup_calls"] = pt.warmup_calls;
+    j["warmup_converged"] = pt.warmup_converged;
+    j["invalid"] = pt.invalid;
     std::string line = j.dump() + "\n";
     std::fputs(line.c_str(), file_);
   }

@@ -32,7 +32,9 @@ struct Block {
   int groups = 1;           // groups running at once (the collective runs in each)
   double bus_factor = 1;    // busbw / algbw
   std::string timing;       // isolated | pipelined
-  int iters = 0, warmup = 0;
+  int iters = 0;            // -n: the minimum timed iterations (exact when -n was given)
+  int warmup = 0;           // -w: calls, or -1 for adaptive warm-up
+  std::string rank_stat = "max";  // --rank-stat: how the headline combines ranks per iteration
   std::array<bool, 2> runs{};          // by Placement: measured at all
   std::array<std::string, 2> why_not;  // by Placement: the backend's reason when not
 };
@@ -47,7 +49,12 @@ struct PointSizes {
 
 struct PointResult {
   bool ran = false;
-  double t_median = 0, t_min = 0, t_mean = 0, t_p99 = 0, t_first = 0;
+  double t_median = 0, t_min = 0, t_mean = 0, t_p99 = 0, t_first = 0;  // by the block's rank_stat
+  std::array<double, 4> t_by_stat{};  // rank 0: median over iterations of max, avg, min, rank 0
+  int iters = 0;                // timed iterations at this size
+  int warmup_calls = 0;         // warm-up calls made (after the verified first call)
+  int warmup_converged = -1;    // 1 stable, 0 gave up at the cap, -1 not judged (fixed -w)
+  int invalid = 0;              // --timing window: timed iterations dropped for a late start
   double algbw = 0, busbw = 0;
   std::uint64_t wrong = 0;      // summed over ranks; all ranks hold the same value
   int slowest_rank = -1;        // valid on rank 0
@@ -61,7 +68,7 @@ struct Row {
   std::array<PointResult, 2> by_placement;
 };
 
-enum class RunStatus { kRunning, kOk, kFailed, kTimeout, kKilled };
+enum class RunStatus { kRunning, kOk, kFailed, kTimeout, kKilled, kHung };
 inline const char* name(RunStatus s) {
   switch (s) {
     case RunStatus::kRunning: return "running";
@@ -69,6 +76,7 @@ inline const char* name(RunStatus s) {
     case RunStatus::kFailed: return "failed";
     case RunStatus::kTimeout: return "timeout";
     case RunStatus::kKilled: return "killed";
+    case RunStatus::kHung: return "hung";
   }
   return "?";
 }

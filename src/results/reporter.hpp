@@ -20,6 +20,9 @@ class Reporter {
   virtual void begin_block(const Block&) {}
   virtual void row(const Block&, const Row&) {}
   virtual void end_block(const Block&) {}
+  // Run attributes known only at the end (e.g. clock offsets re-estimated); the same values
+  // on every rank.
+  virtual void add_run_attrs(const nlohmann::ordered_json&) {}
   virtual void finish(RunStatus) {}
 };
 
@@ -43,6 +46,9 @@ class ConsoleReporter final : public Reporter {
   double best_busbw_ = 0;
   std::uint64_t best_bytes_ = 0;
   std::string best_what_;
+  std::string rank_stat_ = "max";
+  std::vector<std::string> not_converged_;  // "all_reduce 256 B out-of-place"
+  long long invalid_ = 0, timed_ = 0;        // window timing: late starts dropped, calls kept
 };
 
 class JsonLinesReporter final : public Reporter {
@@ -70,6 +76,7 @@ class Hdf5Reporter final : public Reporter {
   void begin_block(const Block& b) override;
   void row(const Block& b, const Row& r) override;
   void end_block(const Block& b) override;
+  void add_run_attrs(const nlohmann::ordered_json& attrs) override;
   void finish(RunStatus s) override;
   const std::string& run_id() const { return run_id_; }
 

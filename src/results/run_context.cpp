@@ -74,7 +74,10 @@ RunContext make_run_context(MPI_Comm world, std::string_view binary, int argc, c
   if (rank == 0) {
     auto& a = ctx.attrs;
     std::string args;
-    for (int i = 0; i < argc; ++i) args += (i ? " " : "") + std::string(argv[i]);
+    for (int i = 0; i < argc; ++i) {
+      if (i) args += ' ';  // two appends: GCC 12 warns (-Wrestrict, falsely) on " " + string
+      args += argv[i];
+    }
     std::string start = utc_now_iso();
     std::string compact = start;
     std::erase(compact, '-');

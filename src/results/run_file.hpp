@@ -40,6 +40,12 @@ class RunFile {
   H5Id file_, run_;
 };
 
+// Sets one run's status and end time from a single process, through a serial (sec2) handle
+// of its own, while this job still holds the file open in parallel: for when the job cannot
+// finish collectively (the hang watchdog). The caller makes sure only one process calls it.
+// Returns false (quietly) when the file or run cannot be opened.
+bool mark_status_alone(const std::string& path, const std::string& run_id, const std::string& status);
+
 // A group's record: the nodes its members span and whether it is intra-node, inter-node
 // (every member on its own node) or mixed.
 GroupInfo describe_group(std::string dim, int id, std::vector<int> ranks, const comm::Topology& topo);

@@ -5,6 +5,10 @@
 //     MPI_COMM_SELF, and the raw core::now_seconds() pair it wraps), plus elapsed();
 //   - storing the sample into the per-iteration vector;
 // and, once per size, core::summarize() over the gathered [iters x ranks] array.
+// The hang watchdog (--op-timeout, issue 15) adds a watched Communicator around every call:
+// BM_SelfAllReduce/0 is the call as the driver made it before (the MPI backend, an 8 B
+// all-reduce on MPI_COMM_SELF), /1 the same through comm::make_watched with the watchdog
+// thread polling; BM_WatchBeginEnd is the record's own cost.
 // Single process (MPI_COMM_SELF): no cross-rank iteration counts to agree on.
 // Run: build/bin/harness_bench --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
@@ -15,6 +19,8 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "comm/watched_comm.hpp"
+#include "core/op_watch.hpp"
 #include "core/stats.hpp"
 #include "core/timer.hpp"
 
@@ -113,6 +119,37 @@ void BM_Summarize(benchmark::State& state) {
   state.counters["per_iter"] = per_iteration(state, iters);
 }
 BENCHMARK(BM_Summarize)->Args({20, 2})->Args({20, 8})->Args({100, 64})->Args({1000, 512});
+
+// The watchdog's record per call: begin() and end(), a handful of relaxed atomic stores.
+void BM_WatchBeginEnd(benchmark::State& state) {
+  core::OpWatch watch;
+  for (auto _ : state) {
+    std::uint64_t s = watch.begin("all_reduce", 8, "self");
+    watch.end(s);
+  }
+}
+BENCHMARK(BM_WatchBeginEnd);
+
+// One 8 B all-reduce on MPI_COMM_SELF through the backend (0) or through the watched
+// Communicator with a running watchdog (1): the difference is what --op-timeout costs a call.
+void BM_SelfAllReduce(benchmark::State& state) {
+  core::OpWatch watch;
+  std::unique_ptr<mc::Communicator> comm = mc::make_mpi_communicator(MPI_COMM_SELF, "self");
+  if (state.range(0)) {
+    comm = mc::make_watched(std::move(comm), watch);
+    watch.start(300, [](const core::Hang&) {});
+  }
+  float in[2] = {1, 2}, out[2] = {0, 0};
+  mc::View send{in, 2, mc::DType::kFloat, meshbench::compute::MemKind::kHost};
+  mc::View recv{out, 2, mc::DType::kFloat, meshbench::compute::MemKind::kHost};
+  for (auto _ : state) {
+    comm->all_reduce(send, recv, mc::RedOp::kSum);
+    benchmark::DoNotOptimize(out);
+  }
+  comm.reset();
+  watch.stop();
+}
+BENCHMARK(BM_SelfAllReduce)->Arg(0)->Arg(1);
 
 }  // namespace
 

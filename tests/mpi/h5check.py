@@ -95,17 +95,36 @@ def check_series_values(tag, g, coll, n):
     rows = len(summ)
     check(len(sizes) == rows and samp.shape[0] == rows, f"{tag}: rows sizes={len(sizes)} summary={rows} samples={samp.shape}")
     iters = int(g.attrs["iters"])
-    check(samp.shape[1:] == (iters, n), f"{tag}: samples shape {samp.shape}, want [rows, {iters}, {n}]")
-    check(not np.isnan(samp).any(), f"{tag}: NaN in samples")
-    check(np.isfinite(samp).all() and (samp >= 0).all(), f"{tag}: negative or infinite samples")
+    row_iters = [int(r["iters"]) for r in summ]
+    width = max(row_iters, default=iters)
+    check(samp.shape[1:] == (width, n), f"{tag}: samples shape {samp.shape}, want [rows, {width} (most iterations), {n}]")
+    for i, k in enumerate(row_iters):
+        dropped = int(summ[i]["invalid"]) if "invalid" in summ.dtype.names else 0  # window: late starts
+        check(k >= iters or dropped > 0, f"{tag} row {i}: {k} iterations, fewer than -n {iters}")
+        check(not np.isnan(samp[i, :k]).any(), f"{tag} row {i}: NaN in samples (among its {k} iterations)")
+        check(np.isnan(samp[i, k:]).all(), f"{tag} row {i}: values past its {k} iterations")
+        check(np.isfinite(samp[i, :k]).all() and (samp[i, :k] >= 0).all(), f"{tag} row {i}: negative or infinite samples")
+        w = int(g.attrs["warmup"])
+        conv = int(summ[i]["warmup_converged"])
+        if w >= 0:
+            check(int(summ[i]["warmup_calls"]) == w and conv == -1, f"{tag} row {i}: fixed warm-up {w}, got "
+                  f"{summ[i]['warmup_calls']} calls, converged {conv}")
+        else:
+            check(conv in (0, 1) and int(summ[i]["warmup_calls"]) > 0, f"{tag} row {i}: adaptive warm-up {summ[i]}")
     want_f = factor(coll, n)
     check(math.isclose(float(g.attrs["bus_factor"]), want_f, rel_tol=1e-12, abs_tol=1e-15),
           f"{tag}: bus_factor attr {g.attrs['bus_factor']}, want {want_f}")
+    stat = s(g.attrs["rank_stat"]) if "rank_stat" in g.attrs else "max"
     for i, r in enumerate(summ):
         t = float(r["t_median"])
-        slowest = samp[i].max(axis=1)  # per iteration, the slowest rank
+        it = samp[i, :row_iters[i]]
+        by_stat = {"max": it.max(axis=1), "avg": it.mean(axis=1), "min": it.min(axis=1), "rank0": it[:, 0]}
+        for k, v in by_stat.items():
+            check(math.isclose(float(r[f"t_median_{k}"]), float(np.median(v)), rel_tol=1e-12),
+                  f"{tag} row {i}: t_median_{k} {r[f't_median_{k}']} != median of per-iteration {k} {np.median(v)}")
+        slowest = by_stat[stat]  # per iteration, the --rank-stat over ranks (default the slowest rank)
         check(math.isclose(t, float(np.median(slowest)), rel_tol=1e-12),
-              f"{tag} row {i}: t_median {t} != median of per-iteration max {np.median(slowest)}")
+              f"{tag} row {i}: t_median {t} != median of per-iteration {stat} {np.median(slowest)}")
         check(math.isclose(float(r["t_min"]), float(slowest.min()), rel_tol=1e-12), f"{tag} row {i}: t_min")
         check(math.isclose(float(r["t_mean"]), float(slowest.mean()), rel_tol=1e-9), f"{tag} row {i}: t_mean")
         check(math.isclose(float(r["t_p99"]), float(np.percentile(slowest, 99)), rel_tol=1e-12), f"{tag} row {i}: t_p99")
@@ -197,8 +216,9 @@ def crash(path, status, min_rows):
             check(n_sz == n_sm == n_sa, f"{rid}/{name}: rows sizes={n_sz} summary={n_sm} samples={n_sa}")
             check(n_sm >= min_rows, f"{rid}/{name}: {n_sm} rows, want >= {min_rows}")
             samp = g["samples"][()][:n_sm]
-            check(not np.isnan(samp).any(), f"{rid}/{name}: NaN in the samples of a finished row")
             summ = g["summary"][()]
+            for i, r in enumerate(summ):
+                check(not np.isnan(samp[i, :int(r["iters"])]).any(), f"{rid}/{name}: NaN in the samples of finished row {i}")
             check(all(math.isfinite(float(r["t_median"])) and r["t_median"] > 0 for r in summ),
                   f"{rid}/{name}: a finished row has no t_median")
         print(f"{path}: status {status}, rows per series {[len(g['summary']) for *_, g in ser]}")

@@ -98,19 +98,20 @@ def check_run(rid, run, want, cores):
         for name, g in colls[coll].items():
             nser += 1
             ga = g.attrs
-            for k in ("collective", "dtype", "redop", "placement", "group", "root", "timing", "iters", "warmup"):
+            for k in ("collective", "dtype", "redop", "placement", "group", "root", "timing", "iters", "warmup", "rank_stat"):
                 check(k in ga, f"{rid}/{name}: series attribute '{k}' missing")
             check(name == f"{s(ga['dtype'])}-{s(ga['redop'])}-{s(ga['placement'])}-{s(ga['group'])}",
                   f"{rid}/{name}: name does not match its attributes")
             n_sizes = len(g["sizes"])
             check(g["sizes"].shape == (n_sizes,) and g["summary"].shape == (n_sizes,), f"{rid}/{name}: sizes/summary shapes")
-            check(g["samples"].shape == (n_sizes, want["iters"], n),
+            check(g["samples"].shape == (n_sizes, want["iters"], n),  # -n given: every row has exactly that many
                   f"{rid}/{name}: samples {g['samples'].shape}, want ({n_sizes}, {want['iters']}, {n})")
             check(g["samples"].dtype == np.float64, f"{rid}/{name}: samples dtype {g['samples'].dtype}")
             for f_ in ("bytes", "count", "send_bytes_per_rank", "recv_bytes_per_rank", "total_bytes"):
                 check(f_ in g["sizes"].dtype.names, f"{rid}/{name}: sizes lacks {f_}")
             for f_ in ("bytes", "count", "dtype", "redop", "inplace", "root", "t_median", "t_min", "t_mean", "t_p99",
-                       "t_first", "algbw", "busbw", "wrong", "slowest_rank"):
+                       "t_first", "algbw", "busbw", "wrong", "slowest_rank", "iters", "warmup_calls",
+                       "warmup_converged", "t_median_max", "t_median_avg", "t_median_min", "t_median_rank0"):
                 check(f_ in g["summary"].dtype.names, f"{rid}/{name}: summary lacks {f_}")
             summ, sizes = h5check.check_series_values(f"{rid}/{name}", g, coll, n)
             check(n_sizes >= 2, f"{rid}/{name}: only {n_sizes} sizes")
@@ -149,9 +150,10 @@ def main(path, expect_path):
             j = index.get((rid, coll, d, op, pl, grp, int(r["bytes"])))
             if not check(j is not None, f"{rid} {coll} {d}-{op}-{pl} {r['bytes']} B: no .jsonl line"):
                 continue
-            for k in ("t_median", "t_min", "t_mean", "t_p99", "t_first", "algbw", "busbw"):
+            for k in ("t_median", "t_min", "t_mean", "t_p99", "t_first", "algbw", "busbw", "t_median_max",
+                      "t_median_avg", "t_median_min", "t_median_rank0"):
                 check(j[k] == float(r[k]), f"{rid} {coll} {d}-{op}-{pl} {r['bytes']} B: jsonl {k} {j[k]} != {float(r[k])}")
-            for k in ("count", "wrong", "slowest_rank", "root"):
+            for k in ("count", "wrong", "slowest_rank", "root", "iters", "warmup_calls", "warmup_converged"):
                 check(j[k] == int(r[k]), f"{rid} {coll} {d}-{op}-{pl} {r['bytes']} B: jsonl {k} {j[k]} != {int(r[k])}")
             for k in ("send_bytes_per_rank", "recv_bytes_per_rank", "total_bytes"):
                 check(j[k] == int(z[k]), f"{rid} {coll} {d}-{op}-{pl} {r['bytes']} B: jsonl {k}")

@@ -158,6 +158,8 @@ TEST(Options, VocabularyRules) {
   expect_usage({"--mem", "disk"}, {"--mem", "'disk'"});
   expect_usage({"--inplace", "maybe"}, {"--inplace", "'maybe'"});
   expect_usage({"--timing", "fast"}, {"--timing", "'fast'"});
+  expect_usage({"--timing", "window", "--backend", "nccl"}, {"--timing window", "--backend mpi"});
+  EXPECT_EQ(parse({"--timing", "window"}).timing, Timing::kWindow);
   expect_usage({"--bogus"}, {"--bogus"});
 }
 
@@ -190,6 +192,43 @@ TEST(Options, EnvironmentSetsDefaults) {
     ScopedEnv append("MESHBENCH_APPEND", "1");
     expect_usage({}, {"--append"});
   }
+}
+
+TEST(Options, WarmupAndIterationDefaultsAreAdaptiveUntilGiven) {
+  Options d = parse({});
+  EXPECT_EQ(d.warmup, -1);
+  EXPECT_FALSE(d.iters_fixed);
+  EXPECT_EQ(d.iters, 20);
+  Options o = parse({"-w", "7", "-n", "20"});
+  EXPECT_EQ(o.warmup, 7);
+  EXPECT_TRUE(o.iters_fixed);  // -n given, even at its default value: exactly 20
+  EXPECT_EQ(parse({"-w", "auto"}).warmup, -1);
+  EXPECT_EQ(parse({"-w", "0"}).warmup, 0);
+  {
+    ScopedEnv iters("MESHBENCH_ITERS", "30");  // the environment counts as given
+    EXPECT_TRUE(parse({}).iters_fixed);
+  }
+  Options w = parse({"--warmup-tolerance", "0.1", "--warmup-max", "50", "--warmup-time", "2"});
+  EXPECT_DOUBLE_EQ(w.warmup_policy.tolerance, 0.1);
+  EXPECT_EQ(w.warmup_policy.max_calls, 50);
+  EXPECT_DOUBLE_EQ(w.warmup_policy.max_seconds, 2);
+  EXPECT_DOUBLE_EQ(w.warmup_policy.floor_seconds, 0.5);
+}
+
+TEST(Options, WarmupRankStatAndTimeoutRules) {
+  expect_usage({"-w", "soon"}, {"-w/--warmup", "'soon'", "auto"});
+  expect_usage({"-w", "5x"}, {"-w/--warmup", "'5x'"});
+  expect_usage({"--warmup-tolerance", "0"}, {"--warmup-tolerance", "between 0 and 1"});
+  expect_usage({"--warmup-max", "0"}, {"--warmup-max", "at least 1"});
+  expect_usage({"--warmup-time", "0"}, {"--warmup-time", "positive"});
+  expect_usage({"--min-time", "-1"}, {"--min-time", "negative"});
+  expect_usage({"--max-iters", "5"}, {"--max-iters (5)", "-n/--iters (20)"});
+  expect_usage({"--rank-stat", "median"}, {"--rank-stat", "'median'", "max, avg, min or rank0"});
+  expect_usage({"--op-timeout", "-1"}, {"--op-timeout", "negative"});
+  EXPECT_EQ(parse({"--rank-stat", "avg"}).rank_stat, core::RankStat::kAvg);
+  EXPECT_EQ(parse({"--rank-stat", "rank0"}).rank_stat, core::RankStat::kRank0);
+  EXPECT_DOUBLE_EQ(parse({}).op_timeout, 300);
+  EXPECT_DOUBLE_EQ(parse({"--op-timeout", "0"}).op_timeout, 0);
 }
 
 // ---- size_sweep ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/stats.hpp"
+#include "core/warmup.hpp"
 #include "core/units.hpp"
 
 namespace meshbench::core {
@@ -191,6 +192,105 @@ TEST(Summarize, EmptyShapeLeavesNoSlowestRank) {
   std::vector<double> s;
   EXPECT_EQ(summarize(s, 0, 4).slowest_rank, -1);
   EXPECT_EQ(summarize(s, 4, 0).slowest_rank, -1);
+}
+
+
+// ---- rank statistics: nccl-tests' -a and OSU's average ---------------------------------------
+
+TEST(Summarize, EveryRankStatisticIsStoredAndTheChosenOneHeadlines) {
+  // [iters=3][ranks=2]: per iteration max {2,4,6}, avg {1.5,3,4.5}, min {1,2,3}, rank 0 {2,2,3}.
+  std::vector<double> s{2, 1,
+                        2, 4,
+                        3, 6};
+  SampleSummary mx = summarize(s, 3, 2);
+  EXPECT_DOUBLE_EQ(mx.median_by_stat[0], 4.0);
+  EXPECT_DOUBLE_EQ(mx.median_by_stat[1], 3.0);
+  EXPECT_DOUBLE_EQ(mx.median_by_stat[2], 2.0);
+  EXPECT_DOUBLE_EQ(mx.median_by_stat[3], 2.0);
+  EXPECT_DOUBLE_EQ(mx.t_median, 4.0);
+  SampleSummary avg = summarize(s, 3, 2, RankStat::kAvg);
+  EXPECT_DOUBLE_EQ(avg.t_median, 3.0);
+  EXPECT_DOUBLE_EQ(avg.t_min, 1.5);
+  EXPECT_DOUBLE_EQ(avg.t_mean, 3.0);
+  EXPECT_DOUBLE_EQ(summarize(s, 3, 2, RankStat::kMin).t_median, 2.0);
+  EXPECT_DOUBLE_EQ(summarize(s, 3, 2, RankStat::kRank0).t_mean, 7.0 / 3);
+  EXPECT_EQ(avg.slowest_rank, 1);  // independent of the statistic
+  EXPECT_STREQ(name(RankStat::kRank0), "rank0");
+}
+
+// ---- adaptive warm-up -------------------------------------------------------------------------
+
+WarmupPolicy policy() {
+  WarmupPolicy p;
+  p.window = 10;
+  p.tolerance = 0.05;
+  p.floor_calls = 40;
+  p.floor_seconds = 1e9;
+  p.max_calls = 100;
+  p.max_seconds = 1e9;
+  return p;
+}
+
+// Feeds windows with the given medians (1 ms of wall time each) until the tracker stops.
+WarmupTracker feed(const std::vector<double>& medians, WarmupPolicy p = policy()) {
+  WarmupTracker t(p);
+  for (double m : medians) {
+    if (t.add_window(t.next_window(), m, 1e-3)) break;
+  }
+  return t;
+}
+
+TEST(Warmup, ConvergesOnceStableAfterTheFloor) {
+  // Stable from the start, but not before 40 calls.
+  WarmupTracker t = feed({5, 5, 5, 5, 5, 5});
+  EXPECT_TRUE(t.done());
+  EXPECT_TRUE(t.converged());
+  EXPECT_EQ(t.calls(), 40);
+}
+
+TEST(Warmup, APlateauBeforeTheFloorIsNotTakenForStability) {
+  // The MPICH/UCX shape: a slow plateau, then fast. Windows 1-2 agree, but inside the floor.
+  WarmupTracker t = feed({15, 15, 4, 4, 4});
+  EXPECT_TRUE(t.converged());
+  EXPECT_EQ(t.calls(), 40);
+  EXPECT_DOUBLE_EQ(t.last_median(), 4);
+}
+
+TEST(Warmup, GivesUpNotConvergedAtTheCallCap) {
+  std::vector<double> drifting;
+  for (int i = 0; i < 20; ++i) drifting.push_back(10.0 * (i % 2 ? 1.0 : 1.5));
+  WarmupTracker t = feed(drifting);
+  EXPECT_TRUE(t.done());
+  EXPECT_FALSE(t.converged());
+  EXPECT_EQ(t.calls(), 100);
+}
+
+TEST(Warmup, GivesUpAtTheTimeCapAndTheLastWindowIsCut) {
+  WarmupPolicy p = policy();
+  p.max_calls = 25;  // windows 10, 10, 5
+  WarmupTracker t(p);
+  EXPECT_EQ(t.next_window(), 10);
+  t.add_window(10, 1, 0);
+  t.add_window(10, 2, 0);
+  EXPECT_EQ(t.next_window(), 5);
+  EXPECT_TRUE(t.add_window(5, 3, 0));
+  EXPECT_FALSE(t.converged());
+  EXPECT_EQ(t.next_window(), 0);
+  WarmupPolicy q = policy();
+  q.max_seconds = 0.5;
+  WarmupTracker u(q);
+  EXPECT_TRUE(u.add_window(10, 1, 0.6));  // one window past the time cap
+  EXPECT_FALSE(u.converged());
+}
+
+TEST(Warmup, TheTimeFloorReplacesTheCallFloorForSlowCalls) {
+  WarmupPolicy p = policy();
+  p.floor_seconds = 0.1;
+  WarmupTracker t(p);
+  t.add_window(10, 0.02, 0.2);
+  EXPECT_TRUE(t.add_window(10, 0.0201, 0.2));
+  EXPECT_TRUE(t.converged());
+  EXPECT_EQ(t.calls(), 20);
 }
 
 }  // namespace

@@ -1,0 +1,28 @@
+// What a meshbench binary does when its watchdog (core::OpWatch) finds a call pending past
+// --op-timeout: one line on stderr naming the rank, host, call, bytes, group and dimension,
+// where in the sweep it was and how long it waited; the flight recorder as JSON in
+// FILE.hang-rank<R>.json beside the output; the run's status set to `hung` (by one rank, with
+// a serial handle: the job cannot write collectively any more); then exit 3, which makes the
+// launcher end the other ranks.
+#pragma once
+
+#include <string>
+
+#include "core/op_watch.hpp"
+
+namespace meshbench::results {
+
+struct HangSite {
+  int rank = 0;
+  std::string host, binary, dim;
+  double op_timeout = 0;
+  std::string output, run_id;  // output empty: no HDF5 file
+};
+
+// The path of rank R's flight-recorder file for `output` (or for the binary without one).
+std::string hang_record_path(const HangSite& site);
+
+// Called on the watchdog thread; does not return.
+[[noreturn]] void report_hang(const HangSite& site, const core::Hang& h);
+
+}  // namespace meshbench::results

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# step_bench --op-timeout: one of 2 data-parallel ranks is stopped (SIGSTOP) mid-run. The job
+# ends by itself with exit 3 within 30 s, the message names the stuck call, the flight
+# recorder parses, and the HDF5 file reads back with status 'hung' and its finished steps.
+source "$(dirname "$0")/lib.bash"
+descendants() {
+  local c
+  for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
+}
+f="$WORK/hang.h5"
+exe="$MB_BIN/step_bench"
+setsid timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" --mesh dp=2 --layers 1 --hidden 32 --heads 2 --seq 16 \
+  --vocab 64 --micro-batch 2 --threads 1 --steps 1000000 --warmup 0 --op-timeout 5 -O "$f" --quiet \
+  > "$WORK/out" 2> "$WORK/err" < /dev/null &
+launcher=$!
+deadline=$((SECONDS + 60))
+until [[ -f "$f" ]] || [[ $SECONDS -ge $deadline ]]; do sleep 0.1; done
+sleep 2  # some steps land in the file
+ranks=()
+for p in $(descendants "$launcher"); do
+  [[ "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)" == "$exe "* ]] && ranks+=("$p")
+done
+if [[ ${#ranks[@]} -ne 2 ]]; then
+  fail "found ${#ranks[@]} ranks below launcher $launcher, want 2"
+  kill -9 -- "-$launcher" "${ranks[@]}" 2>/dev/null || true
+  finish
+fi
+kill -STOP "${ranks[1]}"
+t0=$SECONDS
+rc=0
+wait "$launcher" || rc=$?
+took=$((SECONDS - t0))
+kill -9 "${ranks[1]}" 2>/dev/null || true
+[[ $rc -eq 3 ]] && pass "exit 3 after one rank stopped" || fail "exit $rc, want 3: $(tail -3 "$WORK/err")"
+[[ $took -le 30 ]] && pass "ended ${took} s after SIGSTOP (limit 30)" || fail "took $took s after SIGSTOP"
+line=$(grep -m1 "has not completed after" "$WORK/err" || true)
+if [[ "$line" =~ rank\ ([0-9]+)\ \(.+\):\ (.+)\ of\ [0-9]+\ B\ in\ group\ .*--op-timeout\ 5.*at\ step\ [0-9]+ ]]; then
+  pass "message: ${line:0:160}"
+  rec="$f.hang-rank${BASH_REMATCH[1]}.json"
+  py - "$rec" "$f" <<'PY' && pass "flight recorder and file read back" || fail "flight recorder or file"
+import json, sys
+import h5py
+j = json.load(open(sys.argv[1]))
+assert j["calls"][-1]["state"] == "pending" and j["waited_s"] >= 5, j["calls"][-1]
+assert j["binary"] == "step_bench"
+f = h5py.File(sys.argv[2], "r")
+(rid,) = f["runs"].keys()
+r = f["runs"][rid]
+assert r.attrs["status"] == "hung", r.attrs["status"]
+n = r["step"]["step_times"].shape[0]
+assert n > 0 and (r["step"]["step_times"][:] > 0).all(), n
+print(f"pending {j['pending']['op']} after {j['waited_s']:.1f} s; {n} steps kept")
+PY
+else
+  fail "no watchdog message naming the call: $(head -3 "$WORK/err")"
+fi
+finish
