@@ -105,6 +105,19 @@ def torch_worker(a, rank=0, world=1):
 
     torch.manual_seed(0)
     model = GPT()
+    # step_bench's initialisation (GPT-2's): N(0, 0.02) matrices and embeddings, residual
+    # projections N(0, 0.02/sqrt(2L)), biases 0, norms 1. PyTorch's defaults (N(0, 1)
+    # embeddings, tied to the head) give a loss near 100 whose AdamW updates drive values
+    # into denormals within a few steps and slow every op tenfold: not a fair peer.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.zero_()
+            elif "ln" in name:
+                p.fill_(1.0)
+            else:
+                std = 0.02 / math.sqrt(2 * L) if name.endswith("proj.weight") else 0.02
+                p.normal_(0.0, std)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
