@@ -25,6 +25,7 @@
 #include "data.hpp"
 #include "groups.hpp"
 #include "results/hang.hpp"
+#include "results/output_path.hpp"
 #include "options.hpp"
 #include "results/reporter.hpp"
 #include "runner.hpp"
@@ -60,11 +61,6 @@ std::vector<std::size_t> counts_for(const Spec& spec, const Options& opt, DType 
         "ranks (a size must hold at least {} elements = {} B)",
         opt.min_bytes, opt.max_bytes, binary, comm::name(t), n, gran, gran * elt));
   return counts;
-}
-
-std::string jsonl_path(const std::string& h5) {
-  fs::path p(h5);
-  return (p.extension() == ".h5" ? p.replace_extension(".jsonl") : fs::path(h5 + ".jsonl")).string();
 }
 
 int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
@@ -169,17 +165,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
 
   // Output: never overwrite; --append adds a run.
   std::string out_error;
-  if (!opt.output.empty() && rank == 0) {
-    std::error_code ec;
-    fs::path p(opt.output);
-    if (fs::exists(p) && !opt.append)
-      out_error = fmt::format("-O/--output {}: the file exists; meshbench never overwrites (choose a new name, or add --append)", opt.output);
-    else if (!fs::exists(p) && fs::exists(jsonl_path(opt.output)))
-      out_error = fmt::format("-O/--output {}: {} exists from another run; meshbench never mixes runs (choose a new name)",
-                              opt.output, jsonl_path(opt.output));
-    else if (p.has_parent_path() && !fs::exists(p.parent_path()) && !fs::create_directories(p.parent_path(), ec))
-      out_error = fmt::format("-O/--output {}: cannot create folder {}: {}", opt.output, p.parent_path().string(), ec.message());
-  }
+  if (!opt.output.empty() && rank == 0) out_error = results::output_problem(opt.output, opt.append);
   comm::agree_or_throw(world, out_error);
   bool append = opt.append && fs::exists(opt.output);
 
@@ -238,7 +224,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   reporters.push_back(std::make_unique<results::ConsoleReporter>(rank, opt.quiet));
   if (!opt.output.empty()) {
     reporters.push_back(std::make_unique<results::Hdf5Reporter>(opt.output, append, world, ctx));
-    reporters.push_back(std::make_unique<results::JsonLinesReporter>(jsonl_path(opt.output), rank));
+    reporters.push_back(std::make_unique<results::JsonLinesReporter>(results::jsonl_path(opt.output), rank));
   }
   setup_scope.reset();
   if (watched) {
@@ -334,7 +320,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
       std::printf("# stopped: --time-limit %g s reached\n", opt.time_limit);
     if (status == results::RunStatus::kKilled) std::printf("# stopped by a signal; finished sizes are saved\n");
     if (!opt.output.empty())
-      std::printf("# results: %s (run %s) and %s\n", opt.output.c_str(), ctx.run_id.c_str(), jsonl_path(opt.output).c_str());
+      std::printf("# results: %s (run %s) and %s\n", opt.output.c_str(), ctx.run_id.c_str(), results::jsonl_path(opt.output).c_str());
     std::fflush(stdout);
   }
   reporters.clear();

@@ -10,6 +10,7 @@
 
 #include "core/cli.hpp"
 #include "core/error.hpp"
+#include "results/output_path.hpp"
 
 namespace meshbench::parallel {
 
@@ -129,17 +130,10 @@ void check_options(Options& o) {
   if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1) || !(o.adam.beta2 >= 0 && o.adam.beta2 < 1))
     throw UsageError("--beta1/--beta2: must be in [0, 1)");
   if (!(o.adam.eps > 0)) throw UsageError("--eps: must be positive");
-  if (!o.output.empty() && !o.append && std::filesystem::exists(o.output))
-    throw UsageError(fmt::format("-O {}: file exists (meshbench never overwrites; use --append "
-                                 "or another name)", o.output));
-  if (!o.output.empty() && o.append && !std::filesystem::exists(o.output))
-    throw UsageError(fmt::format("--append: -O {} does not exist", o.output));
-  if (!o.output.empty()) {  // as the collective binaries do: make the folder
-    std::filesystem::path parent = std::filesystem::path(o.output).parent_path();
-    std::error_code ec;
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      throw UsageError(fmt::format("-O {}: cannot create folder {}", o.output, parent.string()));
+  if (!o.output.empty()) {  // the policy every binary shares (results/output_path.hpp)
+    const std::string problem = results::output_problem(o.output, o.append);
+    if (!problem.empty()) throw UsageError(problem);
+    o.append = o.append && std::filesystem::exists(o.output);  // --append to a new file starts it
   }
 }
 

@@ -46,6 +46,7 @@
 #include "comm/watched_comm.hpp"
 #include "core/op_watch.hpp"
 #include "results/hang.hpp"
+#include "results/output_path.hpp"
 #include "data_parallel.hpp"
 #include "zero.hpp"
 #include "executor.hpp"
@@ -515,7 +516,7 @@ void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, con
     h5->write_step_attrs({{"clock_offset_error_max_s", clock_err}});
     h5->finish(!r.finished ? "timeout" : (r.check == "fail" ? "failed" : "ok"));
     if (rank == 0 && r.rec.steps > 0)
-      write_step_jsonl(std::filesystem::path(o.output).replace_extension(".jsonl"), h5->run_id(), o.tag, r.rec,
+      write_step_jsonl(mb::results::jsonl_path(o.output), h5->run_id(), o.tag, r.rec,
                        r.sum, omp_get_max_threads());
     out.always("step_bench: wrote run {} to {}\n", h5->run_id(), o.output);
   }

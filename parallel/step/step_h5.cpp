@@ -15,74 +15,10 @@ using results::h5_check;
 
 namespace {
 
-template <size_t N>
-void put(char (&dst)[N], const std::string& s) {
-  std::memset(dst, 0, N);
-  std::memcpy(dst, s.data(), std::min(N, s.size()));
-}
-
-// An extendible float64 dataset [rows, dims...]; rows appended one at a time by rank 0
-// (one rank in this issue; later issues give each rank its column).
-class Grow {
- public:
-  Grow(hid_t loc, const std::string& name, std::vector<hsize_t> inner) : inner_(std::move(inner)) {
-    std::vector<hsize_t> dims{0}, maxd{H5S_UNLIMITED}, chunk{64};
-    for (hsize_t d : inner_) {
-      dims.push_back(d);
-      maxd.push_back(d);
-      chunk.push_back(d);
-    }
-    H5Id space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), maxd.data()),
-               H5Sclose);
-    H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
-    const double nan = NAN;
-    H5Pset_fill_value(dcpl.get(), H5T_NATIVE_DOUBLE, &nan);
-    dset_ = H5Id(h5_check(H5Dcreate2(loc, name.c_str(), H5T_NATIVE_DOUBLE, space.get(),
-                                     H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                          "H5Dcreate", name),
-                 H5Dclose);
-  }
-  void append(std::span<const double> row, bool writer) {
-    std::vector<hsize_t> dims{rows_ + 1}, start{rows_}, count{1};
-    for (hsize_t d : inner_) {
-      dims.push_back(d);
-      start.push_back(0);
-      count.push_back(d);
-    }
-    h5_check(H5Dset_extent(dset_.get(), dims.data()), "H5Dset_extent", "step");
-    H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
-    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(),
-                        nullptr);
-    H5Id mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr),
-                H5Sclose);
-    if (!writer) {
-      H5Sselect_none(fspace.get());
-      H5Sselect_none(mspace.get());
-    }
-    H5Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
-    h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(),
-                      row.data()),
-             "H5Dwrite", "step");
-    ++rows_;
-  }
-
- private:
-  H5Id dset_;
-  std::vector<hsize_t> inner_;
-  hsize_t rows_ = 0;
-};
-
-// A table with no rows: created, never written (HDF5 1.10's collective write of a
-// zero-sized contiguous dataset fails with an undefined address).
+// A table with no rows (write_table creates it and writes nothing: HDF5 1.10's collective
+// write of a zero-sized dataset fails).
 void create_empty(hid_t loc, const std::string& name, hid_t type) {
-  hsize_t dims[1] = {0};
-  H5Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
-  H5Id d(h5_check(H5Dcreate2(loc, name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                             H5P_DEFAULT),
-                  "H5Dcreate", name),
-         H5Dclose);
+  results::write_table(loc, name, type, nullptr, 0, false);
 }
 
 // A table of every rank's rows: gathered to rank 0, which writes them all (the dataset's
@@ -124,7 +60,7 @@ struct StepH5::Impl {
   size_t n_phases = 0;
   int rank = 0, size = 1;
   H5Id step;
-  std::unique_ptr<Grow> step_times, phases, loss;
+  std::unique_ptr<results::AppendMatrix> step_times, phases, loss;
 };
 
 StepH5::StepH5(const std::string& path, bool append, MPI_Comm world, results::RunContext& ctx,
@@ -145,10 +81,11 @@ StepH5::StepH5(const std::string& path, bool append, MPI_Comm world, results::Ru
   nlohmann::ordered_json names = phase_names;
   results::write_attr(m.step.get(), "phase_names", names);
   const auto R = static_cast<hsize_t>(m.size);
-  m.step_times = std::make_unique<Grow>(m.step.get(), "step_times", std::vector<hsize_t>{R});
-  m.phases = std::make_unique<Grow>(m.step.get(), "phases",
-                                    std::vector<hsize_t>{R, phase_names.size()});
-  m.loss = std::make_unique<Grow>(m.step.get(), "loss", std::vector<hsize_t>{});
+  constexpr hsize_t kChunk = 64;  // steps per chunk
+  m.step_times = std::make_unique<results::AppendMatrix>(m.step.get(), "step_times", std::vector<hsize_t>{R}, kChunk);
+  m.phases = std::make_unique<results::AppendMatrix>(m.step.get(), "phases",
+                                                     std::vector<hsize_t>{R, phase_names.size()}, kChunk);
+  m.loss = std::make_unique<results::AppendMatrix>(m.step.get(), "loss", std::vector<hsize_t>{}, kChunk);
   results::flush(f);
 }
 
@@ -181,7 +118,7 @@ void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
   std::vector<MemoryRowH5> out(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     out[i].rank = impl_->rank;
-    put(out[i].category, rows[i].category);
+    results::put_fixed(out[i].category, rows[i].category);
     out[i].measured = rows[i].measured_bytes;
     out[i].analytic = rows[i].analytic_bytes;
   }
@@ -212,7 +149,7 @@ void StepH5::write_check(const std::vector<CheckRow>& rows) {
   H5Tinsert(t.get(), "pass", HOFFSET(CheckRowH5, pass), H5T_NATIVE_UINT8);
   std::vector<CheckRowH5> out(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
-    put(out[i].quantity, rows[i].quantity);
+    results::put_fixed(out[i].quantity, rows[i].quantity);
     out[i].max_abs = rows[i].max_abs;
     out[i].rel = rows[i].rel;
     out[i].tolerance = rows[i].tolerance;
@@ -233,7 +170,7 @@ void StepH5::write_op_profile(const std::vector<std::pair<std::string, double>>&
   H5Tinsert(t.get(), "seconds_per_step", HOFFSET(OpRowH5, seconds), H5T_NATIVE_DOUBLE);
   std::vector<OpRowH5> out(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
-    put(out[i].op, ops[i].first);
+    results::put_fixed(out[i].op, ops[i].first);
     out[i].seconds = ops[i].second;
   }
   OpRowH5 dummy{};
@@ -271,7 +208,7 @@ void StepH5::write_summary(const StepSummary& s) {
   r.loss_first = s.loss_first;
   r.loss_last = s.loss_last;
   r.straggler_rank = s.straggler_rank;
-  put(r.check, s.check);
+  results::put_fixed(r.check, s.check);
   H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(Row)), H5Tclose);
 #define MB_F(f) H5Tinsert(t.get(), #f, HOFFSET(Row, f), H5T_NATIVE_DOUBLE)
   MB_F(step_time_median); MB_F(step_time_min); MB_F(step_time_p99); MB_F(tokens_per_s);
@@ -298,9 +235,9 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.microbatch = e.micro;
     r.layer = e.layer;
     const char* ph = e.phase == 'F' ? "fwd" : (e.phase == 'B' ? "bwd" : "opt");
-    put(r.kind, std::string(op_name(e.op)) + "." + ph);
-    put(r.dim, "-");
-    put(r.phase, std::string(1, e.phase));
+    results::put_fixed(r.kind, std::string(op_name(e.op)) + "." + ph);
+    results::put_fixed(r.dim, "-");
+    results::put_fixed(r.phase, std::string(1, e.phase));
     r.group = -1;
     r.flops = e.flops;
     r.t_post = r.t_start = t(e.t_start);
@@ -313,9 +250,9 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.step = e.tags.step;
     r.microbatch = e.tags.micro;
     r.layer = e.tags.layer;
-    put(r.kind, std::string(comm::name(e.kind)));
-    put(r.dim, e.dim);
-    put(r.phase, std::string(1, e.tags.phase));
+    results::put_fixed(r.kind, std::string(comm::name(e.kind)));
+    results::put_fixed(r.dim, e.dim);
+    results::put_fixed(r.phase, std::string(1, e.tags.phase));
     r.group = e.group;
     r.bytes = e.bytes;
     r.t_post = t(e.t_post);

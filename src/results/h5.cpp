@@ -16,8 +16,8 @@ H5Id collective_xfer() {
 }
 
 // A float64 dataset [0 (unlimited), tail...], one row per chunk, NaN where never written.
-H5Id growing_f64(hid_t loc, const std::string& name, std::initializer_list<hsize_t> tail) {
-  std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{1};
+H5Id growing_f64(hid_t loc, const std::string& name, const std::vector<hsize_t>& tail, hsize_t chunk_rows = 1) {
+  std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{chunk_rows};
   for (hsize_t d : tail) {
     dims.push_back(d);
     maxdims.push_back(d);
@@ -193,17 +193,27 @@ void SampleCube::append(std::span<const double> mine, int rank) {
 }
 
 AppendMatrix::AppendMatrix(hid_t loc, const std::string& name, hsize_t cols)
-    : dset_(growing_f64(loc, name, {cols})), cols_(cols) {}
+    : AppendMatrix(loc, name, std::vector<hsize_t>{cols}, 1) {}
+
+AppendMatrix::AppendMatrix(hid_t loc, const std::string& name, std::vector<hsize_t> inner, hsize_t chunk_rows)
+    : dset_(growing_f64(loc, name, inner, chunk_rows)), inner_(std::move(inner)) {
+  cols_ = 1;
+  for (hsize_t d : inner_) cols_ *= d;
+}
 
 void AppendMatrix::append(std::span<const double> row, bool writer) {
-  hsize_t dims[2] = {rows_ + 1, cols_};
-  h5_check(H5Dset_extent(dset_.get(), dims), "H5Dset_extent", "matrix");
+  std::vector<hsize_t> dims{rows_ + 1}, start{rows_}, count{1};
+  for (hsize_t d : inner_) {
+    dims.push_back(d);
+    start.push_back(0);
+    count.push_back(d);
+  }
+  h5_check(H5Dset_extent(dset_.get(), dims.data()), "H5Dset_extent", "matrix");
   H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
-  hsize_t start[2] = {rows_, 0}, count[2] = {1, cols_};
-  H5Id mspace(H5Screate_simple(2, count, nullptr), H5Sclose);
+  H5Id mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
   std::vector<double> blank(cols_, 0.0);
   if (writer && row.size() == cols_) {
-    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
+    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
   } else {
     H5Sselect_none(fspace.get());
     H5Sselect_none(mspace.get());

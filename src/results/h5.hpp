@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace meshbench::results {
 
@@ -98,15 +99,19 @@ class SampleCube {
   hsize_t iters_, ranks_, rows_ = 0;
 };
 
-// A float64 dataset [rows, cols], extended one row at a time; one writer supplies each row.
+// A float64 dataset [rows, inner...] ([rows, cols] for a matrix; [rows] when inner is empty),
+// extended one row at a time; one writer supplies each row (product of inner elements), the
+// other ranks take part in the collective write with nothing. NaN fill.
 class AppendMatrix {
  public:
   AppendMatrix(hid_t loc, const std::string& name, hsize_t cols);
+  AppendMatrix(hid_t loc, const std::string& name, std::vector<hsize_t> inner, hsize_t chunk_rows);
   void append(std::span<const double> row, bool writer);
 
  private:
   H5Id dset_;
-  hsize_t cols_, rows_ = 0;
+  std::vector<hsize_t> inner_;
+  hsize_t cols_ = 1, rows_ = 0;
 };
 
 // Writes a whole 1-D compound table at once from rank 0's rows (other ranks pass any rows;
