@@ -8,7 +8,6 @@
 #include "comm/mesh.hpp"
 #include "comm/mesh_comm.hpp"
 #include "core/error.hpp"
-#include "results/run_file.hpp"
 
 namespace meshbench::collectives {
 namespace {
@@ -19,7 +18,7 @@ std::vector<results::GroupInfo> describe(const std::string& dim, const std::vect
                                          const comm::Topology& topo) {
   std::vector<results::GroupInfo> out;
   for (std::size_t g = 0; g < lists.size(); ++g)
-    out.push_back(results::describe_group(dim, static_cast<int>(g), lists[g], topo));
+    out.push_back(comm::describe_group(dim, static_cast<int>(g), lists[g], topo));
   return out;
 }
 

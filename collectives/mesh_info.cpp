@@ -4,6 +4,8 @@
 //
 //   mesh_info --world 16 --mesh tp=2,pp=2,dp=4 [--ranks-per-node 8] [--json]   (no MPI)
 //   mpirun -n 16 mesh_info --mesh tp=2,pp=2                 (nodes from the hosts, rank 0 prints)
+//   mesh_info --list-json   (the suite's names for scripts: collectives, binaries, mesh keys,
+//                            order dimensions, group kinds; one JSON line, no MPI)
 //
 // With --world, MPI is never initialised, so it runs on a login node. Exit 2 on bad usage or
 // an impossible mesh, with one message naming the rule (printed once under mpirun).
@@ -21,6 +23,7 @@
 #include "comm/mesh.hpp"
 #include "core/cli.hpp"
 #include "core/error.hpp"
+#include "spec.hpp"
 
 namespace {
 
@@ -33,6 +36,7 @@ struct Args {
   std::string order{comm::kDefaultOrder};
   int ranks_per_node = 0;  // not given: real nodes under MPI, unknown with --world
   bool json = false;
+  bool list_json = false;
 };
 
 enum class NodeSource { kUnknown, kEmulated, kHosts };
@@ -150,6 +154,28 @@ std::string render_json(const comm::RankGrid& grid, const std::vector<int>& node
   return j.dump() + "\n";  // one line: for jq and scripts
 }
 
+// The names scripts would otherwise copy from the C++ (scripts/meshbench/names.py reads them):
+// the collectives with a plug-in, every binary, the --mesh keys, the --order dimensions and the
+// --group kinds. step_bench is listed even when the engine is not built (sweep checks the file).
+std::string render_names() {
+  using json = nlohmann::ordered_json;
+  json colls = json::array(), bins = json::array(), keys = json::array(), dims = json::array(),
+       kinds = json::array();
+  for (const collectives::Spec* s : collectives::all_specs()) {
+    colls.push_back(std::string(comm::name(s->kind)));
+    bins.push_back(std::string(comm::name(s->kind)) + "_bench");
+  }
+  bins.push_back("step_bench");
+  bins.push_back("mesh_info");
+  for (std::string_view k : comm::kMeshKeys) keys.push_back(std::string(k));
+  for (comm::Dim d : {comm::Dim::kTp, comm::Dim::kCp, comm::Dim::kEp, comm::Dim::kDp, comm::Dim::kPp})
+    dims.push_back(std::string(comm::dim_name(d)));
+  for (GroupKind k : comm::all_group_kinds()) kinds.push_back(std::string(comm::group_kind_name(k)));
+  json j{{"collectives", colls}, {"binaries", bins}, {"mesh_dims", keys}, {"order_dims", dims},
+         {"group_kinds", kinds}};
+  return j.dump() + "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,6 +193,9 @@ int main(int argc, char** argv) {
   CLI::Option* rpn_opt =
       with_env(app.add_option("--ranks-per-node", a.ranks_per_node, "emulate nodes of N ranks (node = rank / N)"));
   with_env(app.add_flag("--json", a.json, "print JSON instead of the table"));
+  app.add_flag("--list-json", a.list_json,
+               "print the suite's names (collectives, binaries, mesh keys, order dims, group kinds) as "
+               "one JSON line and exit; no MPI");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -181,6 +210,10 @@ int main(int argc, char** argv) {
       return static_cast<int>(core::ExitCode::kUsage);
     }
 
+  if (a.list_json) {
+    std::fputs(render_names().c_str(), stdout);
+    return 0;
+  }
   const bool use_mpi = world_opt->count() == 0;
   int rank = 0, world = a.world;
   if (use_mpi) {

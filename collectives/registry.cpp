@@ -2,9 +2,14 @@
 
 namespace meshbench::collectives {
 
+const std::vector<const Spec*>& all_specs() {
+  static const std::vector<const Spec*> specs = {&all_reduce_spec(), &all_gather_spec(), &reduce_scatter_spec(),
+                                                 &all_to_all_spec(), &broadcast_spec(),  &sendrecv_spec()};
+  return specs;
+}
+
 const Spec* find_spec(comm::Collective kind) {
-  for (const Spec* s : {&all_reduce_spec(), &all_gather_spec(), &reduce_scatter_spec(), &all_to_all_spec(),
-                        &broadcast_spec(), &sendrecv_spec()})
+  for (const Spec* s : all_specs())
     if (s->kind == kind) return s;
   return nullptr;
 }

@@ -65,6 +65,8 @@ const Spec& reduce_scatter_spec();
 const Spec& all_to_all_spec();
 const Spec& broadcast_spec();
 const Spec& sendrecv_spec();
+// Every plug-in, in comm::Collective's order (mesh_info --list-json names the binaries from it).
+const std::vector<const Spec*>& all_specs();
 const Spec* find_spec(comm::Collective kind);
 
 // The driver: parses options, sweeps sizes, times, verifies, reports. Returns the exit code.

@@ -16,7 +16,11 @@ launch=(mpiexec -n "$RANKS")
 
 first=1
 status=0
-for c in all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv; do
+# The collectives the binaries have (mesh_info --list-json), not a copied list.
+colls=$("$BUILD/bin/mesh_info" --list-json \
+        | /usr/bin/python3 -c 'import json, sys; print(" ".join(json.load(sys.stdin)["collectives"]))') \
+  || { echo "make run: cannot read the collectives from $BUILD/bin/mesh_info --list-json (build first)" >&2; exit 2; }
+for c in $colls; do
   echo
   echo "=== ${c}_bench on $RANKS ranks ==="
   args=(-b 8 -e "$MAX" -O "$h5")

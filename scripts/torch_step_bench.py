@@ -16,7 +16,8 @@ ZeroRedundancyOptimizer against step_bench --zero 1): PyTorch DistributedDataPar
 processes started with torch.multiprocessing, --threads each) against
 `mpiexec -n N step_bench --mesh dp=N`, the same shape and the same global batch (N x the
 micro-batch), each step timed on every rank after a barrier and taken as the slowest rank's.
-step_bench's numbers are read from the JSON-lines file it writes, not from its console.
+step_bench's numbers are read from the HDF5 file it writes (scripts/meshbench/reader.py), not
+from its console.
 """
 import argparse
 import json
@@ -28,6 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))  # scripts/meshbench, from any cwd
+from meshbench import reader  # noqa: E402
 
 SHAPES = {
     # name: layers, hidden, heads, seq, micro_batch, vocab (issue 4's two benchmark shapes)
@@ -177,7 +181,8 @@ def run_torch(a, shape, threads):
 
 
 def run_engine(a, shape, threads):
-    """step_bench (under mpiexec -n N with --ddp N); its numbers from the JSON-lines summary."""
+    """step_bench (under mpiexec -n N with --ddp N); its numbers from the HDF5 step summary,
+    read with scripts/meshbench/reader.py."""
     s = SHAPES[shape]
     with tempfile.TemporaryDirectory() as tmp:
         out_h5 = os.path.join(tmp, "step.h5")
@@ -192,7 +197,10 @@ def run_engine(a, shape, threads):
         if a.profile:
             cmd.append("--profile")
         out = subprocess.run(cmd, env=env_for(threads), check=True, capture_output=True, text=True).stdout
-        summary = [json.loads(l) for l in open(os.path.join(tmp, "step.jsonl")) if '"summary"' in l][-1]
+        runs, bad = reader.load_steps([out_h5], who="torch_step_bench")
+        if bad or not runs or not runs[-1]["summary"]:
+            raise RuntimeError(f"step_bench wrote no step summary to {out_h5}: {out[-400:]}")
+        summary = runs[-1]["summary"]
     # the peak step_bench normalised by (the higher of its before/after measurements), all ranks
     return {"median": summary["step_time_median"], "flops_per_step": summary["flops_per_step"],
             "peak_gflops": summary["peak_measured_flops"] / 1e9,

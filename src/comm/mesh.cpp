@@ -137,7 +137,7 @@ MeshSpec parse_mesh(std::string_view text) {
                                : nullptr;
     if (!slot)
       throw UsageError(fmt::format(
-          "--mesh '{}': unknown dimension '{}' (known: tp, cp, ep, dp, pp, etp, edp)", text, key));
+          "--mesh '{}': unknown dimension '{}' (known: {})", text, key, fmt::join(kMeshKeys, ", ")));
     if (!seen.insert(key).second)
       throw UsageError(fmt::format("--mesh '{}': dimension {} is given twice", text, key));
     const std::optional<int> v = to_int(val);

@@ -13,6 +13,7 @@
 // the order varying fastest, and groups are numbered the same way over the other dimensions.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <span>
 #include <string>
@@ -32,6 +33,9 @@ std::string_view dim_name(Dim d);
 struct MeshSpec {
   int tp = 0, cp = 0, ep = 0, dp = 0, pp = 0, etp = 0, edp = 0;
 };
+
+// The keys --mesh accepts, in MeshSpec's order (mesh_info --list-json prints them for scripts).
+inline constexpr std::array<std::string_view, 7> kMeshKeys = {"tp", "cp", "ep", "dp", "pp", "etp", "edp"};
 
 // Parses "tp=2,pp=2,dp=4" (keys tp cp ep dp pp etp edp; "" gives all defaults).
 // Throws core::UsageError naming the bad key or value.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 
+#include "comm/mesh.hpp"
 #include "core/error.hpp"
 
 namespace meshbench::comm {
@@ -130,6 +131,16 @@ void emulate_nodes(Topology& topo, int ranks_per_node) {
   topo.nodes = (size + ranks_per_node - 1) / ranks_per_node;
   topo.max_ranks_per_node = std::min(size, ranks_per_node);
   topo.emulated = true;
+}
+
+GroupSpan describe_group(std::string dim, int id, std::vector<int> ranks, const Topology& topo) {
+  std::vector<int> node_of(topo.ranks.size());
+  for (std::size_t r = 0; r < node_of.size(); ++r) node_of[r] = topo.ranks[r].node;
+  const NodeSpan s = node_span(ranks, node_of);
+  const char* span = s.kind == SpanKind::kIntraNode   ? "intra"
+                     : s.kind == SpanKind::kInterNode ? "inter"
+                                                      : "mixed";
+  return {std::move(dim), id, std::move(ranks), s.nodes, span};
 }
 
 }  // namespace meshbench::comm

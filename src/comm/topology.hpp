@@ -42,4 +42,17 @@ void emulate_nodes(Topology& topo, int ranks_per_node);
 // This process's host name (MPI_Get_processor_name).
 std::string host_name();
 
+// A process group of the run with the nodes its members span: the finished, plain record that
+// results/ writes to topology/groups (results::GroupInfo is this type).
+struct GroupSpan {
+  std::string dim;          // "world", "tp", "dp", "custom", ...
+  int id = 0;
+  std::vector<int> ranks;   // world ranks
+  int nodes_spanned = 1;
+  std::string span;         // intra | inter | mixed
+};
+
+// Group `id` of dimension `dim` with its member ranks, and the nodes they span in `topo`.
+GroupSpan describe_group(std::string dim, int id, std::vector<int> ranks, const Topology& topo);
+
 }  // namespace meshbench::comm

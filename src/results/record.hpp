@@ -8,19 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "comm/topology.hpp"  // plain data: GroupSpan, Topology
+
 namespace meshbench::results {
 
 enum class Placement { kOutOfPlace = 0, kInPlace = 1 };
 inline const char* name(Placement p) { return p == Placement::kInPlace ? "in-place" : "out-of-place"; }
 
-// A process group of the run (the world, or one group of a mesh dimension).
-struct GroupInfo {
-  std::string dim;          // "world", "tp", "dp", "custom", ...
-  int id = 0;
-  std::vector<int> ranks;   // world ranks
-  int nodes_spanned = 1;
-  std::string span;         // intra | inter | mixed
-};
+// A process group of the run (the world, or one group of a mesh dimension), with the nodes it
+// spans: made by comm::describe_group, written as it is.
+using GroupInfo = comm::GroupSpan;
 
 // One table of a run: a collective at one dtype and reduction, in one group dimension.
 struct Block {

@@ -7,7 +7,6 @@
 #include <ctime>
 #include <fmt/core.h>
 
-#include "comm/communicator.hpp"
 #include "compute/device.hpp"
 #include "core/error.hpp"
 

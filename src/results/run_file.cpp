@@ -1,6 +1,6 @@
 #include "results/run_file.hpp"
 
-#include "comm/mesh.hpp"
+#include "core/error.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -91,7 +91,7 @@ void RunFile::finish(const std::string& status) {
   // Attribute values must agree on every rank: take rank 0's clock.
   char end[32] = {};
   if (rank_ == 0) put_fixed(end, utc_now_iso());
-  MPI_Bcast(end, sizeof end, MPI_CHAR, 0, world_);
+  MB_CHECK_MPI(MPI_Bcast(end, sizeof end, MPI_CHAR, 0, world_), "world");
   write_attr(run_.get(), "end_time", std::string(end));
   flush();
 }
@@ -120,16 +120,6 @@ bool mark_status_alone(const std::string& path, const std::string& run_id, const
   }
   H5Eset_auto2(H5E_DEFAULT, func, data);
   return ok;
-}
-
-GroupInfo describe_group(std::string dim, int id, std::vector<int> ranks, const comm::Topology& topo) {
-  std::vector<int> node_of(topo.ranks.size());
-  for (std::size_t r = 0; r < node_of.size(); ++r) node_of[r] = topo.ranks[r].node;
-  comm::NodeSpan s = comm::node_span(ranks, node_of);
-  const char* span = s.kind == comm::SpanKind::kIntraNode   ? "intra"
-                     : s.kind == comm::SpanKind::kInterNode ? "inter"
-                                                            : "mixed";
-  return {std::move(dim), id, std::move(ranks), s.nodes, span};
 }
 
 void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups, bool writer) {

@@ -46,9 +46,9 @@ class RunFile {
 // Returns false (quietly) when the file or run cannot be opened.
 bool mark_status_alone(const std::string& path, const std::string& run_id, const std::string& status);
 
-// A group's record: the nodes its members span and whether it is intra-node, inter-node
-// (every member on its own node) or mixed.
-GroupInfo describe_group(std::string dim, int id, std::vector<int> ranks, const comm::Topology& topo);
+// Moved to comm/topology.hpp (node spans are comm's); this name stays until parallel/step
+// calls comm::describe_group.
+using comm::describe_group;
 
 // topology/ranks and topology/groups under `run`.
 void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups, bool writer);

@@ -30,7 +30,7 @@ import importlib.machinery, importlib.util, sys
 loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[3])
 spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
 loader.exec_module(mod)
-rows, _ = mod.report.load_rows(sys.argv[1:3])
+rows, _ = mod.reader.load_collectives(sys.argv[1:3])
 label = mod.series_labeller(rows)
 labels = sorted({label(r) for r in rows})
 assert labels == ["shm", "tcp-lo"], labels

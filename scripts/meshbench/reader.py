@@ -1,0 +1,287 @@
+"""meshbench.reader: the one reader of meshbench HDF5 files (layout: results/README.md).
+
+Returns plain tables: a list of dicts per collective point, and one dict per step_bench run
+holding its attributes (JSON-valued ones parsed), arrays (step_times, phases, loss) and its
+compound tables (summary, comm, memory, check) as lists of dicts. Strings come back as str.
+It only reads: it computes nothing the binaries already stored (bandwidths, medians, MFU) and
+never changes a file. The one derived step table (step_table) divides stored totals by the
+step count and picks rank 0's memory; the rules are stated where it does.
+
+  from meshbench import reader
+  rows, bad = reader.load_collectives(["results/1234/"])     # one dict per (run, group, size)
+  runs, bad = reader.load_steps(["zero.h5"])                  # one dict per step_bench run
+  table = reader.step_table(runs)                             # one flat row per run
+"""
+import glob
+import json
+import math
+import os
+import sys
+
+# Collective row fields, in output order for CSV/JSON. Times in seconds, bandwidth in GB/s.
+COLLECTIVE_FIELDS = [
+    "file", "run_id", "binary", "collective", "tag", "backend", "mem", "timing", "status",
+    "ranks", "nodes", "ranks_per_node", "oversubscribed", "group", "group_size", "span",
+    "mesh", "dtype", "redop", "placement", "root", "bytes", "count", "send_bytes_per_rank",
+    "recv_bytes_per_rank", "total_bytes", "t_median", "t_min", "t_mean", "t_p99", "t_first",
+    "algbw", "busbw", "wrong", "slowest_rank", "iters", "warmup_calls", "warmup_converged",
+    "rank_stat", "t_median_max", "t_median_avg", "t_median_min", "t_median_rank0",
+    "slurm_job_id", "start_time"]
+COLLECTIVE_NUMERIC = {
+    "ranks", "nodes", "ranks_per_node", "oversubscribed", "group_size", "root", "bytes", "count",
+    "send_bytes_per_rank", "recv_bytes_per_rank", "total_bytes", "t_median", "t_min", "t_mean",
+    "t_p99", "t_first", "algbw", "busbw", "wrong", "slowest_rank", "iters", "warmup_calls",
+    "warmup_converged", "t_median_max", "t_median_avg", "t_median_min", "t_median_rank0"}
+
+# Fixed step-table fields (step_table adds bytes.<dim>.<kind>, mem.<category> and
+# mem_analytic.<category> columns for what each file holds).
+STEP_FIELDS = [
+    "file", "run_id", "binary", "tag", "status", "ranks", "strategy", "zero_stage", "degrees",
+    "dp", "tp", "pp", "cp", "ep", "microbatches", "global_batch", "steps", "step_time_median",
+    "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s", "mfu_measured_peak",
+    "mfu_datasheet", "exposed_comm_fraction", "exposed_comm_fraction_dp", "bytes_match", "check",
+    "loss_last", "straggler_rank", "start_time"]
+STEP_NUMERIC = {
+    "ranks", "zero_stage", "dp", "tp", "pp", "cp", "ep", "microbatches", "global_batch", "steps",
+    "step_time_median", "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s",
+    "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction", "exposed_comm_fraction_dp",
+    "bytes_match", "loss_last", "straggler_rank"}
+# Memory categories a step run stores per rank (results/README.md), the five that add up first.
+MEMORY_PARTS = ["params", "grads", "optimizer", "activations", "buffers"]
+MEMORY_CATEGORIES = MEMORY_PARTS + ["engine_peak", "process_peak_rss"]
+
+
+def text(v):
+    """An HDF5 string (bytes, numpy bytes_ or str) as a Python str."""
+    if hasattr(v, "tobytes") and not isinstance(v, (bytes, str)):
+        v = v.tobytes() if v.dtype.kind == "S" else v.item()
+    if isinstance(v, bytes):
+        return v.rstrip(b"\0").decode("utf-8", "replace")
+    return str(v)
+
+
+def scalar(v):
+    """A numpy scalar as a Python number; anything else unchanged."""
+    try:
+        return v.item() if hasattr(v, "item") else v
+    except ValueError:
+        return v
+
+
+def attrs_dict(obj, json_keys=()):
+    """Every attribute of an HDF5 object as str/int/float; json_keys are parsed as JSON."""
+    out = {}
+    for k, v in obj.attrs.items():
+        v = scalar(v)
+        if isinstance(v, (bytes, str)) or (hasattr(v, "dtype") and v.dtype.kind == "S"):
+            v = text(v)
+            if k in json_keys and v:
+                try:
+                    v = json.loads(v)
+                except ValueError:
+                    pass
+        out[k] = v
+    return out
+
+
+def table(dset):
+    """A compound dataset as a list of dicts (strings decoded, numbers as Python numbers)."""
+    arr = dset[()]
+    names = arr.dtype.names or ()
+    return [{k: (text(row[k]) if arr.dtype[k].kind == "S" else scalar(row[k])) for k in names}
+            for row in arr]
+
+
+def expand_paths(paths):
+    """Files and folders (searched recursively for *.h5) -> a list of files."""
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += sorted(glob.glob(os.path.join(p, "**", "*.h5"), recursive=True))
+        else:
+            files.append(p)
+    return files
+
+
+def _run_fields(path, run_id, a):
+    return {
+        "file": path, "run_id": run_id, "binary": text(a.get("binary", "")),
+        "tag": text(a.get("tag", "")), "backend": text(a.get("backend", "")),
+        "mem": text(a.get("mem", "")), "timing": text(a.get("timing", "")),
+        "status": text(a.get("status", "")), "ranks": int(scalar(a.get("world_size", 0))),
+        "nodes": int(scalar(a.get("nodes", 0))),
+        "ranks_per_node": int(scalar(a.get("ranks_per_node", 0))),
+        "oversubscribed": int(scalar(a.get("oversubscribed", 0))),
+        "mesh": text(a.get("mesh", "{}")), "iters": int(scalar(a.get("iters", 0))),
+        "slurm_job_id": text(a.get("slurm_job_id", "")),
+        "start_time": text(a.get("start_time", "")),
+    }
+
+
+def run_statuses(path):
+    """{run_id: status} of one file (raises OSError if it cannot be opened)."""
+    import h5py  # here, so that `--help` works without h5py
+    with h5py.File(path, "r") as f:
+        runs = f.get("runs")
+        return {} if runs is None else {rid: text(r.attrs.get("status", "")) for rid, r in runs.items()}
+
+
+def read_collectives(path, with_samples=False):
+    """All collective rows of one file. with_samples adds 'samples' ([iters, ranks] seconds)."""
+    import h5py
+    rows = []
+    with h5py.File(path, "r") as f:
+        runs = f.get("runs")
+        if runs is None:
+            return rows
+        for run_id, run in runs.items():
+            colls = run.get("collectives")
+            if colls is None:
+                continue
+            ra = _run_fields(path, run_id, run.attrs)
+            # Group size and node span per mesh dimension, from topology/groups (issue 3).
+            gsize, gspan = {}, {}
+            tg = run.get("topology/groups")
+            if tg is not None:
+                for g in tg[()]:
+                    dim = text(g["dim"])
+                    gsize.setdefault(dim, int(g["size"]))
+                    gspan.setdefault(dim, set()).add(text(g["span"]))
+            for coll_name, coll in colls.items():
+                for g in coll.values():
+                    if "summary" in g:
+                        rows += _collective_group_rows(g, coll_name, ra, gsize, gspan, with_samples)
+    return rows
+
+
+def _collective_group_rows(g, coll_name, ra, gsize, gspan, with_samples):
+    ga = g.attrs
+    summary = g["summary"][()]
+    sizes = g["sizes"][()] if "sizes" in g else None
+    samples = g["samples"] if with_samples and "samples" in g else None
+    names = summary.dtype.names
+    rows = []
+    for i, srow in enumerate(summary):
+        r = dict(ra)
+        r["collective"] = text(ga.get("collective", coll_name))
+        r["group"] = text(ga.get("group", "world"))
+        r["group_size"] = gsize.get(r["group"], ra["ranks"] if r["group"] == "world" else None)
+        spans = gspan.get(r["group"], set())
+        r["span"] = next(iter(spans)) if len(spans) == 1 else ("mixed" if spans else "")
+        r["placement"] = text(ga.get("placement", ""))
+        r["dtype"] = text(srow["dtype"])
+        r["redop"] = text(srow["redop"])
+        for k in ("bytes", "count", "root", "wrong", "slowest_rank"):
+            r[k] = int(srow[k])
+        for k in ("t_median", "t_min", "t_mean", "t_p99", "t_first", "algbw", "busbw"):
+            r[k] = float(srow[k])
+        # Files from before adaptive warm-up: -n and -w from the attributes.
+        r["iters"] = int(srow["iters"]) if "iters" in names else ra["iters"]
+        r["warmup_calls"] = int(srow["warmup_calls"]) if "warmup_calls" in names else int(scalar(ga.get("warmup", 0)))
+        r["warmup_converged"] = int(srow["warmup_converged"]) if "warmup_converged" in names else -1
+        r["rank_stat"] = text(ga.get("rank_stat", "max"))
+        for k in ("t_median_max", "t_median_avg", "t_median_min", "t_median_rank0"):
+            r[k] = float(srow[k]) if k in names else (r["t_median"] if k == "t_median_max" else None)
+        if sizes is not None and i < len(sizes):
+            for k in ("send_bytes_per_rank", "recv_bytes_per_rank", "total_bytes"):
+                r[k] = int(sizes[i][k])
+        if samples is not None and i < samples.shape[0]:
+            r["samples"] = samples[i]
+        rows.append(r)
+    return rows
+
+
+def read_steps(path):
+    """Every step_bench run of one file: a dict with 'file', 'run_id', 'run' (run attributes,
+    mesh/env parsed), 'attrs' (step attributes, degrees parsed), 'phase_names', arrays
+    'step_times' [steps, ranks], 'phases' [steps, ranks, n_phases], 'loss' [steps], and tables
+    'summary' (one dict, or {} before the run finished), 'comm', 'memory', 'check' (lists)."""
+    import h5py
+    import numpy as np
+    out = []
+    with h5py.File(path, "r") as f:
+        runs = f.get("runs")
+        if runs is None:
+            return out
+        for run_id, run in runs.items():
+            step = run.get("step")
+            if step is None:
+                continue
+            attrs = attrs_dict(step, json_keys=("degrees",))
+            names = attrs.get("phase_names", "")
+            summary = table(step["summary"]) if "summary" in step else []
+            r = {"file": path, "run_id": run_id,
+                 "run": attrs_dict(run, json_keys=("mesh", "env", "slurm")),
+                 "fields": _run_fields(path, run_id, run.attrs), "attrs": attrs,
+                 "phase_names": json.loads(names) if names.startswith("[") else
+                 [n for n in names.replace(",", " ").split() if n],
+                 "summary": summary[0] if summary else {}}
+            for k in ("step_times", "phases", "loss"):
+                r[k] = np.asarray(step[k][()], dtype=float) if k in step else np.zeros((0,))
+            for k in ("comm", "memory", "check"):
+                r[k] = table(step[k]) if k in step else []
+            out.append(r)
+    return out
+
+
+def _load(reader, paths, quiet, who):
+    got, bad = [], []
+    for p in expand_paths(paths):
+        try:
+            got += reader(p)
+        except (OSError, KeyError) as e:
+            bad.append(p)
+            if not quiet:
+                print(f"{who}: cannot read {p}: {e}", file=sys.stderr)
+    return got, bad
+
+
+def load_collectives(paths, with_samples=False, quiet=False, who="report"):
+    """Collective rows of every readable file under paths; unreadable files are listed in bad
+    (and reported on stderr as '<who>: cannot read ...'), not fatal."""
+    return _load(lambda p: read_collectives(p, with_samples), paths, quiet, who)
+
+
+def load_steps(paths, quiet=False, who="report"):
+    """Step runs of every readable file under paths, and the unreadable files."""
+    return _load(read_steps, paths, quiet, who)
+
+
+def step_table(runs):
+    """One flat row per step run (STEP_FIELDS, then per-file columns):
+    - bytes.<dim>.<kind>: payload bytes per rank and step, the largest rank's comm 'bytes'
+      (a total over the timed steps) divided by the number of timed steps (step_times rows);
+    - mem.<category> / mem_analytic.<category>: rank 0's measured peak and analytic bytes;
+      mem.total / mem_analytic.total: their sums over MEMORY_PARTS."""
+    rows = []
+    for run in runs:
+        a, s, f = run["attrs"], run["summary"], run["fields"]
+        deg = a.get("degrees") if isinstance(a.get("degrees"), dict) else {}
+        steps = int(run["step_times"].shape[0]) if run["step_times"].ndim == 2 else 0
+        r = {k: f[k] for k in ("file", "run_id", "binary", "tag", "status", "ranks", "start_time")}
+        r.update(strategy=str(a.get("strategy", "")), zero_stage=int(a.get("zero_stage", 0) or 0),
+                 degrees=",".join(f"{k}={v}" for k, v in deg.items() if v != 1) or "single",
+                 microbatches=a.get("microbatches"), global_batch=a.get("global_batch"), steps=steps)
+        for k in ("dp", "tp", "pp", "cp", "ep"):
+            r[k] = deg.get(k, 1)
+        for k in ("step_time_median", "step_time_min", "step_time_p99", "tokens_per_s",
+                  "model_flops_per_s", "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction",
+                  "exposed_comm_fraction_dp", "bytes_match", "check", "loss_last", "straggler_rank"):
+            r[k] = s.get(k)
+        per = {}
+        for c in run["comm"]:
+            key = f"bytes.{c['dim']}.{c['kind']}"
+            per[key] = max(per.get(key, 0), int(c["bytes"]))
+        for key in sorted(per):
+            r[key] = per[key] / steps if steps else math.nan
+        for m in run["memory"]:
+            if int(m["rank"]) == 0:
+                r[f"mem.{m['category']}"] = float(m["measured_bytes"])
+                r[f"mem_analytic.{m['category']}"] = float(m["analytic_bytes"])
+        if run["memory"]:
+            # The five categories that add up (not engine_peak / process_peak_rss, which are
+            # peaks of their own); the analytic total is NaN where a part has no formula.
+            r["mem.total"] = sum(r.get(f"mem.{c}", 0.0) for c in MEMORY_PARTS)
+            r["mem_analytic.total"] = sum(r.get(f"mem_analytic.{c}", math.nan) for c in MEMORY_PARTS)
+        rows.append(r)
+    return rows
