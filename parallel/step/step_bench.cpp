@@ -178,10 +178,10 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
   std::vector<mb::results::GroupInfo> g;
   std::vector<int> all(static_cast<size_t>(st.grid->world()));
   for (int r = 0; r < st.grid->world(); ++r) all[static_cast<size_t>(r)] = r;
-  g.push_back(mb::results::describe_group("world", 0, all, topo));
+  g.push_back(mb::comm::describe_group("world", 0, all, topo));
   if (st.sync) {
     const auto& groups = st.grid->groups(mb::comm::GroupKind::kDpCp);
-    for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::results::describe_group("dp", static_cast<int>(i), groups[i], topo));
+    for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group("dp", static_cast<int>(i), groups[i], topo));
   }
   return g;
 }

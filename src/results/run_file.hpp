@@ -48,7 +48,6 @@ bool mark_status_alone(const std::string& path, const std::string& run_id, const
 
 // Moved to comm/topology.hpp (node spans are comm's); this name stays until parallel/step
 // calls comm::describe_group.
-using comm::describe_group;
 
 // topology/ranks and topology/groups under `run`.
 void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups, bool writer);
