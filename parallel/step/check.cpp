@@ -56,6 +56,63 @@ void merge_worst(std::map<std::string, CheckRow>& worst, std::vector<std::string
     it->second = std::move(r);
   }
 }
+// The single-rank reference: the global batch as m x dp micro-batches of b samples in the
+// global order, gradients accumulated, then AdamW step 1, from the canonical weights.
+struct Reference {
+  double loss = 0;
+  std::vector<float> grads, params;  // packed (tensors only)
+};
+
+Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
+  const Plan& plan = env.plan;
+  Reference out;
+  Gpt<float> ref(model.config(), model.backend());
+  ref.init_weights(env.seed);
+  const GptConfig& c = model.config();
+  const int mb = plan.micro_batches * plan.degrees.dp * plan.degrees.cp;
+  const float scale =
+      static_cast<float>(plan.grad_reduce == GradReduce::kAvg ? 1.0 / mb : 1.0 / plan.micro_batches);
+  std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
+  double ref_loss = 0;
+  ref.zero_grad();
+  for (int j = 0; j < mb; ++j) {
+    synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, 0, int64_t{j} * c.micro_batch, c.micro_batch,
+                    c.seq, c.vocab);
+    ref_loss += ref.forward(tok.data(), tgt.data());
+    ref.backward(scale);
+  }
+  ref_loss /= mb;
+  const std::vector<float> ref_grads = pack(ref.layout(), ref.download_grads());
+  ref.update(env.adam, 1);
+  const std::vector<float> ref_params = pack(ref.layout(), ref.download_params());
+
+  out.loss = ref_loss;
+  out.grads = ref_grads;
+  out.params = ref_params;
+  return out;
+}
+
+// Every rank learns the verdict (and the rows, for its exit code and output).
+void broadcast_rows(std::vector<CheckRow>& rows, MPI_Comm world) {
+  int n = static_cast<int>(rows.size());
+  MB_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, world), "world");
+  rows.resize(static_cast<size_t>(n));
+  for (auto& r : rows) {
+    double v[3] = {r.max_abs, r.rel, r.tolerance};
+    int pass = r.pass;
+    MB_CHECK_MPI(MPI_Bcast(v, 3, MPI_DOUBLE, 0, world), "world");
+    MB_CHECK_MPI(MPI_Bcast(&pass, 1, MPI_INT, 0, world), "world");
+    int len = static_cast<int>(r.quantity.size());
+    MB_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, world), "world");
+    r.quantity.resize(static_cast<size_t>(len));
+    MB_CHECK_MPI(MPI_Bcast(r.quantity.data(), len, MPI_CHAR, 0, world), "world");
+    r.max_abs = v[0];
+    r.rel = v[1];
+    r.tolerance = v[2];
+    r.pass = pass != 0;
+  }
+}
+
 }  // namespace
 
 std::vector<CheckRow> check_against_fp64(Gpt<float>& m32, const int32_t* tok, const int32_t* tgt) {
@@ -90,7 +147,6 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
   int rank = 0, size = 1;
   MB_CHECK_MPI(MPI_Comm_rank(world, &rank), "world");
   MB_CHECK_MPI(MPI_Comm_size(world, &size), "world");
-  const Plan& plan = env.plan;
   Gpt<float>& model = env.model;
   const int64_t P = model.num_params();  // packed: tensors only
   const bool trace_was = env.trace.on;
@@ -115,27 +171,10 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
 
   std::vector<CheckRow> rows;
   if (rank == 0) {
-    // The single-rank reference: m x dp micro-batches of b samples, the global batch's order.
-    Gpt<float> ref(model.config(), model.backend());
-    ref.init_weights(env.seed);
-    const GptConfig& c = model.config();
-    const int mb = plan.micro_batches * plan.degrees.dp * plan.degrees.cp;
-    const float scale = static_cast<float>(
-        plan.grad_reduce == GradReduce::kAvg ? 1.0 / mb : 1.0 / plan.micro_batches);
-    std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
-    double ref_loss = 0;
-    ref.zero_grad();
-    for (int j = 0; j < mb; ++j) {
-      synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, 0, int64_t{j} * c.micro_batch,
-                      c.micro_batch, c.seq, c.vocab);
-      ref_loss += ref.forward(tok.data(), tgt.data());
-      ref.backward(scale);
-    }
-    ref_loss /= mb;
-    const std::vector<float> ref_grads = pack(ref.layout(), ref.download_grads());
-    ref.update(env.adam, 1);
-    const std::vector<float> ref_params = pack(ref.layout(), ref.download_params());
-
+    const Reference ref = run_reference(env, model);
+    const double ref_loss = ref.loss;
+    const std::vector<float>& ref_grads = ref.grads;
+    const std::vector<float>& ref_params = ref.params;
     std::map<std::string, CheckRow> worst;
     std::vector<std::string> order;
     merge_worst(worst, order, compare("loss", &loss, &ref_loss, 1, kParallelTolerance));
@@ -162,24 +201,7 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
     MB_CHECK_MPI(MPI_Send(grads.data(), static_cast<int>(P), MPI_FLOAT, 0, 901, world), "world");
     MB_CHECK_MPI(MPI_Send(params.data(), static_cast<int>(P), MPI_FLOAT, 0, 902, world), "world");
   }
-  // Every rank learns the verdict (and the rows, for its exit code and output).
-  int n = static_cast<int>(rows.size());
-  MB_CHECK_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, world), "world");
-  rows.resize(static_cast<size_t>(n));
-  for (auto& r : rows) {
-    double v[3] = {r.max_abs, r.rel, r.tolerance};
-    int pass = r.pass;
-    MB_CHECK_MPI(MPI_Bcast(v, 3, MPI_DOUBLE, 0, world), "world");
-    MB_CHECK_MPI(MPI_Bcast(&pass, 1, MPI_INT, 0, world), "world");
-    int len = static_cast<int>(r.quantity.size());
-    MB_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, world), "world");
-    r.quantity.resize(static_cast<size_t>(len));
-    MB_CHECK_MPI(MPI_Bcast(r.quantity.data(), len, MPI_CHAR, 0, world), "world");
-    r.max_abs = v[0];
-    r.rel = v[1];
-    r.tolerance = v[2];
-    r.pass = pass != 0;
-  }
+  broadcast_rows(rows, world);
   return rows;
 }
 

@@ -16,12 +16,8 @@ start_group() {
   PGID=$!
 }
 
-# descendants PID: every process below PID. Hydra starts its proxy and each rank in sessions
+# descendants (lib.bash) lists every process below a PID. Hydra starts its proxy and each rank in sessions
 # of their own, so the ranks are not in the launcher's process group: find them by parentage.
-descendants() {
-  local c
-  for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
-}
 
 # wait_lines FILE N SECONDS: until FILE has >= N lines; 1 on timeout.
 wait_lines() {

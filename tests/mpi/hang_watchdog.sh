@@ -6,10 +6,6 @@
 # Then --op-timeout 0 is accepted (watchdog off) and a negative value is refused (exit 2).
 source "$(dirname "$0")/lib.bash"
 
-descendants() {
-  local c
-  for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
-}
 
 f="$WORK/hang.h5"
 exe="$MB_BIN/all_reduce_bench"

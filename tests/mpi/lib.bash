@@ -62,3 +62,9 @@ expect_rc() {
 }
 
 py() { "$MB_PYTHON" "$@"; }
+
+# descendants PID: every process below PID (the ranks under an mpiexec), one per line.
+descendants() {
+  local c
+  for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
+}

@@ -3,10 +3,6 @@
 # ends by itself with exit 3 within 30 s, the message names the stuck call, the flight
 # recorder parses, and the HDF5 file reads back with status 'hung' and its finished steps.
 source "$(dirname "$0")/lib.bash"
-descendants() {
-  local c
-  for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
-}
 f="$WORK/hang.h5"
 exe="$MB_BIN/step_bench"
 setsid timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" --mesh dp=2 --layers 1 --hidden 32 --heads 2 --seq 16 \
