@@ -272,8 +272,10 @@ template <typename S>
 std::vector<S> Zero<S>::gather_full(const S* shard) {
   Backend<S>& be = model_.backend();
   BackendArray<S, S> full(be, model_.layout().total());
+  dp_.order_after(be.stream());  // the shard was written on the compute stream
   for (const UnitState& s : units_)
     dp_.all_gather(view(const_cast<S*>(shard) + s.shard_off, s.slice), view(full.data() + s.lo, s.len));
+  dp_.synchronize();  // NCCL queues even the blocking forms on its stream
   std::vector<S> host(static_cast<size_t>(full.size()));
   be.download(host.data(), full.data(), full.bytes());
   return host;
