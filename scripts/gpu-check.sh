@@ -67,7 +67,9 @@ for ((n = 2; n < ngpu; n *= 2)); do counts+=("$n"); done
 
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DMESHBENCH_CUDA=ON >"$out/cmake.log" 2>&1 \
   || { tail -30 "$out/cmake.log"; exit 3; }
-benches=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv)
+# The collectives come from the build itself (mesh_info --list-json), not from a copy here.
+cmake --build "$BUILD" -j "$(nproc)" --target mesh_info >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 3; }
+read -r -a benches <<<"$("$BUILD/bin/mesh_info" --list-json | sed -n 's/.*"collectives":\[\([^]]*\)\].*/\1/p' | tr -d '"' | tr ',' ' ')"
 cmake --build "$BUILD" -j "$(nproc)" --target engine_tests step_bench "${benches[@]/%/_bench}" \
   >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 3; }
 BIN="$BUILD/bin"

@@ -139,7 +139,7 @@ mb_note() { printf '[meshbench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 # --- the collective loop both sbatch templates run --------------------------------------------
 # Sizes and loop settings (the binaries' -b -e -f -n -w -c); MB_ARGS adds flags to every run
 # (e.g. "--mesh tp=2,dp=2 --group tp" or "-d bf16 --inplace both").
-: "${MB_BINARIES:=all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv}"
+: "${MB_BINARIES:=}"  # empty: every collective the build has (mesh_info --list-json)
 : "${MB_MIN_BYTES:=8}"
 : "${MB_MAX_BYTES:=128M}"
 : "${MB_STEP_FACTOR:=2}"
@@ -154,11 +154,20 @@ mb_note() { printf '[meshbench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 # OUTDIR/<name>.h5 (appended to when the file exists, e.g. after a requeue), the current
 # fabric's backend and memory. Prints one line per binary; returns the worst exit code
 # (0 ok, 1 wrong data, 2 bad usage, 3 runtime fault, 124/137 timeout).
+# mb_collectives: the collectives this build has, from the binaries themselves.
+mb_collectives() {
+  "$MB_BIN/mesh_info" --list-json | sed -n 's/.*"collectives":\[\([^]]*\)\].*/\1/p' | tr -d '"' | tr ',' ' '
+}
+
 mb_run_collectives() {
-  local n="$1" tag="$2" out="$3" worst=0 rc b exe
+  local n="$1" tag="$2" out="$3" worst=0 rc b exe list="$MB_BINARIES"
   local backend="${MB_BACKEND:-${MB_FABRIC_BACKEND:-mpi}}" mem="${MB_MEM:-${MB_FABRIC_MEM:-host}}"
   mkdir -p "$out"
-  for b in $MB_BINARIES; do
+  if [[ -z "$list" ]]; then
+    [[ -x "$MB_BIN/mesh_info" ]] || { mb_note "$MB_BIN/mesh_info missing (build with make, or set MB_BIN)"; return 2; }
+    list=$(mb_collectives)
+  fi
+  for b in $list; do
     b="${b%_bench}"
     exe="$MB_BIN/${b}_bench"
     if [[ ! -x "$exe" ]]; then
