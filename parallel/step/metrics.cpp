@@ -26,7 +26,18 @@ void put(char (&dst)[N], const std::string& s) {
   std::memset(dst, 0, N);
   std::memcpy(dst, s.data(), std::min(N - 1, s.size()));
 }
+// Adds a span to its phase's slot.
+void add_phase(std::array<double, 4>& ph, const PhaseSpan& p) {
+  for (size_t k = 0; k < kPhaseNames.size(); ++k)
+    if (p.name == kPhaseNames[k]) ph[k] += p.t1 - p.t0;
+}
 }  // namespace
+
+std::array<double, 4> step_phases(const Trace& tr, int step) {
+  std::array<double, 4> ph{};
+  for (auto it = tr.phases.rbegin(); it != tr.phases.rend() && it->step == step; ++it) add_phase(ph, *it);
+  return ph;
+}
 
 double union_length(std::vector<Interval> v) {
   double t = 0;
@@ -58,9 +69,7 @@ RankMetrics rank_metrics(const Trace& tr, int rank) {
   m.phases.assign(steps, {0, 0, 0, 0});
   for (size_t s = 0; s < steps; ++s) m.step_time[s] = tr.step_end[s] - tr.step_start[s];
   for (const PhaseSpan& p : tr.phases)
-    for (size_t k = 0; k < kPhaseNames.size(); ++k)
-      if (p.name == kPhaseNames[k] && p.step >= 0 && static_cast<size_t>(p.step) < steps)
-        m.phases[static_cast<size_t>(p.step)][k] += p.t1 - p.t0;
+    if (p.step >= 0 && static_cast<size_t>(p.step) < steps) add_phase(m.phases[static_cast<size_t>(p.step)], p);
   // Per step: compute intervals, and each (dim, kind)'s call intervals.
   std::vector<std::vector<Interval>> compute(steps);
   for (const OpEvent& e : tr.ops)

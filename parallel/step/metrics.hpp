@@ -37,6 +37,8 @@ struct RankMetrics {
 };
 
 RankMetrics rank_metrics(const Trace& trace, int rank);
+// One step's phase times (kPhaseNames order), summed over its spans.
+std::array<double, 4> step_phases(const Trace& trace, int step);
 
 // Length of the union of intervals, and of its part outside `cover` (a union too).
 struct Interval {

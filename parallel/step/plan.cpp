@@ -26,7 +26,7 @@ void resolve_and_validate(Plan& p, int world) {
       throw UsageError(fmt::format("--bucket-mb {} with --zero {}: ZeRO reduces and gathers whole units (the "
                                    "embeddings, a block, the head); the largest holds {} elements ({:.2f} MiB), "
                                    "so the bucket must be 0 or at least that",
-                                   p.bucket_mb, p.zero, unit, unit * 4.0 / 1024 / 1024));
+                                   p.bucket_mb, p.zero, unit, static_cast<double>(unit) * 4.0 / 1024 / 1024));
   }
   // Dimensions whose strategies are not in this build, before the degrees are resolved.
   struct Later {

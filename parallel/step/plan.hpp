@@ -33,7 +33,6 @@ struct Plan {
   int prefetch = 1;          // ZeRO-3: units gathered ahead of the one in use
   bool keep_params = false;  // ZeRO-3: keep gathered units across micro-batches
 
-  int dp() const { return degrees.dp; }
   int64_t global_batch() const {  // sequences per step: b x m x dp
     return int64_t{model.micro_batch} * micro_batches * degrees.dp;
   }

@@ -28,7 +28,6 @@ struct StepRecord {
   std::vector<double> peak;                                  // [ranks] measured GEMM peak
   std::vector<CommRow> comm;                                 // every rank's rows
   std::vector<AnalyticBytes> analytic;  // per (dim, kind), per rank and step, from the plan
-  int dp = 1;
 };
 
 StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet_peak);

@@ -337,10 +337,7 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
     loss /= world;
     losses.push_back(loss);
     if (h5) {
-      std::array<double, 4> ph{};
-      for (auto it = st.trace.phases.rbegin(); it != st.trace.phases.rend() && it->step == step; ++it)
-        for (size_t k = 0; k < kPhaseNames.size(); ++k)
-          if (it->name == kPhaseNames[k]) ph[k] += it->t1 - it->t0;
+      const std::array<double, 4> ph = step_phases(st.trace, step);
       WatchScope w(st.watch, "HDF5 append step (collective)", 0, "world");
       h5->append_step(st.trace.step_end.back() - st.trace.step_start.back(), ph, loss);
     }
@@ -440,7 +437,6 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   rec.global_tokens = static_cast<double>(plan.global_tokens());
   rec.flops_per_step = step_flops(o.model).total() * plan.micro_batches * plan.degrees.dp;
   rec.loss = losses;
-  rec.dp = plan.degrees.dp * plan.degrees.cp;
   if (st.sync) rec.analytic = st.sync->analytic();
   const int n = rec.steps;
   std::vector<double> times(static_cast<size_t>(n) * world), ph(static_cast<size_t>(n) * world * 4), mine;
@@ -491,6 +487,7 @@ struct Outcome {
   StepSummary sum;
   std::vector<MemoryRow> mem;
   std::vector<CheckRow> check_rows;
+  std::vector<CommRow> comm;
   std::string check;
   bool finished = true;
 };
@@ -508,7 +505,7 @@ void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, con
   MPI_Allreduce(MPI_IN_PLACE, &clock_err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (h5) {
     h5->write_memory(r.mem);
-    h5->write_comm(rank_metrics(st.trace, rank).comm);
+    h5->write_comm(r.comm);
     h5->write_check(r.check_rows);
     h5->write_summary(r.sum);
     if (o.profile) h5->write_op_profile(ops);
@@ -602,7 +599,9 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   if (h5)
     h5->write_step_attrs({{"peak_measured_flops_before", peak.best}, {"peak_measured_flops_after", after.best},
                           {"peak_measured_flops", peak_used}});
-  r.rec = gather_record(o, plan, st, rank_metrics(st.trace, world_rank), losses, peak_used);
+  const RankMetrics rm = rank_metrics(st.trace, world_rank);
+  r.comm = rm.comm;  // this rank's rows, for the HDF5 table
+  r.rec = gather_record(o, plan, st, rm, losses, peak_used);
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);

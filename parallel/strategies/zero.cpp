@@ -41,6 +41,8 @@ Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags
     shard_elems_ += s.slice;
   }
   model.set_optimizer_shard(shard_elems_);
+  order_f_ = order('F');
+  order_b_ = order('B');
   if (stage_ >= 2) gshard_ = BackendArray<S, S>(be, shard_elems_, mt, MemCat::kGrads);
   if (stage_ == 3) {
     pshard_ = BackendArray<S, S>(be, shard_elems_, mt, MemCat::kParams);
@@ -205,7 +207,7 @@ void Zero<S>::acquire(int u, char phase) {
   UnitState& s = units_[static_cast<size_t>(u)];
   if (stage_ == 3) {
     post_gather(u);
-    const std::vector<int> seq = order(phase);
+    const std::vector<int>& seq = phase == 'F' ? order_f_ : order_b_;
     const auto at = std::find(seq.begin(), seq.end(), u);
     for (auto it = at == seq.end() ? at : at + 1; it != seq.end() && it - at <= plan_.prefetch; ++it) post_gather(*it);
     if (s.gather) {

@@ -74,6 +74,7 @@ class Zero final : public GradSync<S>, public Residency<S> {
   void post_gather(int u);
   void poll();
   std::vector<int> order(char phase) const;  // the units in the order the model acquires them
+  std::vector<int> order_f_, order_b_;       // order('F'), order('B'), made once
   std::vector<S> gather_full(const S* shard);  // all-gather a shard into a host flat array
   comm::View view(S* p, int64_t n) const;
 
