@@ -28,6 +28,18 @@ void Runner::phase(const char* what) {
   if (watch_) watch_->set_context(where_ + ", " + what);
 }
 
+double Runner::isolated_call(comm::Timer& t, const Views& v, const Inputs& in) {
+  comm_.barrier();
+  t.mark(0);
+  spec_.call(comm_, v, in);
+  t.mark(1);
+  {
+    WatchScope w(watch_, "timer sync", 0, comm_.group_name().c_str());
+    t.sync();
+  }
+  return t.elapsed(0, 1);
+}
+
 int Runner::run_calls(const Views& v, const Inputs& in, int count, std::vector<double>& out) {
   if (count <= 0) return 0;
   if (opt_.timing == Timing::kWindow) return run_window(v, in, count, out);
@@ -39,17 +51,7 @@ int Runner::run_calls(const Views& v, const Inputs& in, int count, std::vector<d
   }
   comm::Timer& t = *timer_;
   if (opt_.timing == Timing::kIsolated) {
-    for (int i = 0; i < count; ++i) {
-      comm_.barrier();
-      t.mark(0);
-      spec_.call(comm_, v, in);
-      t.mark(1);
-      {
-        WatchScope w(watch_, "timer sync", 0, comm_.group_name().c_str());
-        t.sync();
-      }
-      out[first + static_cast<std::size_t>(i)] = t.elapsed(0, 1);
-    }
+    for (int i = 0; i < count; ++i) out[first + static_cast<std::size_t>(i)] = isolated_call(t, v, in);
     return count;
   }
   comm_.barrier();
@@ -215,18 +217,7 @@ results::PointResult Runner::measure(const Inputs& in, Placement placement, Buff
   r.ran = true;
   // The cold first call: timed on its own (isolated), and the one whose result is verified.
   std::vector<double> cold;
-  {
-    comm::Timer& t = *(timer_ ? timer_ : (timer_ = comm_.make_timer(timer_marks_ = 2)));
-    comm_.barrier();
-    t.mark(0);
-    spec_.call(comm_, v, in);
-    t.mark(1);
-    {
-      WatchScope w(watch_, "timer sync", 0, comm_.group_name().c_str());
-      t.sync();
-    }
-    cold.push_back(t.elapsed(0, 1));
-  }
+  cold.push_back(isolated_call(*(timer_ ? timer_ : (timer_ = comm_.make_timer(timer_marks_ = 2))), v, in));
   std::uint64_t wrong = 0;
   if (opt_.check) {
     auto offset = static_cast<std::byte*>(v.recv.data) -

@@ -45,6 +45,8 @@ class Runner {
   // `count` calls in the --timing mode, their times appended to `out` (window: only the calls
   // every rank started on time; the rest are counted in invalid_). Returns the calls kept.
   int run_calls(const Views& v, const Inputs& in, int count, std::vector<double>& out);
+  // One call after a barrier, timed on `t` (marks 0 and 1): seconds.
+  double isolated_call(comm::Timer& t, const Views& v, const Inputs& in);
   int run_window(const Views& v, const Inputs& in, int count, std::vector<double>& out);
   // Adaptive or fixed warm-up; fills r.warmup_calls and r.warmup_converged.
   void warm_up(const Views& v, const Inputs& in, results::PointResult& r);
