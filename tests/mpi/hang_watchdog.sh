@@ -15,15 +15,7 @@ setsid timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" -b 8 -e 64M -f 2 -n 
 launcher=$!
 deadline=$((SECONDS + 60))
 until [[ -f "${f%.h5}.jsonl" && $(wc -l < "${f%.h5}.jsonl") -ge 2 ]] || [[ $SECONDS -ge $deadline ]]; do sleep 0.1; done
-ranks=()
-for p in $(descendants "$launcher"); do
-  [[ "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)" == "$exe "* ]] && ranks+=("$p")
-done
-if [[ ${#ranks[@]} -ne 2 ]]; then
-  fail "found ${#ranks[@]} ranks below launcher $launcher, want 2"
-  kill -9 -- "-$launcher" "${ranks[@]}" 2>/dev/null || true
-  finish
-fi
+find_ranks "$launcher" "$exe" 2
 victim=${ranks[1]}
 kill -STOP "$victim"
 t0=$SECONDS

@@ -68,3 +68,18 @@ descendants() {
   local c
   for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
 }
+
+# find_ranks LAUNCHER EXE N: sets `ranks` to the processes below LAUNCHER running EXE; when
+# there are not N of them, fails, kills the job and ends the test.
+find_ranks() {
+  local p
+  ranks=()
+  for p in $(descendants "$1"); do
+    [[ "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)" == "$2 "* ]] && ranks+=("$p")
+  done
+  if [[ ${#ranks[@]} -ne $3 ]]; then
+    fail "found ${#ranks[@]} ranks below launcher $1, want $3"
+    kill -9 -- "-$1" "${ranks[@]}" 2>/dev/null || true
+    finish
+  fi
+}

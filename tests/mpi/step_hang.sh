@@ -12,15 +12,7 @@ launcher=$!
 deadline=$((SECONDS + 60))
 until [[ -f "$f" ]] || [[ $SECONDS -ge $deadline ]]; do sleep 0.1; done
 sleep 2  # some steps land in the file
-ranks=()
-for p in $(descendants "$launcher"); do
-  [[ "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null)" == "$exe "* ]] && ranks+=("$p")
-done
-if [[ ${#ranks[@]} -ne 2 ]]; then
-  fail "found ${#ranks[@]} ranks below launcher $launcher, want 2"
-  kill -9 -- "-$launcher" "${ranks[@]}" 2>/dev/null || true
-  finish
-fi
+find_ranks "$launcher" "$exe" 2
 kill -STOP "${ranks[1]}"
 t0=$SECONDS
 rc=0
