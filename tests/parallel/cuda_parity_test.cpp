@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "shapes.hpp"
 #include "backend_emulated.hpp"
 #include "compute/device.hpp"
 #include "cuda/cuda_engine.hpp"
@@ -37,12 +38,7 @@ void check_rows(const char* what, Precision p, const std::vector<ParityRow>& row
     EXPECT_TRUE(r.pass()) << r.op << ": " << r.rel_err << " > " << r.tolerance;
   }
 }
-GptConfig gqa_untied() {
-  GptConfig c = preset("tiny");
-  c.kv_heads = 2;
-  c.tied = false;
-  return c;
-}
+using test::gqa_untied;
 }  // namespace
 
 TEST(CudaParity, DeviceUsable) {

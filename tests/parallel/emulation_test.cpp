@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 
+#include "shapes.hpp"
 #include "backend_emulated.hpp"
 #include "parity.hpp"
 #include "precision.hpp"
@@ -18,12 +19,7 @@
 using namespace meshbench::parallel;
 
 namespace {
-GptConfig gqa_untied() {
-  GptConfig c = preset("tiny");
-  c.kv_heads = 2;
-  c.tied = false;
-  return c;
-}
+using test::gqa_untied;
 }  // namespace
 
 TEST(Bf16Round, NearestEven) {
