@@ -180,6 +180,8 @@ Plan make_plan(const Options& o, int world) {
   resolve_and_validate(p, world);  // throws UsageError before any communicator exists
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
+  if (!o.export_dir.empty() && o.zero > 0)
+    throw UsageError(fmt::format("--export with --zero {}: exports the plain single-rank step (drop --zero)", o.zero));
   if (!o.export_dir.empty() && world > 1)
     throw UsageError(fmt::format("--export: exports the single-rank step; run it on one rank (world size {})", world));
   if (o.inject_fault >= world)
