@@ -24,6 +24,7 @@ expect 2 "--device cuda: no usable GPU" --device cuda
 expect 2 "--mesh tp=2: tensor parallel is not available in this build" --mesh tp=2
 expect 2 "--micro-batches 0: must be at least 1" --micro-batches 0
 expect 2 "--export with --zero 3" --zero 3 --export /tmp/mb-never-written
+expect 2 "--inject-fault: corrupts a gradient before its reduction" --inject-fault 0
 expect 2 "--mesh" --mesh dp=2
 expect 2 "" --mesh bogus=2
 expect 2 "--backend" --backend gloo
