@@ -135,6 +135,7 @@ std::string human_bytes(double b) {
 
 // Everything a rank runs the step with: groups, the dp communicator, the model, the strategy.
 struct Setup {
+  const Plan* plan = nullptr;
   mb::core::OpWatch* watch = nullptr;  // --op-timeout: every call of the step is watched
   std::unique_ptr<mb::comm::RankGrid> grid;
   std::unique_ptr<mb::comm::MeshComms> comms;
@@ -161,6 +162,7 @@ std::unique_ptr<RecordingComm> group_comm(Setup& st, const Options& o, mb::comm:
 }
 
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
+  st.plan = &plan;
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
   const int d = plan.degrees.dp * plan.degrees.cp;
@@ -212,6 +214,17 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
   return g;
 }
 
+// Megatron's activation memory per layer per micro-batch (FORMULAS.md; 16-bit activations
+// with dropout masks, bytes): sbh(34 + 5as/h) without TP, sbh(10 + 24/t + 5as/(ht)) with TP,
+// sbh(34 + 5as/h)/t with TP + SP. Printed beside this engine's measured fp32 activations.
+double megatron_activation_bytes_per_layer(const Plan& plan) {
+  const GptConfig& c = plan.model;
+  const double s = c.seq, b = c.micro_batch, h = c.hidden, a = c.heads, t = plan.degrees.tp;
+  if (t <= 1) return s * b * h * (34 + 5 * a * s / h);
+  if (plan.sp) return s * b * h * (34 + 5 * a * s / h) / t;
+  return s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+}
+
 std::string strategy_name(const Plan& plan) {
   const auto& d = plan.degrees;
   std::string s = plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "");
@@ -243,7 +256,10 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
-      {"strategy", strategy_name(plan)}, {"sequence_parallel", plan.sp}, {"sp_regather", plan.sp_regather},
+      {"strategy", strategy_name(plan)},
+      {"megatron_activation_bytes", megatron_activation_bytes_per_layer(plan) * c.layers},
+      {"megatron_activation_formula", plan.degrees.tp <= 1 ? "L sbh(34 + 5as/h)"
+                                      : (plan.sp ? "L sbh(34 + 5as/h)/t" : "L sbh(10 + 24/t + 5as/(ht))")}, {"sequence_parallel", plan.sp}, {"sp_regather", plan.sp_regather},
       {"vocab_padded", int64_t{model.tp_dims().vocab} * d.tp},
       {"vocab_padding_rule", "tensor parallel pads the vocabulary to a multiple of tp; padded rows are zero, masked out of the loss and dropped by --check"},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
@@ -296,12 +312,19 @@ std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
           {"process_peak_rss", peak_rss_bytes(), NAN}};
 }
 
-void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, int ranks) {
+void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, const Plan& plan) {
   out.out("  memory, peak per category (rank 0)  measured     analytic\n");
-  (void)ranks;
   for (const auto& r : mem)
     out.out("    {:<16} {:>12} {:>12}\n", r.category, human_bytes(r.measured_bytes),
             std::isnan(r.analytic_bytes) ? std::string("-") : human_bytes(r.analytic_bytes));
+  const double meg = megatron_activation_bytes_per_layer(plan) * plan.model.layers;
+  for (const auto& r : mem)
+    if (r.category == "activations")
+      out.out("    activations beside Megatron's {} x L = {} (16-bit with dropout masks; this engine keeps fp32, no "
+              "dropout): measured/Megatron {:.2f}\n",
+              plan.degrees.tp <= 1 ? "sbh(34 + 5as/h)"
+                                   : (plan.sp ? "sbh(34 + 5as/h)/t" : "sbh(10 + 24/t + 5as/(ht))"),
+              human_bytes(meg), r.measured_bytes / meg);
 }
 
 // --check before timing; returns "pass", "fail" or "off" and the rows.
@@ -534,7 +557,7 @@ struct Outcome {
 void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, const mb::comm::ClockOffset& clock,
             double t_origin, const mb::comm::Topology& topo, const mb::core::Log& out, int rank) {
   if (r.rec.steps > 0) print_step_report(out, r.rec, r.sum);
-  print_memory(out, r.mem, r.rec.ranks);
+  print_memory(out, r.mem, *st.plan);
   std::vector<std::pair<std::string, double>> ops;
   if (o.profile) ops = print_profile(out, *st.model, r.rec.steps, r.sum.step_time_median);
   std::vector<EventRow> events;
