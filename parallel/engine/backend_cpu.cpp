@@ -103,6 +103,27 @@ class CpuBackend final : public Backend<S> {
                         int V) override {
     return parallel::crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
   }
+  void attention_chunk_forward(S* o, int ldo, S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                               int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    parallel::attention_chunk_forward(o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first);
+  }
+  void attention_chunk_backward(S* dq, int lddq, S* dk, int lddk, S* dv, int lddv, const S* dout, int lddo,
+                                const S* D, const S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                                int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0) override {
+    parallel::attention_chunk_backward(dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk,
+                                  NH, KVH, hs, q0, k0);
+  }
+  void attention_rowdot(S* D, const S* dout, int lddo, const S* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    parallel::attention_rowdot(D, dout, lddo, o, ldo, B, T, NH, hs);
+  }
+  void copy_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    parallel::copy_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
+  void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    parallel::add_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
   void bias_residual_add(S* out, const S* x, const S* bias, int N, int C) override {
     parallel::bias_residual_add(out, x, bias, N, C);
   }

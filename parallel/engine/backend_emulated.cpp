@@ -69,6 +69,27 @@ class EmulatedBackend final : public Backend<float> {
                             const float* rowmax, int N, int V) override {
     return cpu_.crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
   }
+  void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
+                               int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    cpu_.attention_chunk_forward(o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first);
+  }
+  void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout, int lddo,
+                                const float* D, const float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
+                                int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0) override {
+    cpu_.attention_chunk_backward(dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk,
+                                  NH, KVH, hs, q0, k0);
+  }
+  void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    cpu_.attention_rowdot(D, dout, lddo, o, ldo, B, T, NH, hs);
+  }
+  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    cpu_.copy_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
+  void add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    cpu_.add_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
   void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
     cpu_.bias_residual_add(out, x, bias, N, C);
   }

@@ -118,7 +118,7 @@ class Gpt {
   int64_t num_params() const;  // without padding
   const std::vector<Unit>& units() const { return units_; }
   void set_residency(Residency<S>* r) { residency_ = r; }
-  void set_tp_comm(TpComm<S>* tp) { tp_ = tp; }
+  void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
   const TpSpec& tp() const { return opts_.tp; }
   const TpDims& tp_dims() const { return dims_; }
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
@@ -228,7 +228,7 @@ class Gpt {
   Backend<S>* be_;
   GptOptions opts_;
   TpDims dims_;
-  TpComm<S>* tp_ = nullptr;
+  GroupComm<S>* tp_ = nullptr;
   MemoryTracker mem_;
   Residency<S>* residency_ = nullptr;
   std::vector<Unit> units_;

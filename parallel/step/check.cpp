@@ -252,9 +252,9 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
       if (l.values.empty()) continue;
       const GptConfig& c = model.config();
       std::vector<float> want;
-      const std::vector<float>& full = ref.first_logits.at(static_cast<size_t>(l.dp_rank));
+      const std::vector<float>& whole = ref.first_logits.at(static_cast<size_t>(l.dp_rank));
       for (int64_t i = 0; i < c.tokens(); ++i)
-        want.insert(want.end(), full.begin() + i * c.vocab + l.first, full.begin() + i * c.vocab + l.first + l.valid);
+        want.insert(want.end(), whole.begin() + i * c.vocab + l.first, whole.begin() + i * c.vocab + l.first + l.valid);
       merge_worst(worst, order, compare("logits", l.values.data(), want.data(), int64_t(want.size()), kParallelTolerance));
     }
     std::vector<uint8_t> covered(static_cast<size_t>(Pf), 0);

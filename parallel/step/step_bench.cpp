@@ -50,6 +50,7 @@
 #include "results/output_path.hpp"
 #include "data_parallel.hpp"
 #include "zero.hpp"
+#include "comm_group.hpp"
 #include "tensor_parallel.hpp"
 #include "executor.hpp"
 #include "metrics.hpp"
@@ -141,7 +142,7 @@ struct Setup {
   std::unique_ptr<mb::comm::MeshComms> comms;
   Trace trace;
   std::unique_ptr<RecordingComm> dp_comm, tp_comm;
-  std::unique_ptr<TpGroup<float>> tp;     // tensor parallel (tp > 1)
+  std::unique_ptr<CommGroup<float>> tp;     // tensor parallel (tp > 1)
   std::unique_ptr<Gpt<float>> model;
   std::unique_ptr<GradSync<float>> sync;  // DataParallel or Zero; null at dp x cp = 1
   DataParallel<float>* dp = nullptr;      // the plain data-parallel one, for its buckets
@@ -177,7 +178,7 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   st.model->init_weights(o.seed);  // every rank: its slice of the full canonical weights (ZeRO-3: its shard)
   if (plan.degrees.tp > 1) {
     st.tp_comm = group_comm(st, o, mb::comm::GroupKind::kTp, "tp", rank, device);
-    st.tp = std::make_unique<TpGroup<float>>(*st.tp_comm, be, &st.trace.tags);
+    st.tp = std::make_unique<CommGroup<float>>(*st.tp_comm, be, &st.trace.tags);
     st.model->set_tp_comm(st.tp.get());
   }
   const auto mem = st.grid->membership(mb::comm::GroupKind::kDpCp, rank);

@@ -1,88 +1,8 @@
 #include "tensor_parallel.hpp"
 
-#include <type_traits>
+#include "trace.hpp"
 
 namespace meshbench::parallel {
-
-template <typename S>
-TpGroup<S>::TpGroup(comm::Communicator& comm, Backend<S>& be, TraceTags* tags) : comm_(comm), be_(be), tags_(tags) {}
-
-template <typename S>
-comm::View TpGroup<S>::view(const S* p, int64_t n) const {
-  return {const_cast<S*>(p), static_cast<std::size_t>(n), std::is_same_v<S, float> ? comm::DType::kFloat : comm::DType::kDouble,
-          be_.mem()};
-}
-
-template <typename S>
-void TpGroup<S>::done() {
-  comm_.synchronize();  // NCCL queues on its own stream; MPI's blocking calls are complete
-}
-
-template <typename S>
-void TpGroup<S>::all_reduce(S* x, int64_t n) {
-  comm_.order_after(be_.stream());
-  comm_.all_reduce(view(x, n), view(x, n), comm::RedOp::kSum);
-  done();
-}
-
-template <typename S>
-void TpGroup<S>::all_reduce_max(S* x, int64_t n) {
-  comm_.order_after(be_.stream());
-  comm_.all_reduce(view(x, n), view(x, n), comm::RedOp::kMax);
-  done();
-}
-
-template <typename S>
-void TpGroup<S>::all_gather(S* full, const S* part, int64_t n_part) {
-  comm_.order_after(be_.stream());
-  comm_.all_gather(view(part, n_part), view(full, n_part * size()));
-  done();
-}
-
-template <typename S>
-void TpGroup<S>::reduce_scatter(S* part, const S* full, int64_t n_part) {
-  comm_.order_after(be_.stream());
-  comm_.reduce_scatter(view(full, n_part * size()), view(part, n_part), comm::RedOp::kSum);
-  done();
-}
-
-template <typename S>
-int TpGroup<S>::keep(std::unique_ptr<comm::Request> r) {
-  for (size_t i = 0; i < pending_.size(); ++i)
-    if (!pending_[i]) {
-      pending_[i] = std::move(r);
-      return static_cast<int>(i);
-    }
-  pending_.push_back(std::move(r));
-  return static_cast<int>(pending_.size() - 1);
-}
-
-template <typename S>
-int TpGroup<S>::post_all_reduce(S* x, int64_t n) {
-  comm_.order_after(be_.stream());
-  return keep(comm_.iall_reduce(view(x, n), view(x, n), comm::RedOp::kSum));
-}
-
-template <typename S>
-int TpGroup<S>::post_all_gather(S* full, const S* part, int64_t n_part) {
-  comm_.order_after(be_.stream());
-  return keep(comm_.iall_gather(view(part, n_part), view(full, n_part * size())));
-}
-
-template <typename S>
-int TpGroup<S>::post_reduce_scatter(S* part, const S* full, int64_t n_part) {
-  comm_.order_after(be_.stream());
-  return keep(comm_.ireduce_scatter(view(full, n_part * size()), view(part, n_part), comm::RedOp::kSum));
-}
-
-template <typename S>
-void TpGroup<S>::wait(int handle) {
-  auto& r = pending_.at(static_cast<size_t>(handle));
-  r->wait();
-  r.reset();
-}
-
-template class TpGroup<float>;
 
 std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb) {
   const int t = p.degrees.tp;

@@ -14,7 +14,7 @@ bad() {  # ranks, fragment, args...
   fi
 }
 bad 2 "dp=3" --mesh dp=3
-bad 2 "--mesh tp=2: tensor parallel is not available in this build" --mesh tp=2
+bad 2 "--mesh tp=2: --ffn 255 must be divisible by tp" --mesh tp=2 --ffn 255
 bad 2 "--mesh pp=2: pipeline parallel is not available in this build" --mesh pp=2,dp=1
 bad 2 "--micro-batches 0: must be at least 1" --mesh dp=2 --micro-batches 0
 bad 2 "--bucket-mb -1" --mesh dp=2 --bucket-mb -1

@@ -21,10 +21,10 @@ expect 2 "--steps 0: must be at least 1" --steps 0
 expect 2 "--device" --device tpu
 MESHBENCH_HEADS=5 expect 2 "--heads 5 must divide --hidden 64"
 expect 2 "--device cuda: no usable GPU" --device cuda
-expect 2 "--mesh tp=2: tensor parallel is not available in this build" --mesh tp=2
+expect 2 "--sp: sequence parallel splits the tensor-parallel group" --sp
 expect 2 "--micro-batches 0: must be at least 1" --micro-batches 0
 expect 2 "--export with --zero 3" --zero 3 --export /tmp/mb-never-written
-expect 2 "--inject-fault: corrupts a gradient before its reduction" --inject-fault 0
+expect 2 "--inject-fault: corrupts a gradient before its data-parallel reduction" --inject-fault 0
 expect 2 "--mesh" --mesh dp=2
 expect 2 "" --mesh bogus=2
 expect 2 "--backend" --backend gloo

@@ -19,6 +19,7 @@
 
 #include "backend.hpp"
 #include "comm/communicator.hpp"
+#include "comm_group.hpp"
 #include "tensor_parallel.hpp"
 #include "tp_layers.hpp"
 #include "trace.hpp"
@@ -69,7 +70,7 @@ Vec rows(const Vec& m, int r0, int n, int ncols) {
   return Vec(m.begin() + long(r0) * ncols, m.begin() + long(r0 + n) * ncols);
 }
 
-void mappings(TpGroup<float>& tp) {
+void mappings(CommGroup<float>& tp) {
   const int t = tp.size(), r = tp.rank(), n = 6;
   Vec x(n, float(r + 1));
   tp.all_reduce(x.data(), n);  // g forward / f backward
@@ -98,7 +99,7 @@ void mappings(TpGroup<float>& tp) {
   expect(mine2 == mine_want, "posted reduce-scatter equals blocking");
 }
 
-void column(TpGroup<float>* tp, const TpMode& m, const std::string& label) {
+void column(CommGroup<float>* tp, const TpMode& m, const std::string& label) {
   Backend<float>& be = cpu_backend<float>();
   const int t = tp ? tp->size() : 1, r = tp ? tp->rank() : 0;
   const int N = 8, C = 8, OC = 16, ol = OC / t, n = m.sp ? N / t : N;
@@ -124,7 +125,7 @@ void column(TpGroup<float>* tp, const TpMode& m, const std::string& label) {
   expect(e <= 1e-6, label + " column: input gradient == reference" + (m.sp ? " rows" : "") + " (rel " + std::to_string(e) + ")");
 }
 
-void row(TpGroup<float>* tp, const TpMode& m, const std::string& label) {
+void row(CommGroup<float>* tp, const TpMode& m, const std::string& label) {
   Backend<float>& be = cpu_backend<float>();
   const int t = tp ? tp->size() : 1, r = tp ? tp->rank() : 0;
   const int N = 8, K = 16, OC = 8, kl = K / t, n = m.sp ? N / t : N;
@@ -156,8 +157,8 @@ int main(int argc, char** argv) {
   {
     Trace trace;
     RecordingComm rec(comm::make_mpi_communicator(MPI_COMM_WORLD, "tp"), trace, "tp", 0);
-    TpGroup<float> group(rec, cpu_backend<float>(), &trace.tags);
-    TpGroup<float>* tp = size > 1 ? &group : nullptr;  // one rank: the plain path
+    CommGroup<float> group(rec, cpu_backend<float>(), &trace.tags);
+    CommGroup<float>* tp = size > 1 ? &group : nullptr;  // one rank: the plain path
     if (tp) mappings(group);
     struct Case {
       TpMode mode;

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -192,6 +193,39 @@ class CudaBackend final : public Backend<float> {
     k_ce_finish<<<N, row_threads(V), 0, stream_>>>(probs, losses, sumexp, tlogit, rowmax, V);
     MB_CHECK_LAUNCH(k_ce_finish, kG);
     return mean_loss(losses, N);
+  }
+  void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
+                               const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    if (hs > kChunkMaxHs) throw std::runtime_error("cuda attention_chunk_forward: head size above 256");
+    k_attn_chunk_fwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
+        o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first, 1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_attn_chunk_fwd, kG);
+  }
+  void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout,
+                                int lddo, const float* D, const float* lse, const float* q, int ldq, const float* k,
+                                int ldk, const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
+                                int k0) override {
+    k_attn_chunk_bwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
+        dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0,
+        1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_attn_chunk_bwd, kG);
+  }
+  void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    k_attn_rowdot<<<blocks_for(size_t(B) * NH * T), 256, 0, stream_>>>(D, dout, lddo, o, ldo, B, T, NH, hs);
+    MB_CHECK_LAUNCH(k_attn_rowdot, kG);
+  }
+  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    MB_CHECK_CUDA(cudaMemcpy2DAsync(dst, sizeof(float) * size_t(ld_dst), src, sizeof(float) * size_t(ld_src),
+                                    sizeof(float) * size_t(cols), size_t(rows), cudaMemcpyDeviceToDevice, stream_), kG);
+    written(dst, sizeof(float) * size_t((rows - 1) * ld_dst + cols));
+  }
+  void add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    k_add_2d<<<blocks_for(size_t(rows) * size_t(cols)), 256, 0, stream_>>>(dst, ld_dst, src, ld_src, rows, cols);
+    MB_CHECK_LAUNCH(k_add_2d, kG);
   }
   void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
     k_bias_residual_add<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, x, bias, N, C);
