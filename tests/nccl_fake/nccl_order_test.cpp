@@ -8,7 +8,8 @@
 //   recvbuff == sendbuff + rank * recvcount, at ranks > 0, with the windows the collective
 //   driver's plug-ins compute;
 // - every collective and send/recv is queued on the communicator's own non-blocking stream;
-// - grouped send/recv (all-to-all, send/recv, all-to-all-v) with the right peers and offsets;
+// - grouped send/recv (all-to-all, send/recv, all-to-all-v) with the right peers and offsets,
+//   and RecordingComm's bytes of an all-to-all-v (the bytes actually sent);
 // - order_after(): an event recorded on the producer's stream that the NCCL stream waits on,
 //   before the next collective;
 // - uploads (Buffer::upload) complete before the collective is queued, and synchronize()
@@ -28,6 +29,9 @@
 #include "comm/nccl_comm.cu"
 #include "compute/device_cuda.cu"
 #include "spec.hpp"
+#if MB_TEST_RECORDING_COMM
+#include "trace.hpp"
+#endif
 
 namespace {
 
@@ -283,6 +287,61 @@ TEST(NcclOrder, SendRecvIsOneGroup) {
   EXPECT_EQ(g.calls[1].a, a.data());
   EXPECT_EQ(g.calls[2].b, b.data());
 }
+
+// All-to-all-v: one group, a send and a recv per peer with a non-empty block, at the
+// displacements given; empty blocks post nothing (both sides skip them).
+TEST(NcclOrder, AllToAllVIsGroupedSendRecvAtTheDisplacements) {
+  Fixture f(1, 3);
+  std::vector<float> a(20), b(20);
+  mc::View s{a.data(), 20, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 20, mc::DType::kFloat, MemKind::kDevice};
+  const mc::PeerBlocks sb{{3, 0, 5}, {10, 0, 2}};         // to rank 2 from offset 2, nothing to rank 1 itself
+  const mc::PeerBlocks rb = mc::PeerBlocks::packed({4, 0, 1});
+  EXPECT_EQ(rb.displs, (std::vector<std::size_t>{0, 4, 4}));
+  f.comm->all_to_allv(s, sb, r, rb);
+  ASSERT_EQ(names(g.calls), (std::vector<std::string>{"groupStart", "send", "recv", "send", "recv", "groupEnd"}));
+  const Call &s0 = g.calls[1], &r0 = g.calls[2], &s2 = g.calls[3], &r2 = g.calls[4];
+  EXPECT_EQ(s0.peer, 0);
+  EXPECT_EQ(s0.count, 3u);
+  EXPECT_EQ(s0.a, at(a.data(), 10 * kF));
+  EXPECT_EQ(r0.peer, 0);
+  EXPECT_EQ(r0.count, 4u);
+  EXPECT_EQ(r0.b, b.data());
+  EXPECT_EQ(s2.peer, 2);
+  EXPECT_EQ(s2.count, 5u);
+  EXPECT_EQ(s2.a, at(a.data(), 2 * kF));
+  EXPECT_EQ(r2.peer, 2);
+  EXPECT_EQ(r2.count, 1u);
+  EXPECT_EQ(r2.b, at(b.data(), 4 * kF));
+  for (std::size_t i = 1; i < 5; ++i) EXPECT_EQ(g.calls[i].stream, f.stream);
+  EXPECT_TRUE(f.comm->unsupported(mc::Collective::kAllToAllV, mc::DType::kFloat, std::nullopt, true, MemKind::kDevice));
+  // A block past the end of the buffer is refused before anything is queued.
+  g.clear();
+  const mc::PeerBlocks past{{3, 0, 5}, {10, 0, 16}};
+  EXPECT_THROW(f.comm->all_to_allv(s, past, r, rb), meshbench::core::UsageError);
+  EXPECT_TRUE(g.calls.empty());
+}
+
+#if MB_TEST_RECORDING_COMM
+// RecordingComm (the step engine's trace) records an all-to-all-v with bytes = everything the
+// rank's blocks hold and wire_bytes = what it actually sends to other ranks.
+TEST(NcclOrder, RecordingCommCountsTheBytesAnAllToAllVSends) {
+  Fixture f(1, 3);
+  meshbench::parallel::Trace trace;
+  trace.on = true;
+  meshbench::parallel::RecordingComm rec(std::move(f.comm), trace, "ep", 0);
+  std::vector<float> a(20), b(20);
+  mc::View s{a.data(), 20, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 20, mc::DType::kFloat, MemKind::kDevice};
+  rec.all_to_allv(s, mc::PeerBlocks::packed({3, 7, 5}), r, mc::PeerBlocks::packed({4, 2, 1}));
+  ASSERT_EQ(trace.comms.size(), 1u);
+  const auto& e = trace.comms[0];
+  EXPECT_EQ(e.kind, mc::Collective::kAllToAllV);
+  EXPECT_EQ(e.dim, "ep");
+  EXPECT_EQ(e.group_size, 3);
+  EXPECT_EQ(e.bytes, (3u + 7u + 5u) * kF);
+  EXPECT_DOUBLE_EQ(e.wire_bytes, static_cast<double>((3 + 5) * kF)) << "rank 1's own block is not sent";
+  EXPECT_EQ(mc::name(e.kind), "all_to_allv");
+}
+#endif
 
 // order_after(producer): the producer's stream records an event, the NCCL stream waits on it,
 // and only then is the collective queued.
