@@ -16,7 +16,8 @@ const Spec& spec(Collective c) { return *find_spec(c); }
 
 TEST(Spec, EveryCollectiveIsRegistered) {
   for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
-                       Collective::kAllToAll, Collective::kBroadcast, Collective::kSendRecv}) {
+                       Collective::kAllToAll, Collective::kBroadcast, Collective::kSendRecv,
+                       Collective::kAllToAllV}) {
     ASSERT_NE(find_spec(c), nullptr);
     EXPECT_EQ(find_spec(c)->kind, c);
   }
