@@ -144,6 +144,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
       b.iters = opt.iters;
       b.warmup = opt.warmup;
       b.rank_stat = core::name(opt.rank_stat);
+      if (spec.peers) b.count_unit = "tokens";
       for (int p = 0; p < 2; ++p) {
         bool want = p == 0 ? opt.inplace != InplaceMode::kYes : opt.inplace != InplaceMode::kNo;
         auto why = comm->unsupported(spec.kind, t, op, p == 1, opt.mem);
