@@ -128,7 +128,7 @@ jobs = {r["slurm_job_id"] for r in rows}
 colls = {r["collective"] for r in rows}
 assert all(r["wrong"] == 0 and r["status"] == "ok" for r in rows), "unverified rows"
 assert sys.argv[2] in jobs and len(jobs) == 4, jobs   # two batch jobs and the two array tasks
-assert len(colls) == 6, colls
+assert len(colls) == 7, colls
 print(f"{len(rows)} rows from jobs {sorted(jobs)}, {len(colls)} collectives, all verified")
 PY
 pass "report merges every job's files"
