@@ -10,7 +10,8 @@
 // synchronize() is done before the host overwrites its buffers.
 // tests/nccl_fake/nccl_order_test.cpp compiles this file against recording fakes of the CUDA,
 // NCCL and MPI calls and checks that order, the in-place offsets and the grouped send/recv
-// without a GPU: a call added here that it does not fake fails that test's link.
+// without a GPU. A call added here that the test does not fake goes to the real library
+// there: give it a fake when a test reaches it.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
