@@ -23,13 +23,15 @@ const char* op_name(Op op) {
     case Op::kResidual: return "residual";
     case Op::kLoss: return "crossentropy";
     case Op::kAdamW: return "adamw";
+    case Op::kRouter: return "router";
+    case Op::kPermute: return "permute";
     case Op::kCount: break;
   }
   return "?";
 }
 
 template <typename S>
-Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), be_(&be), opts_(opts) {
+Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), be_(&be), opts_(opts), moe_(cfg) {
   const int64_t L = cfg.layers, C = cfg.hidden, F = cfg.ffn, V = cfg.vocab,
                 maxT = cfg.max_seq, QKV = cfg.qkv_width();
   const int64_t mult = std::max<int64_t>(1, opts.unit_multiple);
@@ -53,10 +55,14 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), 
     o.proj_b = layout_.add(p + "attn.proj.bias", {C}, false) - u;
     o.ln2_w = layout_.add(p + "ln2.weight", {C}, false) - u;
     o.ln2_b = layout_.add(p + "ln2.bias", {C}, false) - u;
-    o.fc_w = layout_.add(p + "mlp.fc.weight", {F, C}, true) - u;
-    o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false) - u;
-    o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true) - u;
-    o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false) - u;
+    if (cfg.is_moe(static_cast<int>(l))) {
+      moe_.add_params(static_cast<int>(l), layout_, p, u);
+    } else {
+      o.fc_w = layout_.add(p + "mlp.fc.weight", {F, C}, true) - u;
+      o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false) - u;
+      o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true) - u;
+      o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false) - u;
+    }
     lo_.push_back(o);
     close_unit(fmt::format("h.{}", l), u);
   }
@@ -85,8 +91,12 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), 
     a.ln2 = act_layout_.add(p + "ln2", {B, T, C}, false);
     a.ln2_mean = act_layout_.add(p + "ln2_mean", {B, T}, false);
     a.ln2_rstd = act_layout_.add(p + "ln2_rstd", {B, T}, false);
-    a.fch = act_layout_.add(p + "fch", {B, T, F}, false);
-    a.fch_gelu = act_layout_.add(p + "fch_gelu", {B, T, F}, false);
+    if (cfg.is_moe(static_cast<int>(l))) {
+      moe_.add_acts(static_cast<int>(l), act_layout_, p);
+    } else {
+      a.fch = act_layout_.add(p + "fch", {B, T, F}, false);
+      a.fch_gelu = act_layout_.add(p + "fch_gelu", {B, T, F}, false);
+    }
     a.res3 = act_layout_.add(p + "res3", {B, T, C}, false);
     la_.push_back(a);
   }
@@ -107,6 +117,7 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), 
   dfch_ = BackendArray<S, S>(be, N * F, &mem_, kBuf);
   tokens_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
   targets_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
+  moe_.allocate(be, &mem_);
 }
 
 template <typename S>
@@ -184,6 +195,11 @@ void Gpt<S>::timed(Op op, F&& f, double flops) {
 }
 
 template <typename S>
+typename MoeMlp<S>::Timed Gpt<S>::moe_timed() {
+  return [this](Op op, const std::function<void()>& f, double flops) { timed(op, f, flops); };
+}
+
+template <typename S>
 const S* Gpt<S>::res_in(int l) const {
   return acts_.data() + (l == 0 ? encoded_ : la_[l - 1].res3);
 }
@@ -194,6 +210,7 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
             NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
   const int N = B * T;
   const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
+  double aux = 0;  // the MoE blocks' load-balancing losses
   trace_phase_ = 'F';
   trace_layer_ = -1;
   Backend<S>& be = *be_;
@@ -229,13 +246,17 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
       be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w,
                            p + w.ln2_b, N, C);
     });
-    timed(Op::kMatmul,
-          [&] { be.matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F, false); }, 2.0 * N * C * F);
-    timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * F); });
     timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{N} * C); });
-    timed(Op::kMatmul, [&] {
-      be.matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
-    }, 2.0 * N * F * C);
+    if (cfg_.is_moe(l)) {  // res3 += MoE(ln2) (moe.hpp)
+      aux += moe_.forward(l, p, a, a + x.ln2, a + x.res3, moe_timed());
+    } else {
+      timed(Op::kMatmul,
+            [&] { be.matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F, false); }, 2.0 * N * C * F);
+      timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * F); });
+      timed(Op::kMatmul, [&] {
+        be.matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
+      }, 2.0 * N * F * C);
+    }
     release(l + 1, 'F');
   }
   trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
@@ -256,7 +277,7 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
   timed(Op::kLoss, [&] {
     loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, targets_.data(), N, V);
   });
-  return loss;
+  return loss + static_cast<S>(aux);
 }
 
 template <typename S>
@@ -306,14 +327,18 @@ void Gpt<S>::backward(S loss_scale) {
     const LayerOffsets& w = lo_[l];
     const LayerActs& x = la_[l];
     S* dfch = dfch_.data();
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, a + x.fch_gelu,
-                         p + w.fcproj_w, N, F, C);
-    }, 4.0 * N * F * C);
-    timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * F); });
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dln, g + w.fc_w, g + w.fc_b, dfch, a + x.ln2, p + w.fc_w, N, C, F);
-    }, 4.0 * N * C * F);
+    if (cfg_.is_moe(l)) {  // dln = d(ln2) through the MoE MLP (moe.hpp)
+      moe_.backward(l, p, g, a, a + x.ln2, dresid, dln, loss_scale, moe_timed());
+    } else {
+      timed(Op::kMatmul, [&] {
+        be.matmul_backward(dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, a + x.fch_gelu,
+                           p + w.fcproj_w, N, F, C);
+      }, 4.0 * N * F * C);
+      timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * F); });
+      timed(Op::kMatmul, [&] {
+        be.matmul_backward(dln, g + w.fc_w, g + w.fc_b, dfch, a + x.ln2, p + w.fc_w, N, C, F);
+      }, 4.0 * N * C * F);
+    }
     timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
       be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w,
                             a + x.ln2_mean, a + x.ln2_rstd, N, C);
@@ -400,6 +425,12 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb) {
   const int64_t act_layer = 5 * N * C + N * QKV + 2 * N * F + B * NH * T * T + 4 * N;
   m.activations = (L * act_layer + 2 * N * C + 2 * N + N * V + N) * sb;
   m.buffers = (3 * N * C + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
+  const MoeMemory moe = moe_memory(c, sb);  // the MoE blocks against the dense MLPs
+  m.params += moe.param_elements * sb;
+  m.grads += moe.param_elements * sb;
+  m.optimizer += 2 * moe.param_elements * sb;
+  m.activations += moe.activation_bytes;
+  m.buffers += moe.buffer_bytes;
   return m;
 }
 
