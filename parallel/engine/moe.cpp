@@ -149,6 +149,11 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
     routed_total += r.routed[e];
   }
   r.dropped = routed_total - r.kept();
+  totals_.routed += routed_total;
+  totals_.dropped += r.dropped;
+  totals_.forwards += 1;
+  for (int e = 0; e < E; ++e)
+    totals_.worst_expert = std::max<int64_t>(totals_.worst_expert, r.offsets[e + 1] - r.offsets[e]);
   r.aux = c_.aux_loss_coef * E * fp / (static_cast<double>(N) * N * k);
 
   timed(Op::kPermute, [&] { be.moe_permute_forward(acts + a.xp, x, slot, N, C, k); }, 0.0);

@@ -43,6 +43,12 @@ struct MoeRouting {
   int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }
 };
 
+// Assignments over every MoE block and forward since reset_totals() (the run's record).
+struct MoeTotals {
+  int64_t routed = 0, dropped = 0, forwards = 0;
+  int64_t worst_expert = 0;  // the most rows any one expert kept in one block's forward
+};
+
 // Closed forms of what the MoE blocks change in Gpt::memory_analytic (elements or bytes as
 // named), against the dense MLP they replace.
 struct MoeMemory {
@@ -85,6 +91,8 @@ class MoeMlp {
                 S loss_scale, const Timed& timed);
 
   const MoeRouting& routing(int layer) const { return routing_[layer]; }
+  const MoeTotals& totals() const { return totals_; }
+  void reset_totals() { totals_ = {}; }
   // Multiply-add FLOPs of block `layer`'s expert GEMMs in the last forward (kept rows only):
   // 2 * rows * C * F per GEMM, two GEMMs; the backward is twice that.
   double expert_flops(int layer) const;
@@ -109,6 +117,7 @@ class MoeMlp {
   std::vector<Weights> w_;
   std::vector<Acts> a_;
   std::vector<MoeRouting> routing_;
+  MoeTotals totals_;
   int64_t ints_total_ = 0;
   Assignment assignment_;
   std::vector<int32_t> host_idx_;
