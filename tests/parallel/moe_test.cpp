@@ -21,6 +21,7 @@
 #include "backend_emulated.hpp"
 #include "config.hpp"
 #include "core/error.hpp"
+#include "flops.hpp"
 #include "gradcheck.hpp"
 #include "model.hpp"
 #include "moe.hpp"
@@ -382,4 +383,17 @@ TEST(MoeModel, Bf16EmulationRunsMoe) {
       moved += std::abs(cpu.moe().routing(l).routed[e] - emu.moe().routing(l).routed[e]);
   EXPECT_LE(moved, c.tokens() * c.top_k / 20);  // bf16 router logits move a few near ties
   for (float g : emu.download_grads()) ASSERT_TRUE(std::isfinite(g));
+}
+
+// FLOPs: a MoE block counts its router and the k experts each token is routed to.
+TEST(MoeModel, FlopsCountRouterAndRoutedExperts) {
+  GptConfig c = preset("small-moe");  // L2 C256 F1024 T128 B8 V4096, E8 k2
+  c.layers = 3;
+  c.moe_every = 2;  // blocks 0 and 2 MoE, block 1 dense
+  const double N = 8 * 128, C = 256, F = 1024, V = 4096, E = 8, k = 2;
+  const double fwd = 2 * N * 4 * C * C * 3 + 2 * N * C * V + 2 * N * 2 * C * F * 1 +
+                     2 * (2 * N * C * E + 2 * (N * k) * 2 * C * F);
+  const StepFlops f = step_flops(c);
+  EXPECT_DOUBLE_EQ(f.forward_gemm, fwd);
+  EXPECT_DOUBLE_EQ(f.backward_gemm, 2 * fwd);
 }
