@@ -299,10 +299,16 @@ std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, int worl
   return all_pass(rows) ? "pass" : "fail";
 }
 
-// MoE (issue 13): the timed steps' assignments and capacity drops (this rank), to the console
-// and the HDF5 step attributes.
-void report_moe(const GptConfig& c, const MoeTotals& t, StepH5* h5, const mb::core::Log& out) {
+// MoE (issue 13): the timed steps' assignments and capacity drops, summed over the ranks
+// (the busiest expert: the maximum), to the console and the HDF5 step attributes.
+void report_moe(const GptConfig& c, const MoeTotals& mine, StepH5* h5, const mb::core::Log& out) {
   if (c.experts == 0) return;
+  MoeTotals t;
+  int64_t sums[2] = {mine.routed, mine.dropped}, all[2] = {0, 0};
+  MPI_Allreduce(sums, all, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine.worst_expert, &t.worst_expert, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  t.routed = all[0];
+  t.dropped = all[1];
   const double frac = t.routed > 0 ? double(t.dropped) / double(t.routed) : 0.0;
   out.out("  moe: {} MoE blocks x {} experts, top-{}, capacity {}: {} assignments over the timed steps, "
           "{} dropped ({:.2f}%), busiest expert {} rows in one block\n",
