@@ -9,7 +9,9 @@
 
 #include <fmt/core.h>
 
+#include "core/error.hpp"
 #include "core/timer.hpp"
+#include "sharding.hpp"
 
 namespace meshbench::parallel {
 
@@ -30,94 +32,165 @@ const char* op_name(Op op) {
   return "?";
 }
 
+TpDims tp_dims(const GptConfig& c, const TpSpec& tp) {
+  const int t = std::max(1, tp.size), hs = c.head_size();
+  TpDims d{};
+  d.heads = c.heads / t;
+  d.kv_heads = c.kv_heads / t;
+  d.ffn = c.ffn / t;
+  d.attn_width = d.heads * hs;
+  d.qkv = (d.heads + 2 * d.kv_heads) * hs;
+  d.vocab = (c.vocab + t - 1) / t;
+  d.vocab_first = tp.rank * d.vocab;
+  d.vocab_valid = std::clamp(c.vocab - d.vocab_first, 0, d.vocab);
+  d.rows = c.micro_batch * c.seq / (tp.mode.sp ? t : 1);
+  return d;
+}
+
 template <typename S>
-Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), be_(&be), opts_(opts), moe_(cfg) {
-  const int64_t L = cfg.layers, C = cfg.hidden, F = cfg.ffn, V = cfg.vocab,
-                maxT = cfg.max_seq, QKV = cfg.qkv_width();
+typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptOptions& opts) {
+  const TpDims d = meshbench::parallel::tp_dims(cfg, opts.tp);
+  const int64_t L = cfg.layers, C = cfg.hidden, maxT = cfg.max_seq, hs = cfg.head_size();
   const int64_t mult = std::max<int64_t>(1, opts.unit_multiple);
+  const int t = opts.tp.size;
+  // Tensor-parallel slices (layout.hpp): column-parallel weights and biases by output rows
+  // (qkv per part, so each rank holds whole query and key/value heads), row-parallel weights
+  // by input columns, the vocabulary by rows of the padded table.
+  auto rows = [&](std::vector<int64_t> parts = {}) {
+    return t > 1 ? Shard{ShardRule::kRowSplit, opts.tp.rank, t, std::move(parts), -1} : Shard{};
+  };
+  const Shard cols = t > 1 ? Shard{ShardRule::kColSplit, opts.tp.rank, t, {}, -1} : Shard{};
+  const Shard vocab = t > 1 ? Shard{ShardRule::kRowSplit, opts.tp.rank, t, {}, cfg.vocab} : Shard{};
+  const std::vector<int64_t> qkv_parts = {int64_t{d.heads} * hs, int64_t{d.kv_heads} * hs, int64_t{d.kv_heads} * hs};
+  ParamTable pt;
+  Layout& lay = pt.layout;
   // Units in layout order; offsets inside a unit are kept relative to the unit's start.
   auto close_unit = [&](std::string name, int64_t lo) {
-    layout_.pad_unit(lo, mult);
-    units_.push_back({std::move(name), lo, layout_.total()});
+    lay.pad_unit(lo, mult);
+    pt.units.push_back({std::move(name), lo, lay.total()});
   };
-  wte_ = layout_.add("wte", {V, C}, true);
-  wpe_ = layout_.add("wpe", {maxT, C}, true);
+  pt.wte = lay.add("wte", {d.vocab, C}, true, vocab);
+  pt.wpe = lay.add("wpe", {maxT, C}, true);
   close_unit("embed", 0);
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    const int64_t u = (layout_.total() + 15) / 16 * 16;
+    const int64_t u = (lay.total() + 15) / 16 * 16;
     LayerOffsets o{};
-    o.ln1_w = layout_.add(p + "ln1.weight", {C}, false) - u;
-    o.ln1_b = layout_.add(p + "ln1.bias", {C}, false) - u;
-    o.qkv_w = layout_.add(p + "attn.qkv.weight", {QKV, C}, true, ShardRule::kReplicated) - u;
-    o.qkv_b = layout_.add(p + "attn.qkv.bias", {QKV}, false) - u;
-    o.proj_w = layout_.add(p + "attn.proj.weight", {C, C}, true) - u;
-    o.proj_b = layout_.add(p + "attn.proj.bias", {C}, false) - u;
-    o.ln2_w = layout_.add(p + "ln2.weight", {C}, false) - u;
-    o.ln2_b = layout_.add(p + "ln2.bias", {C}, false) - u;
+    o.ln1_w = lay.add(p + "ln1.weight", {C}, false) - u;
+    o.ln1_b = lay.add(p + "ln1.bias", {C}, false) - u;
+    o.ln2_w = lay.add(p + "ln2.weight", {C}, false) - u;
+    o.ln2_b = lay.add(p + "ln2.bias", {C}, false) - u;
+    o.qkv_w = lay.add(p + "attn.qkv.weight", {d.qkv, C}, true, rows(qkv_parts)) - u;
+    o.qkv_b = lay.add(p + "attn.qkv.bias", {d.qkv}, false, rows(qkv_parts)) - u;
+    o.proj_w = lay.add(p + "attn.proj.weight", {C, d.attn_width}, true, cols) - u;
+    o.proj_b = lay.add(p + "attn.proj.bias", {C}, false) - u;
     if (cfg.is_moe(static_cast<int>(l))) {
-      moe_.add_params(static_cast<int>(l), layout_, p, u);
+      moe_add_params(lay, cfg, p);  // the router and E experts (moe.hpp)
     } else {
-      o.fc_w = layout_.add(p + "mlp.fc.weight", {F, C}, true) - u;
-      o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false) - u;
-      o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true) - u;
-      o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false) - u;
+      o.fc_w = lay.add(p + "mlp.fc.weight", {d.ffn, C}, true, rows()) - u;
+      o.fc_b = lay.add(p + "mlp.fc.bias", {d.ffn}, false, rows()) - u;
+      o.fcproj_w = lay.add(p + "mlp.proj.weight", {C, d.ffn}, true, cols) - u;
+      o.fcproj_b = lay.add(p + "mlp.proj.bias", {C}, false) - u;
     }
-    lo_.push_back(o);
+    pt.lo.push_back(o);
     close_unit(fmt::format("h.{}", l), u);
   }
-  const int64_t hu = (layout_.total() + 15) / 16 * 16;
-  lnf_w_ = layout_.add("lnf.weight", {C}, false) - hu;
-  lnf_b_ = layout_.add("lnf.bias", {C}, false) - hu;
-  head_w_ = cfg.tied ? wte_ : layout_.add("lm_head.weight", {V, C}, true) - hu;
-  head_b_ = layout_.add("lm_head.bias", {V}, false) - hu;
+  const int64_t hu = (lay.total() + 15) / 16 * 16;
+  pt.lnf_w = lay.add("lnf.weight", {C}, false) - hu;
+  pt.lnf_b = lay.add("lnf.bias", {C}, false) - hu;
+  pt.head_w = cfg.tied ? pt.wte : lay.add("lm_head.weight", {d.vocab, C}, true, vocab) - hu;
+  pt.head_b = lay.add("lm_head.bias", {d.vocab}, false, vocab) - hu;
   close_unit("head", hu);
+  return pt;
+}
+
+template <typename S>
+Layout Gpt<S>::full_layout(const GptConfig& cfg) {
+  return param_table(cfg, GptOptions{}).layout;
+}
+
+template <typename S>
+Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
+    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp)), moe_(cfg) {
+  if (cfg.moe_blocks() > 0 && opts.tp.size > 1)
+    throw core::UsageError("--experts with tensor parallel: the MoE layer runs on one rank's full rows only (expert parallel is issue 13)");
+  ParamTable pt = param_table(cfg, opts);
+  layout_ = std::move(pt.layout);
+  units_ = std::move(pt.units);
+  lo_ = std::move(pt.lo);
+  wte_ = pt.wte;
+  wpe_ = pt.wpe;
+  lnf_w_ = pt.lnf_w;
+  lnf_b_ = pt.lnf_b;
+  head_w_ = pt.head_w;
+  head_b_ = pt.head_b;
+  for (int l = 0; l < cfg.layers; ++l)
+    if (cfg.is_moe(l)) moe_.bind(l, layout_, units_[l + 1].lo);
   const int64_t P = layout_.total();
   if (opts.own_params) params_ = BackendArray<S, S>(be, P, &mem_, MemCat::kParams);
   if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
   if (opts.own_optimizer) set_optimizer_shard(P);
+  build_activations();
+  matmul_op_ = [this](const std::function<void()>& op, double flops) { timed(Op::kMatmul, op, flops); };
+}
 
-  const int64_t B = cfg.micro_batch, T = cfg.seq, N = B * T, NH = cfg.heads;
+template <typename S>
+void Gpt<S>::build_activations() {
+  const TpDims& d = dims_;
+  const int64_t L = cfg_.layers, C = cfg_.hidden, B = cfg_.micro_batch, T = cfg_.seq, N = B * T, n = d.rows;
+  const bool tp = opts_.tp.size > 1, sp = tp && opts_.tp.mode.sp, keep = sp && !opts_.tp.mode.regather;
   for (int64_t l = 0; l < L; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     LayerActs a{};
-    a.ln1 = act_layout_.add(p + "ln1", {B, T, C}, false);
-    a.ln1_mean = act_layout_.add(p + "ln1_mean", {B, T}, false);
-    a.ln1_rstd = act_layout_.add(p + "ln1_rstd", {B, T}, false);
-    a.qkv = act_layout_.add(p + "qkv", {B, T, QKV}, false);
-    a.att = act_layout_.add(p + "att", {B, NH, T, T}, false);
-    a.atty = act_layout_.add(p + "atty", {B, T, C}, false);
-    a.res2 = act_layout_.add(p + "res2", {B, T, C}, false);
-    a.ln2 = act_layout_.add(p + "ln2", {B, T, C}, false);
-    a.ln2_mean = act_layout_.add(p + "ln2_mean", {B, T}, false);
-    a.ln2_rstd = act_layout_.add(p + "ln2_rstd", {B, T}, false);
-    if (cfg.is_moe(static_cast<int>(l))) {
+    a.ln1 = act_layout_.add(p + "ln1", {n, C}, false);
+    a.ln1_mean = act_layout_.add(p + "ln1_mean", {n}, false);
+    a.ln1_rstd = act_layout_.add(p + "ln1_rstd", {n}, false);
+    if (keep) a.ln1_full = act_layout_.add(p + "ln1_full", {N, C}, false);
+    a.qkv = act_layout_.add(p + "qkv", {N, d.qkv}, false);
+    a.att = act_layout_.add(p + "att", {B, d.heads, T, T}, false);
+    a.atty = act_layout_.add(p + "atty", {N, d.attn_width}, false);
+    a.res2 = act_layout_.add(p + "res2", {n, C}, false);
+    a.ln2 = act_layout_.add(p + "ln2", {n, C}, false);
+    a.ln2_mean = act_layout_.add(p + "ln2_mean", {n}, false);
+    a.ln2_rstd = act_layout_.add(p + "ln2_rstd", {n}, false);
+    if (keep) a.ln2_full = act_layout_.add(p + "ln2_full", {N, C}, false);
+    if (cfg_.is_moe(static_cast<int>(l))) {
       moe_.add_acts(static_cast<int>(l), act_layout_, p);
     } else {
-      a.fch = act_layout_.add(p + "fch", {B, T, F}, false);
-      a.fch_gelu = act_layout_.add(p + "fch_gelu", {B, T, F}, false);
+      a.fch = act_layout_.add(p + "fch", {N, d.ffn}, false);
+      a.fch_gelu = act_layout_.add(p + "fch_gelu", {N, d.ffn}, false);
     }
-    a.res3 = act_layout_.add(p + "res3", {B, T, C}, false);
+    a.res3 = act_layout_.add(p + "res3", {n, C}, false);
     la_.push_back(a);
   }
-  encoded_ = act_layout_.add("encoded", {B, T, C}, false);
-  lnf_ = act_layout_.add("lnf", {B, T, C}, false);
-  lnf_mean_ = act_layout_.add("lnf_mean", {B, T}, false);
-  lnf_rstd_ = act_layout_.add("lnf_rstd", {B, T}, false);
-  logits_ = act_layout_.add("logits", {B, T, V}, false);  // probs, then dlogits, in place
-  losses_ = act_layout_.add("losses", {B, T}, false);
-  acts_ = BackendArray<S, S>(be, act_layout_.total(), &mem_, MemCat::kActivations);
+  encoded_ = act_layout_.add("encoded", {n, C}, false);
+  lnf_ = act_layout_.add("lnf", {n, C}, false);
+  lnf_mean_ = act_layout_.add("lnf_mean", {n}, false);
+  lnf_rstd_ = act_layout_.add("lnf_rstd", {n}, false);
+  if (keep) lnf_full_ = act_layout_.add("lnf_full", {N, C}, false);
+  logits_ = act_layout_.add("logits", {N, d.vocab}, false);  // probs, then dlogits, in place
+  losses_ = act_layout_.add("losses", {N}, false);
+  acts_ = BackendArray<S, S>(*be_, act_layout_.total(), &mem_, MemCat::kActivations);
 
   const MemCat kBuf = MemCat::kBuffers;
-  dresid_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
-  dln_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
-  datty_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
-  dqkv_ = BackendArray<S, S>(be, N * QKV, &mem_, kBuf);
-  datt_ = BackendArray<S, S>(be, B * NH * T * T, &mem_, kBuf);
-  dfch_ = BackendArray<S, S>(be, N * F, &mem_, kBuf);
-  tokens_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
-  targets_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
-  moe_.allocate(be, &mem_);
+  dresid_ = BackendArray<S, S>(*be_, n * C, &mem_, kBuf);
+  dln_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+  datty_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
+  dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
+  datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+  dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
+  tokens_ = BackendArray<int32_t, S>(*be_, N, &mem_, kBuf);
+  targets_ = BackendArray<int32_t, S>(*be_, N, &mem_, kBuf);
+  moe_.allocate(*be_, &mem_);
+  if (tp) {
+    row_scratch_ = BackendArray<S, S>(*be_, (N + n) * C, &mem_, kBuf);
+    ce_stats_ = BackendArray<S, S>(*be_, 3 * N, &mem_, kBuf);
+  }
+  if (sp) {
+    dxfull_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+    dyfull_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+    if (!keep) gather_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+  }
 }
 
 template <typename S>
@@ -148,12 +221,14 @@ int64_t Gpt<S>::num_params() const {
 
 template <typename S>
 std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
+  // The full model's weights in its layout's entry order, so every plan starts identical.
+  const Layout full = full_layout(cfg_);
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<S> host(static_cast<size_t>(layout_.total()), S(0));
+  std::vector<S> whole(static_cast<size_t>(full.total()), S(0));
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
-  for (const auto& e : layout_.entries()) {
-    S* p = host.data() + e.offset;
+  for (const auto& e : full.entries()) {
+    S* p = whole.data() + e.offset;
     const bool is_norm_weight = e.name.find("ln") != std::string::npos &&
                                 e.name.find(".weight") != std::string::npos;
     if (is_norm_weight) {
@@ -164,6 +239,8 @@ std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
       for (int64_t i = 0; i < e.numel; ++i) p[i] = static_cast<S>(sd * normal(rng));
     }  // biases stay 0
   }
+  std::vector<S> host(static_cast<size_t>(layout_.total()), S(0));
+  take_from_full(full, whole.data(), layout_, host.data());
   return host;
 }
 
@@ -205,79 +282,143 @@ const S* Gpt<S>::res_in(int l) const {
 }
 
 template <typename S>
-S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
-            NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
-  const int N = B * T;
-  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
-  double aux = 0;  // the MoE blocks' load-balancing losses
-  trace_phase_ = 'F';
-  trace_layer_ = -1;
-  Backend<S>& be = *be_;
-  be.upload(tokens_.data(), tokens, sizeof(int32_t) * N);
-  be.upload(targets_.data(), targets, sizeof(int32_t) * N);
-  S* a = acts_.data();
-  acquire(0, 'F');
-  const S* pe = P(0);
-  timed(Op::kEmbedding,
-        [&] { be.embedding_forward(a + encoded_, tokens_.data(), pe + wte_, pe + wpe_, B, T, C); });
-  if (!cfg_.tied) release(0, 'F');  // a tied head reads wte again at the end
-  for (int l = 0; l < cfg_.layers; ++l) {
-    trace_layer_ = l;
-    acquire(l + 1, 'F');
-    const S* p = P(l + 1);
-    const LayerOffsets& w = lo_[l];
-    const LayerActs& x = la_[l];
-    const S* res = res_in(l);
-    timed(Op::kLayerNorm, [&] {
-      be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w,
-                           p + w.ln1_b, N, C);
-    });
-    timed(Op::kMatmul,
-          [&] { be.matmul_forward(a + x.qkv, a + x.ln1, p + w.qkv_w, p + w.qkv_b, N, C, QKV, false); }, 2.0 * N * C * QKV);
-    timed(Op::kAttention,
-          [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, NH, KVH, hs); }, attn_fwd_flops);
-    // Residual fused into the projection: res2 = res, then res2 += atty @ Wp^T + bp.
-    timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{N} * C); });
-    timed(Op::kMatmul, [&] {
-      be.matmul_forward(a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, C, C, true);
-    }, 2.0 * N * C * C);
-    timed(Op::kLayerNorm, [&] {
-      be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w,
-                           p + w.ln2_b, N, C);
-    });
-    timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{N} * C); });
-    if (cfg_.is_moe(l)) {  // res3 += MoE(ln2) (moe.hpp)
-      aux += moe_.forward(l, p, a, a + x.ln2, a + x.res3, moe_timed());
-    } else {
-      timed(Op::kMatmul,
-            [&] { be.matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F, false); }, 2.0 * N * C * F);
-      timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * F); });
-      timed(Op::kMatmul, [&] {
-        be.matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
-      }, 2.0 * N * F * C);
-    }
-    release(l + 1, 'F');
+S* Gpt<S>::gathered(int l, int which) {
+  if (opts_.tp.size <= 1 || !opts_.tp.mode.sp) return nullptr;
+  if (opts_.tp.mode.regather) return gather_.data();  // one buffer, re-gathered in the backward
+  if (l < 0) return acts_.data() + lnf_full_;
+  return acts_.data() + (which == 0 ? la_[l].ln1_full : la_[l].ln2_full);
+}
+
+template <typename S>
+void Gpt<S>::embed_forward(const S* pe) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden;
+  S* out = acts_.data() + encoded_;
+  if (tp_ == nullptr) {
+    timed(Op::kEmbedding, [&] { be_->embedding_forward(out, tokens_.data(), pe + wte_, pe + wpe_, B, T, C); });
+    return;
   }
-  trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
+  // Vocabulary-parallel: each rank looks up the tokens in its rows (the others give 0), the
+  // positions are added once (rank 0), and the partial sums are reduced over the group.
+  S* partial = opts_.tp.mode.sp ? row_scratch_.data() : out;
+  timed(Op::kEmbedding, [&] {
+    be_->embedding_forward(partial, tokens_.data(), pe + wte_, tp_->rank() == 0 ? pe + wpe_ : nullptr, B, T, C);
+  });
+  if (opts_.tp.mode.sp)
+    tp_->reduce_scatter(out, partial, int64_t{dims_.rows} * C);
+  else
+    tp_->all_reduce(out, int64_t{B} * T * C);
+}
+
+template <typename S>
+void Gpt<S>::block_forward(int l) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = B * T, n = dims_.rows;
+  const TpDims& d = dims_;
+  const TpMode& mode = opts_.tp.mode;
+  Backend<S>& be = *be_;
+  S* a = acts_.data();
+  const S* p = P(l + 1);
+  const LayerOffsets& w = lo_[l];
+  const LayerActs& x = la_[l];
+  const S* res = res_in(l);
+  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w, p + w.ln1_b, n, C);
+  });
+  column_forward(be, matmul_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
+  timed(Op::kAttention,
+        [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
+  // The residual joins the projection: res2 = res, then res2 += proj(atty).
+  timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{n} * C); });
+  row_forward(be, matmul_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
+              row_scratch_.data());
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w, p + w.ln2_b, n, C);
+  });
+  if (cfg_.is_moe(l)) {  // res3 = res2 + MoE(ln2) (moe.hpp)
+    timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
+    moe_aux_ += moe_.forward(l, p, a, a + x.ln2, a + x.res3, moe_timed());
+    return;
+  }
+  column_forward(be, matmul_op_, tp_, mode, a + x.fch, a + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
+  timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * d.ffn); });
+  timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
+  row_forward(be, matmul_op_, tp_, mode, a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, d.ffn, C,
+              row_scratch_.data());
+}
+
+template <typename S>
+S Gpt<S>::head_forward(S* logits_out) {
+  const int C = cfg_.hidden, N = cfg_.micro_batch * cfg_.seq, n = dims_.rows, V = dims_.vocab;
+  Backend<S>& be = *be_;
+  S* a = acts_.data();
   const int hu = head_unit();
-  acquire(hu, 'F');
   const S* ph = P(hu);
   const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
   timed(Op::kLayerNorm, [&] {
-    be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_,
-                         ph + lnf_b_, N, C);
+    be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_, ph + lnf_b_, n, C);
   });
-  timed(Op::kMatmul,
-        [&] { be.matmul_forward(a + logits_, a + lnf_, head_w, ph + head_b_, N, C, V, false); }, 2.0 * N * C * V);
+  column_forward(be, matmul_op_, tp_, opts_.tp.mode, a + logits_, a + lnf_, gathered(-1, 0), head_w, ph + head_b_,
+                 N, C, V);
+  if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);  // before the softmax
+  S loss{};
+  if (tp_ == nullptr) {
+    timed(Op::kLoss, [&] { loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, targets_.data(), N, V); });
+    return loss;
+  }
+  // Vocabulary-parallel cross-entropy: three all-reduces of N values (the row max, the sums
+  // of exponentials, the target logits); no rank builds the full logits.
+  S* mx = ce_stats_.data();
+  S* sum = mx + N;
+  S* tl = sum + N;
+  timed(Op::kLoss, [&] { be.crossentropy_rowmax(mx, a + logits_, N, V, dims_.vocab_valid); });
+  tp_->all_reduce_max(mx, N);
+  timed(Op::kLoss, [&] {
+    be.crossentropy_partial(a + logits_, sum, tl, a + logits_, mx, targets_.data(), N, V, dims_.vocab_valid);
+  });
+  tp_->all_reduce(sum, N);
+  tp_->all_reduce(tl, N);
+  timed(Op::kLoss, [&] { loss = be.crossentropy_finish(a + logits_, a + losses_, sum, tl, mx, N, V); });
+  return loss;
+}
+
+template <typename S>
+S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) {
+  const int N = cfg_.micro_batch * cfg_.seq;
+  trace_phase_ = 'F';
+  trace_layer_ = -1;
+  moe_aux_ = 0;
+  if (tp_) tp_->set_layer(-1);
+  if (opts_.tp.size > 1) {  // token ids as rows of this rank's vocabulary slice, -1 elsewhere
+    std::vector<int32_t> tok(tokens, tokens + N), tgt(targets, targets + N);
+    for (int32_t* v : {tok.data(), tgt.data()})
+      for (int i = 0; i < N; ++i) {
+        const int32_t r = v[i] - dims_.vocab_first;
+        v[i] = r >= 0 && r < dims_.vocab_valid ? r : -1;
+      }
+    be_->upload(tokens_.data(), tok.data(), sizeof(int32_t) * N);
+    be_->upload(targets_.data(), tgt.data(), sizeof(int32_t) * N);
+  } else {
+    be_->upload(tokens_.data(), tokens, sizeof(int32_t) * N);
+    be_->upload(targets_.data(), targets, sizeof(int32_t) * N);
+  }
+  acquire(0, 'F');
+  embed_forward(P(0));
+  if (!cfg_.tied) release(0, 'F');  // a tied head reads wte again at the end
+  for (int l = 0; l < cfg_.layers; ++l) {
+    trace_layer_ = l;
+    if (tp_) tp_->set_layer(l);
+    acquire(l + 1, 'F');
+    block_forward(l);
+    release(l + 1, 'F');
+  }
+  trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
+  if (tp_) tp_->set_layer(-1);
+  const int hu = head_unit();
+  acquire(hu, 'F');
+  const S loss = head_forward(logits_out);
   release(hu, 'F');
   if (cfg_.tied) release(0, 'F');
-  if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);
-  S loss{};
-  timed(Op::kLoss, [&] {
-    loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, targets_.data(), N, V);
-  });
-  return loss + static_cast<S>(aux);
+  return loss + static_cast<S>(moe_aux_);
 }
 
 template <typename S>
@@ -286,87 +427,111 @@ void Gpt<S>::zero_grad() {
 }
 
 template <typename S>
-void Gpt<S>::backward(S loss_scale) {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
-            NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
-  const int N = B * T;
-  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
-  trace_phase_ = 'B';
-  trace_layer_ = -1;
+void Gpt<S>::sync_norm_grads(S* g, int64_t n) {
+  if (tp_ == nullptr || !opts_.tp.mode.sp) return;
+  tp_->all_reduce(g, n);
+}
+
+template <typename S>
+void Gpt<S>::head_backward(S loss_scale, bool sync_replicated) {
+  const int C = cfg_.hidden, N = cfg_.micro_batch * cfg_.seq, n = dims_.rows, V = dims_.vocab;
   Backend<S>& be = *be_;
   S* a = acts_.data();
-  S* dresid = dresid_.data();
-  S* dln = dln_.data();
   const int hu = head_unit();
   // d(loss_scale x mean loss)/dloss = loss_scale; probs become dlogits in place.
-  timed(Op::kLoss, [&] {
-    be.crossentropy_backward(a + logits_, a + logits_, targets_.data(), loss_scale, N, V);
-  });
+  timed(Op::kLoss, [&] { be.crossentropy_backward(a + logits_, a + logits_, targets_.data(), loss_scale, N, V); });
   acquire(hu, 'B');
   if (cfg_.tied) acquire(0, 'B');  // the head's weight is wte: its gradient accumulates there
   const S* ph = P(hu);
   S* gh = G(hu);
   const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
   S* dhead_w = cfg_.tied ? G(0) + head_w_ : gh + head_w_;
-  timed(Op::kMatmul, [&] {
-    be.matmul_backward(dln, dhead_w, gh + head_b_, a + logits_, a + lnf_, head_w, N, C, V);
-  }, 4.0 * N * C * V);
-  be.zero(dresid, sizeof(S) * N * C);
+  column_backward(be, matmul_op_, tp_, opts_.tp.mode, dln_.data(), dxfull_.data(), dhead_w, gh + head_b_, a + logits_,
+                  a + lnf_, gathered(-1, 0), head_w, N, C, V);
+  be.zero(dresid_.data(), sizeof(S) * n * C);
   timed(Op::kLayerNorm, [&] {
-    be.layernorm_backward(dresid, gh + lnf_w_, gh + lnf_b_, dln, res_in(cfg_.layers), ph + lnf_w_,
-                          a + lnf_mean_, a + lnf_rstd_, N, C);
+    be.layernorm_backward(dresid_.data(), gh + lnf_w_, gh + lnf_b_, dln_.data(), res_in(cfg_.layers), ph + lnf_w_,
+                          a + lnf_mean_, a + lnf_rstd_, n, C);
   });
+  if (sync_replicated) sync_norm_grads(gh + lnf_w_, lnf_b_ + C - lnf_w_);
   release(hu, 'B');
   grads_ready(units_[hu].lo, units_[hu].hi);
+}
+
+template <typename S>
+void Gpt<S>::block_backward(int l, bool sync_replicated) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = B * T, n = dims_.rows;
+  const TpDims& d = dims_;
+  const TpMode& mode = opts_.tp.mode;
+  Backend<S>& be = *be_;
+  S* a = acts_.data();
+  S* dresid = dresid_.data();
+  S* dln = dln_.data();
+  S* dfch = dfch_.data();
+  const S* p = P(l + 1);
+  S* g = G(l + 1);
+  const LayerOffsets& w = lo_[l];
+  const LayerActs& x = la_[l];
+  const double attn_bwd_flops = 8.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
+  if (cfg_.is_moe(l)) {  // dln = d(ln2) through the MoE MLP (moe.hpp)
+    moe_.backward(l, p, g, a, a + x.ln2, dresid, dln, loss_scale_, moe_timed());
+  } else {
+    row_backward(be, matmul_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
+                 a + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
+    timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * d.ffn); });
+    column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
+                    gathered(l, 1), p + w.fc_w, N, C, d.ffn);
+  }
+  timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
+    be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w, a + x.ln2_mean,
+                          a + x.ln2_rstd, n, C);
+  });
+  row_backward(be, matmul_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), a + x.atty,
+               p + w.proj_w, N, d.attn_width, C);
+  timed(Op::kAttention, [&] {
+    be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);
+  }, attn_bwd_flops);
+  column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
+                  gathered(l, 0), p + w.qkv_w, N, C, d.qkv);
+  timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
+    be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w, a + x.ln1_mean,
+                          a + x.ln1_rstd, n, C);
+  });
+  if (sync_replicated) sync_norm_grads(g + w.ln1_w, w.ln2_b + C - w.ln1_w);
+}
+
+template <typename S>
+void Gpt<S>::embed_backward() {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden;
+  const S* d = dresid_.data();
+  if (tp_ && opts_.tp.mode.sp) {  // the reduce-scatter's backward: gather the rows
+    tp_->all_gather(dyfull_.data(), dresid_.data(), int64_t{dims_.rows} * C);
+    d = dyfull_.data();
+  }
+  S* ge = G(0);
+  timed(Op::kEmbedding, [&] { be_->embedding_backward(ge + wte_, ge + wpe_, d, tokens_.data(), B, T, C); });
+}
+
+template <typename S>
+void Gpt<S>::backward(S loss_scale, bool sync_replicated) {
+  trace_phase_ = 'B';
+  trace_layer_ = -1;
+  loss_scale_ = loss_scale;
+  if (tp_) tp_->set_layer(-1);
+  head_backward(loss_scale, sync_replicated);
   // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     trace_layer_ = l;
+    if (tp_) tp_->set_layer(l);
     acquire(l + 1, 'B');
-    const S* p = P(l + 1);
-    S* g = G(l + 1);
-    const LayerOffsets& w = lo_[l];
-    const LayerActs& x = la_[l];
-    S* dfch = dfch_.data();
-    if (cfg_.is_moe(l)) {  // dln = d(ln2) through the MoE MLP (moe.hpp)
-      moe_.backward(l, p, g, a, a + x.ln2, dresid, dln, loss_scale, moe_timed());
-    } else {
-      timed(Op::kMatmul, [&] {
-        be.matmul_backward(dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, a + x.fch_gelu,
-                           p + w.fcproj_w, N, F, C);
-      }, 4.0 * N * F * C);
-      timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * F); });
-      timed(Op::kMatmul, [&] {
-        be.matmul_backward(dln, g + w.fc_w, g + w.fc_b, dfch, a + x.ln2, p + w.fc_w, N, C, F);
-      }, 4.0 * N * C * F);
-    }
-    timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
-      be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w,
-                            a + x.ln2_mean, a + x.ln2_rstd, N, C);
-    });
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(datty_.data(), g + w.proj_w, g + w.proj_b, dresid, a + x.atty,
-                         p + w.proj_w, N, C, C);
-    }, 4.0 * N * C * C);
-    timed(Op::kAttention, [&] {
-      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T,
-                            NH, KVH, hs);
-    }, 2 * attn_fwd_flops);
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dln, g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1, p + w.qkv_w, N, C,
-                         QKV);
-    }, 4.0 * N * C * QKV);
-    timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
-      be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w,
-                            a + x.ln1_mean, a + x.ln1_rstd, N, C);
-    });
+    block_backward(l, sync_replicated);
     release(l + 1, 'B');
     grads_ready(units_[l + 1].lo, units_[l + 1].hi);
   }
   trace_layer_ = -1;
+  if (tp_) tp_->set_layer(-1);
   if (!cfg_.tied) acquire(0, 'B');
-  S* ge = G(0);
-  timed(Op::kEmbedding,
-        [&] { be.embedding_backward(ge + wte_, ge + wpe_, dresid, tokens_.data(), B, T, C); });
+  embed_backward();
   release(0, 'B');
   grads_ready(units_[0].lo, units_[0].hi);
 }
@@ -411,20 +576,28 @@ MemoryBytes Gpt<S>::memory_allocated() const {
 }
 
 template <typename S>
-MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb) {
-  // Closed forms, written independently of the layout tables (padding not counted).
-  const int64_t L = c.layers, C = c.hidden, F = c.ffn, V = c.vocab, maxT = c.max_seq,
-                QKV = c.qkv_width(), B = c.micro_batch, T = c.seq, N = B * T, NH = c.heads;
-  const int64_t per_layer = 4 * C + QKV * C + QKV + C * C + C + F * C + F + C * F + C;
+MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp) {
+  // Closed forms, written independently of the layout tables (padding not counted). With
+  // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
+  // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows.
+  const int64_t t = std::max(1, tp.size), L = c.layers, C = c.hidden, hs = c.head_size();
+  const int64_t F = c.ffn / t, NH = c.heads / t, KVH = c.kv_heads / t, Ca = NH * hs, QKV = (NH + 2 * KVH) * hs;
+  const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T;
+  const bool par = t > 1, sp = par && tp.mode.sp, keep = sp && !tp.mode.regather;
+  const int64_t n = sp ? N / t : N;
+  const int64_t per_layer = 4 * C + QKV * C + QKV + C * Ca + C + F * C + F + C * F + C;
   const int64_t P = V * C + maxT * C + L * per_layer + 2 * C + (c.tied ? 0 : V * C) + V;
   MemoryBytes m;
   m.params = P * sb;
   m.grads = P * sb;
   m.optimizer = 2 * P * sb;
-  // per layer: ln1, atty, res2, ln2, res3 (N*C each), qkv, 2 x fch, att, 4 norm statistics
-  const int64_t act_layer = 5 * N * C + N * QKV + 2 * N * F + B * NH * T * T + 4 * N;
-  m.activations = (L * act_layer + 2 * N * C + 2 * N + N * V + N) * sb;
-  m.buffers = (3 * N * C + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
+  // per layer: ln1, res2, ln2, res3 and 4 norm statistics on n rows; qkv, atty, 2 x fch, att
+  // on all N rows; SP keeping its gathers: ln1 and ln2 gathered (N x C each)
+  const int64_t act_layer = 4 * n * C + 4 * n + N * QKV + N * Ca + 2 * N * F + B * NH * T * T + (keep ? 2 * N * C : 0);
+  m.activations = (L * act_layer + 2 * n * C + 2 * n + (keep ? N * C : 0) + N * V + N) * sb;
+  m.buffers = (n * C + N * C + N * Ca + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
+  if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
+  if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
   const MoeMemory moe = moe_memory(c, sb);  // the MoE blocks against the dense MLPs
   m.params += moe.param_elements * sb;
   m.grads += moe.param_elements * sb;

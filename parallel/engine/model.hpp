@@ -20,6 +20,7 @@
 #include "layers.hpp"
 #include "layout.hpp"
 #include "moe.hpp"
+#include "tp_layers.hpp"
 #include <string>
 
 namespace meshbench::parallel {
@@ -59,12 +60,29 @@ struct Unit {
   int64_t lo, hi;    // elements; hi - lo is a multiple of GptOptions::unit_multiple
 };
 
+// This rank's place in the tensor-parallel group and how the group communicates. Every
+// tensor's slice is recorded in its layout entry (layout.hpp, Shard): query and key/value
+// heads, the MLP width and the (padded) vocabulary are divided by `size`.
+struct TpSpec {
+  int size = 1, rank = 0;
+  TpMode mode;
+};
+
+// The local sizes of a rank of a tensor-parallel group of `size` (tp_layers.hpp).
+struct TpDims {
+  int heads, kv_heads, ffn, attn_width, qkv;  // NH/t, KVH/t, F/t, C/t, (NH/t + 2 KVH/t) hs
+  int vocab, vocab_valid, vocab_first;        // Vp/t rows (Vp: V padded to a multiple of t), real rows, first
+  int rows;                                   // rows of the residual stream: N, or N/t with SP
+};
+TpDims tp_dims(const GptConfig& c, const TpSpec& tp);
+
 // How the model's flat arrays are laid out and owned.
 struct GptOptions {
   int64_t unit_multiple = 1;  // pad each unit's length to a multiple of this (ZeRO: 16 x dp)
   bool own_params = true;     // false: a Residency holds the parameters (ZeRO-3)
   bool own_grads = true;      // false: a Residency holds the gradients (ZeRO-2, ZeRO-3)
   bool own_optimizer = true;  // false: no moments until set_optimizer_shard (ZeRO-1..3)
+  TpSpec tp;                  // tensor parallel (set_tp_comm before the first step when size > 1)
 };
 
 // Where a unit's parameters and gradients live while the model uses them. acquire(u, phase)
@@ -101,7 +119,14 @@ class Gpt {
   int64_t num_params() const;  // without padding
   const std::vector<Unit>& units() const { return units_; }
   void set_residency(Residency<S>* r) { residency_ = r; }
-  // The canonical initial weights (see init_weights) as a host array of layout().total().
+  void set_tp_comm(TpComm<S>* tp) { tp_ = tp; }
+  const TpSpec& tp() const { return opts_.tp; }
+  const TpDims& tp_dims() const { return dims_; }
+  // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
+  // entries are sliced from and gathered back to by name (sharding.hpp).
+  static Layout full_layout(const GptConfig& cfg);
+  // The canonical initial weights (see init_weights) as a host array of layout().total():
+  // the full model's weights from the seed, this rank's slices taken by name.
   std::vector<S> canonical_weights(uint64_t seed) const;
 
   // GPT-2 initialisation: N(0, 0.02) matrices and embeddings, residual projections scaled by
@@ -115,7 +140,9 @@ class Gpt {
   void zero_grad();
   // Gradients of loss_scale x the mean loss of the last forward() into grads() (+=, so
   // zero_grad first; gradient accumulation over m micro-batches uses loss_scale 1/m).
-  void backward(S loss_scale = S(1));
+  // sync_replicated: the last micro-batch of the step, after which sequence parallel
+  // all-reduces the norm weights' gradients (computed on sequence shards) over the group.
+  void backward(S loss_scale = S(1), bool sync_replicated = true);
   void set_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
   // AdamW step t (1-based) over the whole flat array, weight decay per layout entry.
   void update(const AdamWConfig& cfg, int t);
@@ -135,7 +162,7 @@ class Gpt {
   MemoryBytes memory_allocated() const;  // the model's allocations now
   MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers
   const MemoryTracker& memory() const { return mem_; }
-  static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes);
+  static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {});
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }
@@ -153,16 +180,39 @@ class Gpt {
   const MoeMlp<S>& moe() const { return moe_; }
 
  private:
+  // The norm parameters lead each block, so sequence parallel all-reduces them as one range.
   struct LayerOffsets {
-    int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
+    int64_t ln1_w, ln1_b, ln2_w, ln2_b, qkv_w, qkv_b, proj_w, proj_b, fc_w, fc_b, fcproj_w,
         fcproj_b;
   };
   struct LayerActs {
     int64_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch,
         fch_gelu, res3;
+    int64_t ln1_full = -1, ln2_full = -1;  // SP without re-gathering: the gathered inputs
   };
+  // The parameter table (layout, units, offsets) for a configuration and options.
+  struct ParamTable {
+    Layout layout;
+    std::vector<Unit> units;
+    int64_t wte, wpe, lnf_w, lnf_b, head_w, head_b;
+    std::vector<LayerOffsets> lo;
+  };
+  static ParamTable param_table(const GptConfig& cfg, const GptOptions& opts);
+  void build_activations();
+  // The gathered column-parallel input of layer l's qkv (which 0) or fc (1), or the head's
+  // (l = -1), under sequence parallel; null otherwise.
+  S* gathered(int l, int which);
+  void embed_forward(const S* pe);
+  S head_forward(S* logits_out);
+  void head_backward(S loss_scale, bool sync_replicated);
+  void embed_backward();
+  void block_forward(int l);
+  void block_backward(int l, bool sync_replicated);
+  // sequence parallel: the norm gradients [lo, lo + n) of a unit summed over the group
+  void sync_norm_grads(S* g, int64_t n);
   template <typename F>
   void timed(Op op, F&& f, double flops = 0.0);
+  ComputeOp matmul_op_;  // what the tensor-parallel linears time their GEMMs with
   const S* res_in(int l) const;
 
   void grads_ready(int64_t lo, int64_t hi) {
@@ -182,6 +232,8 @@ class Gpt {
   GptConfig cfg_;
   Backend<S>* be_;
   GptOptions opts_;
+  TpDims dims_;
+  TpComm<S>* tp_ = nullptr;
   MemoryTracker mem_;
   Residency<S>* residency_ = nullptr;
   std::vector<Unit> units_;
@@ -197,13 +249,18 @@ class Gpt {
 
   Layout act_layout_;  // activations cached by forward for backward
   std::vector<LayerActs> la_;
-  int64_t encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  int64_t encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lnf_full_ = -1;
   BackendArray<S, S> acts_;
   // Backward scratch (activation gradients), reused across layers.
   BackendArray<S, S> dresid_, dln_, datty_, dqkv_, datt_, dfch_;
+  // Tensor parallel: row-parallel outputs before their reduction; SP gathers and the
+  // cross-entropy's per-row statistics (max, sum of exponentials, target logit).
+  BackendArray<S, S> row_scratch_, dxfull_, dyfull_, gather_, ce_stats_;
   BackendArray<int32_t, S> tokens_, targets_;
   BackwardHooks hooks_;
   MoeMlp<S> moe_;
+  double moe_aux_ = 0;  // the MoE blocks' aux losses of the current forward
+  S loss_scale_ = S(1);  // the current backward's (the MoE aux loss's gradient)
   typename MoeMlp<S>::Timed moe_timed();
 
   bool profiling_ = false;

@@ -38,19 +38,32 @@ MoeMemory moe_memory(const GptConfig& c, int64_t sb) {
   return m;
 }
 
-template <typename S>
-void MoeMlp<S>::add_params(int layer, Layout& layout, const std::string& prefix,
-                           int64_t unit_lo) {
-  const int64_t C = c_.hidden, F = c_.ffn, E = c_.experts;
-  Weights& w = w_[layer];
-  w.router_w = layout.add(prefix + "moe.router.weight", {E, C}, true) - unit_lo;
+void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix) {
+  const int64_t C = c.hidden, F = c.ffn, E = c.experts;
+  layout.add(prefix + "moe.router.weight", {E, C}, true);
   for (int64_t e = 0; e < E; ++e) {
     // The global expert index: an expert-parallel rank's entries match the full model's.
     const std::string p = fmt::format("{}moe.expert.{}.", prefix, e);
-    w.fc_w.push_back(layout.add(p + "fc.weight", {F, C}, true) - unit_lo);
-    w.fc_b.push_back(layout.add(p + "fc.bias", {F}, false) - unit_lo);
-    w.proj_w.push_back(layout.add(p + "proj.weight", {C, F}, true) - unit_lo);
-    w.proj_b.push_back(layout.add(p + "proj.bias", {C}, false) - unit_lo);
+    layout.add(p + "fc.weight", {F, C}, true);
+    layout.add(p + "fc.bias", {F}, false);
+    layout.add(p + "proj.weight", {C, F}, true);
+    layout.add(p + "proj.bias", {C}, false);
+  }
+}
+
+template <typename S>
+void MoeMlp<S>::bind(int layer, const Layout& layout, int64_t unit_lo) {
+  const std::string prefix = fmt::format("h.{}.moe.", layer);
+  auto at = [&](const std::string& name) { return layout.find(prefix + name).offset - unit_lo; };
+  Weights& w = w_[layer];
+  w = Weights{};
+  w.router_w = at("router.weight");
+  for (int e = 0; e < c_.experts; ++e) {
+    const std::string p = fmt::format("expert.{}.", e);
+    w.fc_w.push_back(at(p + "fc.weight"));
+    w.fc_b.push_back(at(p + "fc.bias"));
+    w.proj_w.push_back(at(p + "proj.weight"));
+    w.proj_b.push_back(at(p + "proj.bias"));
   }
 }
 

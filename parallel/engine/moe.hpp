@@ -62,6 +62,10 @@ int moe_capacity(const GptConfig& c);
 // Rows of the permuted buffer: N*k dropless, min(N*k, E*capacity) otherwise.
 int64_t moe_rows(const GptConfig& c);
 MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes);
+// Appends one MoE block's parameter entries (prefix "h.3.") where the dense MLP's would be:
+// moe.router.weight (E,C), then per expert e (the global index) moe.expert.<e>.fc.weight
+// (F,C), .fc.bias (F), .proj.weight (C,F), .proj.bias (C).
+void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix);
 
 template <typename S>
 class MoeMlp {
@@ -74,9 +78,9 @@ class MoeMlp {
 
   explicit MoeMlp(const GptConfig& c) : c_(c), w_(c.layers), a_(c.layers), routing_(c.layers) {}
 
-  // Construction, in the model's layout order: block `layer`'s parameters (prefix "h.3.")
-  // with offsets relative to its unit's start `unit_lo`, then its activations.
-  void add_params(int layer, Layout& layout, const std::string& prefix, int64_t unit_lo);
+  // Construction: block `layer`'s parameters found by name in the model's layout (offsets
+  // relative to its unit's start `unit_lo`), then its activations added to `acts`.
+  void bind(int layer, const Layout& layout, int64_t unit_lo);
   void add_acts(int layer, Layout& acts, const std::string& prefix);
   // The integer activations (idx, slot, counts) and the backward scratch.
   void allocate(Backend<S>& be, MemoryTracker* mem);
@@ -98,7 +102,7 @@ class MoeMlp {
   double expert_flops(int layer) const;
 
  private:
-  struct Weights {  // offsets relative to the block's unit start
+  struct Weights {  // offsets relative to the block's unit start (bind)
     int64_t router_w = 0;
     std::vector<int64_t> fc_w, fc_b, proj_w, proj_b;
   };

@@ -51,7 +51,7 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
       case ActionKind::kBackward:
         tr.tags.phase = 'B';
         if (env.sync) env.sync->begin_backward(a.micro, a.micro == m - 1);
-        env.model.backward(scale);
+        env.model.backward(scale, a.micro == m - 1);  // the last one syncs SP's norm gradients
         t_prev = core::now_seconds();
         tr.phase("backward", t0, t_prev);
         break;
