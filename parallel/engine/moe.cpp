@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include <fmt/core.h>
 
@@ -120,6 +121,16 @@ void MoeMlp<S>::assign(int layer, S* acts, const Timed& timed) {
   if (fixed) {
     host_idx_.resize(static_cast<size_t>(N) * k);
     assignment_(layer, host_idx_.data());
+    for (int n = 0; n < N; ++n)  // the ops index experts by it: a bad one would write anywhere
+      for (int j = 0; j < k; ++j) {
+        const int32_t e = host_idx_[size_t(n) * k + j];
+        bool repeated = false;
+        for (int i = 0; i < j; ++i) repeated = repeated || host_idx_[size_t(n) * k + i] == e;
+        if (e < 0 || e >= E || repeated)
+          throw std::invalid_argument(fmt::format(
+              "MoE fixed assignment, block {} token {}: expert {} (want distinct experts in [0, {}))",
+              layer, n, e, E));
+      }
     be_->upload(idx, host_idx_.data(), sizeof(int32_t) * host_idx_.size());
   }
   timed(Op::kRouter, [&] {

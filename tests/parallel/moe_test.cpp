@@ -307,6 +307,8 @@ TEST(MoeModel, FixedAssignmentRoutesAsGiven) {
   synthetic_batch(tok.data(), tgt.data(), DataKind::kRandom, 9, 0, 0, c.micro_batch, c.seq, c.vocab);
   m.forward(tok.data(), tgt.data());
   EXPECT_EQ(m.moe().routing(0).routed, (std::vector<int32_t>{4, 4, 4, 12}));
+  m.moe().set_assignment([&](int, int32_t* idx) { std::fill(idx, idx + c.tokens() * 2, 1); });
+  EXPECT_THROW(m.forward(tok.data(), tgt.data()), std::invalid_argument);  // expert 1 twice
 }
 
 TEST(MoeConfig, RulesThrowUsageErrorNamingTheOption) {
