@@ -80,7 +80,7 @@ void add_run_flags(CLI::App& app, Options& o) {
 }
 
 void add_parallel_flags(CLI::App& app, Options& o) {
-  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 (tp, cp, ep, pp come with their strategies; dp defaults to the world size)"));
+  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 or tp=2,dp=2 (cp, ep, pp come with their strategies; dp defaults to the rest of the world size)"));
   mb::core::with_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
   mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
   mb::core::with_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
@@ -88,7 +88,11 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   mb::core::with_env(app.add_option("--micro-batches", o.micro_batches, "m: micro-batches per step, gradients accumulated; global batch b x m x dp"));
   mb::core::with_env(app.add_option("--grad-reduce", o.grad_reduce, "avg (gradient of the global mean loss) or sum (of the replicas' mean losses)")
           ->check(CLI::IsMember({"avg", "sum"})));
-  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward (the ablation of overlap)"));
+  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward, and post tensor parallel's input-gradient collectives only after the weight-gradient GEMM (the ablation of overlap)"));
+  mb::core::with_env(app.add_flag("--sp", o.sp, "sequence parallel: norms and residual on sequence shards, "
+                                  "all-gather/reduce-scatter instead of all-reduce (needs tp >= 2)"));
+  mb::core::with_env(app.add_option("--sp-regather", o.sp_regather, "with --sp: re-gather each column-parallel "
+                                    "input in the backward (true, Megatron's memory saving) or keep it (false)"));
   mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradient elements, 16 Ki to 40 M"));
   mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
           ->check(CLI::IsMember({"poll", "thread"})));
@@ -191,6 +195,8 @@ Plan make_plan(const Options& o, int world) {
   p.zero = o.zero;
   p.prefetch = o.prefetch;
   p.keep_params = o.keep_params;
+  p.sp = o.sp;
+  p.sp_regather = o.sp_regather;
   resolve_and_validate(p, world);  // throws UsageError before any communicator exists
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
@@ -198,8 +204,9 @@ Plan make_plan(const Options& o, int world) {
     throw UsageError(fmt::format("--export with --zero {}: exports the plain single-rank step (drop --zero)", o.zero));
   if (!o.export_dir.empty() && world > 1)
     throw UsageError(fmt::format("--export: exports the single-rank step; run it on one rank (world size {})", world));
-  if (o.inject_fault >= 0 && world == 1 && o.zero == 0)
-    throw UsageError("--inject-fault: corrupts a gradient before its reduction; a plain one-rank step has none");
+  if (o.inject_fault >= 0 && p.degrees.dp * p.degrees.cp == 1 && o.zero == 0)
+    throw UsageError("--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none "
+                     "(needs dp x cp > 1 or --zero)");
   if (o.inject_fault >= world)
     throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
   return p;

@@ -35,12 +35,11 @@ void resolve_and_validate(Plan& p, int world) {
     const char* what;
   };
   const comm::MeshSpec& m = p.mesh;
-  for (const Later& l : {Later{m.tp, "tp", "tensor parallel"}, Later{m.cp, "cp", "context parallel"},
-                         Later{m.ep, "ep", "expert parallel"}, Later{m.pp, "pp", "pipeline parallel"},
-                         Later{m.etp, "etp", "expert tensor parallel"}})
+  for (const Later& l : {Later{m.cp, "cp", "context parallel"}, Later{m.ep, "ep", "expert parallel"},
+                         Later{m.pp, "pp", "pipeline parallel"}, Later{m.etp, "etp", "expert tensor parallel"}})
     if (l.degree > 1)
-      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data parallel "
-                                   "only: --mesh dp=N)",
+      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data and tensor "
+                                   "parallel: --mesh dp=N,tp=T)",
                                    l.key, l.degree, l.what));
   // The degrees must multiply to the world size (RankGrid names the rule it breaks).
   try {
@@ -48,9 +47,26 @@ void resolve_and_validate(Plan& p, int world) {
   } catch (const UsageError& e) {
     throw UsageError(fmt::format("--mesh {} --order {}: {}", p.mesh_text.empty() ? "(default)" : p.mesh_text, p.order, e.what()));
   }
-  const comm::Degrees& d = p.degrees;
-  if (d.dp * d.cp != world)  // unreachable while only dp runs; kept for when cp lands
-    throw UsageError(fmt::format("--mesh: dp x cp = {} must equal the world size {}", d.dp * d.cp, world));
+  validate_tensor_parallel(p);
+}
+
+void validate_tensor_parallel(const Plan& p) {
+  const int t = p.degrees.tp;
+  const GptConfig& c = p.model;
+  if (p.sp && t < 2) throw UsageError("--sp: sequence parallel splits the tensor-parallel group; needs --mesh tp=T with T >= 2");
+  if (!p.sp_regather && !p.sp) throw UsageError("--sp-regather false: applies to sequence parallel only (add --sp)");
+  if (t < 2) return;
+  auto rule = [&](int v, const char* opt, const char* why) {
+    if (v % t != 0)
+      throw UsageError(fmt::format("--mesh tp={}: {} {} must be divisible by tp ({})", t, opt, v, why));
+  };
+  rule(c.heads, "--heads", "each rank holds whole query heads");
+  rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
+  rule(c.ffn, "--ffn", "the MLP width is split over the group");
+  if (p.sp) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
+  if (p.zero > 0)
+    throw UsageError(fmt::format("--zero {} with --mesh tp={}: ZeRO with tensor parallel is not available in this "
+                                 "build (data parallel with tensor parallel is)", p.zero, t));
 }
 
 int64_t largest_unit_elements(const GptConfig& c) {
@@ -75,10 +91,12 @@ int64_t bucket_elements(const Plan& p, int64_t grad_elements, int scalar_bytes) 
 
 std::string describe(const Plan& p) {
   return fmt::format("{} (order {}), zero {}, micro-batches {}, global batch {} x {} tokens, grad-reduce {}, "
-                     "overlap {}, progress {}",
+                     "overlap {}, progress {}{}",
                      comm::format_degrees(p.degrees), p.order, p.zero, p.micro_batches, p.global_batch(),
                      p.model.seq, p.grad_reduce == GradReduce::kAvg ? "avg" : "sum",
-                     p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread");
+                     p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread",
+                     p.degrees.tp > 1 ? (p.sp ? fmt::format(", sequence parallel (re-gather {})", p.sp_regather ? "on" : "off")
+                                             : std::string(", tensor parallel all-reduce")) : std::string());
 }
 
 }  // namespace meshbench::parallel

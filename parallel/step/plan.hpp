@@ -32,12 +32,17 @@ struct Plan {
   int zero = 0;              // ZeRO stage 0 (plain data parallel) .. 3
   int prefetch = 1;          // ZeRO-3: units gathered ahead of the one in use
   bool keep_params = false;  // ZeRO-3: keep gathered units across micro-batches
+  bool sp = false;           // tensor parallel: sequence parallel (--sp)
+  bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward
 
   int64_t global_batch() const {  // sequences per step: b x m x dp
     return int64_t{model.micro_batch} * micro_batches * degrees.dp;
   }
   int64_t global_tokens() const { return global_batch() * model.seq; }
 };
+
+// The tensor-parallel rules (heads, kv heads and ffn divisible by tp; seq too with --sp).
+void validate_tensor_parallel(const Plan& plan);
 
 // The largest unit of the model (embeddings, a block, or the head) in elements, without
 // padding: ZeRO reduces and gathers whole units.

@@ -1,9 +1,10 @@
 // step_bench: transformer training steps (GPT forward, backward, AdamW) on one rank or many.
 // Options -> Plan (plan.hpp) -> groups (comm/) -> sharded model (engine/) -> schedule and
 // executor (schedule/) -> trace -> metrics -> reports (HDF5, console, JSON lines, Perfetto).
-// Data parallel is the strategy of this version: every rank holds the whole model, runs its
-// share of the global batch, and all-reduces the gradients in buckets that overlap the
-// backward (strategies/data_parallel.hpp). --check compares the step with a reference: a
+// Strategies: data parallel (every rank runs its share of the global batch and all-reduces
+// the gradients in buckets that overlap the backward, strategies/data_parallel.hpp), ZeRO-1/2/3
+// (zero.hpp) and tensor parallel with sequence parallel (tensor_parallel.hpp; the linears in
+// engine/tp_layers.hpp), composed through the mesh order. --check compares the step with a reference: a
 // float64 run at one rank, the single-rank float32 reference on rank 0 at several.
 // Not here: the layers (engine/), the metrics' definitions (metrics.hpp), HDF5 (step_h5).
 #include <mpi.h>
@@ -49,6 +50,7 @@
 #include "results/output_path.hpp"
 #include "data_parallel.hpp"
 #include "zero.hpp"
+#include "tensor_parallel.hpp"
 #include "executor.hpp"
 #include "metrics.hpp"
 #include "perfetto.hpp"
@@ -133,11 +135,13 @@ std::string human_bytes(double b) {
 
 // Everything a rank runs the step with: groups, the dp communicator, the model, the strategy.
 struct Setup {
+  const Plan* plan = nullptr;
   mb::core::OpWatch* watch = nullptr;  // --op-timeout: every call of the step is watched
   std::unique_ptr<mb::comm::RankGrid> grid;
   std::unique_ptr<mb::comm::MeshComms> comms;
   Trace trace;
-  std::unique_ptr<RecordingComm> dp_comm;
+  std::unique_ptr<RecordingComm> dp_comm, tp_comm;
+  std::unique_ptr<TpGroup<float>> tp;     // tensor parallel (tp > 1)
   std::unique_ptr<Gpt<float>> model;
   std::unique_ptr<GradSync<float>> sync;  // DataParallel or Zero; null at dp x cp = 1
   DataParallel<float>* dp = nullptr;      // the plain data-parallel one, for its buckets
@@ -146,20 +150,40 @@ struct Setup {
   std::vector<Action> actions;
 };
 
+// A recording communicator over this rank's group of `kind` (MPI or NCCL, watched when --op-timeout).
+std::unique_ptr<RecordingComm> group_comm(Setup& st, const Options& o, mb::comm::GroupKind kind, const char* dim,
+                                          int rank, int device) {
+  const auto mem = st.grid->membership(kind, rank);
+  MPI_Comm c = st.comms->get(kind);
+  std::unique_ptr<mb::comm::Communicator> inner =
+      o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, dim, device) : mb::comm::make_mpi_communicator(c, dim);
+  if (st.watch) inner = mb::comm::make_watched(std::move(inner), *st.watch);
+  return std::make_unique<RecordingComm>(std::move(inner), st.trace, dim, mem ? mem->group : 0);
+}
+
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
+  st.plan = &plan;
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
   const int d = plan.degrees.dp * plan.degrees.cp;
-  st.model = std::make_unique<Gpt<float>>(plan.model, be, plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{});
-  st.model->init_weights(o.seed);  // every rank: the full canonical weights (ZeRO-3: its shard)
+  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
+  if (plan.degrees.tp > 1) {
+    const auto tpm = st.grid->membership(mb::comm::GroupKind::kTp, rank);
+    mo.tp.size = plan.degrees.tp;
+    mo.tp.rank = tpm ? tpm->index : 0;
+    mo.tp.mode = TpMode{plan.sp, plan.sp_regather, plan.overlap};
+  }
+  st.model = std::make_unique<Gpt<float>>(plan.model, be, mo);
+  st.model->init_weights(o.seed);  // every rank: its slice of the full canonical weights (ZeRO-3: its shard)
+  if (plan.degrees.tp > 1) {
+    st.tp_comm = group_comm(st, o, mb::comm::GroupKind::kTp, "tp", rank, device);
+    st.tp = std::make_unique<TpGroup<float>>(*st.tp_comm, be, &st.trace.tags);
+    st.model->set_tp_comm(st.tp.get());
+  }
   const auto mem = st.grid->membership(mb::comm::GroupKind::kDpCp, rank);
   st.dp_rank = mem ? mem->index : 0;
   if (d > 1 || plan.zero > 0) {
-    MPI_Comm c = st.comms->get(mb::comm::GroupKind::kDpCp);
-    std::unique_ptr<mb::comm::Communicator> inner =
-        o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, "dp", device) : mb::comm::make_mpi_communicator(c, "dp");
-    if (st.watch) inner = mb::comm::make_watched(std::move(inner), *st.watch);
-    st.dp_comm = std::make_unique<RecordingComm>(std::move(inner), st.trace, "dp", mem ? mem->group : 0);
+    st.dp_comm = group_comm(st, o, mb::comm::GroupKind::kDpCp, "dp", rank, device);
     if (plan.zero > 0) {
       auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
       st.zero = z.get();
@@ -183,7 +207,29 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
     const auto& groups = st.grid->groups(mb::comm::GroupKind::kDpCp);
     for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group("dp", static_cast<int>(i), groups[i], topo));
   }
+  if (st.tp) {
+    const auto& groups = st.grid->groups(mb::comm::GroupKind::kTp);
+    for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group("tp", static_cast<int>(i), groups[i], topo));
+  }
   return g;
+}
+
+// Megatron's activation memory per layer per micro-batch (FORMULAS.md; 16-bit activations
+// with dropout masks, bytes): sbh(34 + 5as/h) without TP, sbh(10 + 24/t + 5as/(ht)) with TP,
+// sbh(34 + 5as/h)/t with TP + SP. Printed beside this engine's measured fp32 activations.
+double megatron_activation_bytes_per_layer(const Plan& plan) {
+  const GptConfig& c = plan.model;
+  const double s = c.seq, b = c.micro_batch, h = c.hidden, a = c.heads, t = plan.degrees.tp;
+  if (t <= 1) return s * b * h * (34 + 5 * a * s / h);
+  if (plan.sp) return s * b * h * (34 + 5 * a * s / h) / t;
+  return s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+}
+
+std::string strategy_name(const Plan& plan) {
+  const auto& d = plan.degrees;
+  std::string s = plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "");
+  if (d.tp > 1) s += std::string(s.empty() ? "" : "+") + (plan.sp ? "tensor_parallel_sp" : "tensor_parallel");
+  return s.empty() ? "single" : s;
 }
 
 std::string memory_formula(int zero) {
@@ -212,7 +258,12 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
-      {"strategy", plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "single")},
+      {"strategy", strategy_name(plan)},
+      {"megatron_activation_bytes", megatron_activation_bytes_per_layer(plan) * c.layers},
+      {"megatron_activation_formula", plan.degrees.tp <= 1 ? "L sbh(34 + 5as/h)"
+                                      : (plan.sp ? "L sbh(34 + 5as/h)/t" : "L sbh(10 + 24/t + 5as/(ht))")}, {"sequence_parallel", plan.sp}, {"sp_regather", plan.sp_regather},
+      {"vocab_padded", int64_t{model.tp_dims().vocab} * d.tp},
+      {"vocab_padding_rule", "tensor parallel pads the vocabulary to a multiple of tp; padded rows are zero, masked out of the loss and dropped by --check"},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
       {"order", plan.order}, {"schedule", "accumulate"},
       {"schedule_actions", to_string(st.actions)}, {"microbatches", plan.micro_batches},
@@ -245,7 +296,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
   const GptConfig& c = plan.model;
   const MemoryTracker& t = model.memory();
-  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4);
+  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp());
   auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
   double ap = double(ma.params), ag = double(ma.grads), ao = double(ma.optimizer);
   if (plan.zero > 0) {
@@ -263,12 +314,19 @@ std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
           {"process_peak_rss", peak_rss_bytes(), NAN}};
 }
 
-void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, int ranks) {
+void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, const Plan& plan) {
   out.out("  memory, peak per category (rank 0)  measured     analytic\n");
-  (void)ranks;
   for (const auto& r : mem)
     out.out("    {:<16} {:>12} {:>12}\n", r.category, human_bytes(r.measured_bytes),
             std::isnan(r.analytic_bytes) ? std::string("-") : human_bytes(r.analytic_bytes));
+  const double meg = megatron_activation_bytes_per_layer(plan) * plan.model.layers;
+  for (const auto& r : mem)
+    if (r.category == "activations")
+      out.out("    activations beside Megatron's {} x L = {} (16-bit with dropout masks; this engine keeps fp32, no "
+              "dropout): measured/Megatron {:.2f}\n",
+              plan.degrees.tp <= 1 ? "sbh(34 + 5as/h)"
+                                   : (plan.sp ? "sbh(34 + 5as/h)/t" : "sbh(10 + 24/t + 5as/(ht))"),
+              human_bytes(meg), r.measured_bytes / meg);
 }
 
 // --check before timing; returns "pass", "fail" or "off" and the rows.
@@ -465,6 +523,7 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   rec.flops_per_step = step_flops(o.model).total() * plan.micro_batches * plan.degrees.dp;
   rec.loss = losses;
   if (st.sync) rec.analytic = st.sync->analytic();
+  for (const AnalyticBytes& a : tp_analytic(plan, 4)) rec.analytic.push_back(a);
   const int n = rec.steps;
   std::vector<double> times(static_cast<size_t>(n) * world), ph(static_cast<size_t>(n) * world * 4), mine;
   for (const auto& p : rm.phases) mine.insert(mine.end(), p.begin(), p.end());
@@ -522,7 +581,7 @@ struct Outcome {
 void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, const mb::comm::ClockOffset& clock,
             double t_origin, const mb::comm::Topology& topo, const mb::core::Log& out, int rank) {
   if (r.rec.steps > 0) print_step_report(out, r.rec, r.sum);
-  print_memory(out, r.mem, r.rec.ranks);
+  print_memory(out, r.mem, *st.plan);
   std::vector<std::pair<std::string, double>> ops;
   if (o.profile) ops = print_profile(out, *st.model, r.rec.steps, r.sum.step_time_median);
   std::vector<EventRow> events;
