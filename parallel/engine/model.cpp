@@ -113,7 +113,7 @@ template <typename S>
 Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
     : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp)), moe_(cfg) {
   if (cfg.moe_blocks() > 0 && opts.tp.size > 1)
-    throw core::UsageError("--experts with tensor parallel: the MoE layer runs on one rank's full rows only (expert parallel is issue 13)");
+    throw core::UsageError("--experts with tensor parallel: not available (the plan refuses it)");
   ParamTable pt = param_table(cfg, opts);
   layout_ = std::move(pt.layout);
   units_ = std::move(pt.units);
