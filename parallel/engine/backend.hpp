@@ -22,6 +22,7 @@
 
 #include "compute/device.hpp"
 #include "layers.hpp"
+#include "moe_layers.hpp"
 
 namespace meshbench::parallel {
 
@@ -102,6 +103,21 @@ class Backend {
   virtual void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) = 0;
   virtual void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n,
                             const AdamWConfig& cfg, double weight_decay, int t) = 0;
+
+  // The mixture-of-experts ops (moe_layers.hpp; the wiring is moe.hpp). moe_plan's counts are
+  // what the host reads (download) to size the per-expert GEMMs.
+  virtual void moe_topk_forward(int32_t* idx, S* gates, S* probs, const S* logits, int N, int E,
+                                int k, bool assigned) = 0;
+  virtual void moe_topk_backward(S* dlogits, const S* dgates, const S* dprobs, const S* probs,
+                                 const S* gates, const int32_t* idx, int N, int E, int k) = 0;
+  virtual void moe_plan(int32_t* slot, int32_t* counts, S* prob_sum, const int32_t* idx,
+                        const S* probs, int N, int E, int k, int capacity) = 0;
+  virtual void moe_permute_forward(S* xp, const S* x, const int32_t* slot, int N, int C, int k) = 0;
+  virtual void moe_permute_backward(S* dx, const S* dxp, const int32_t* slot, int N, int C, int k) = 0;
+  virtual void moe_unpermute_forward(S* out, const S* yp, const S* gates, const int32_t* slot, int N,
+                                     int C, int k) = 0;
+  virtual void moe_unpermute_backward(S* dyp, S* dgates, const S* dout, const S* yp, const S* gates,
+                                      const int32_t* slot, int N, int C, int k) = 0;
 };
 
 // The CPU backend (host memory, layers.hpp). One process-wide instance per scalar type.

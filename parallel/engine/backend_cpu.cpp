@@ -131,6 +131,33 @@ class CpuBackend final : public Backend<S> {
                     double weight_decay, int t) override {
     parallel::adamw_update(param, grad, m, v, n, cfg, weight_decay, t);
   }
+
+  void moe_topk_forward(int32_t* idx, S* gates, S* probs, const S* logits, int N, int E, int k,
+                        bool assigned) override {
+    parallel::moe_topk_forward(idx, gates, probs, logits, N, E, k, assigned);
+  }
+  void moe_topk_backward(S* dlogits, const S* dgates, const S* dprobs, const S* probs,
+                         const S* gates, const int32_t* idx, int N, int E, int k) override {
+    parallel::moe_topk_backward(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, S* prob_sum, const int32_t* idx, const S* probs,
+                int N, int E, int k, int capacity) override {
+    parallel::moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+  }
+  void moe_permute_forward(S* xp, const S* x, const int32_t* slot, int N, int C, int k) override {
+    parallel::moe_permute_forward(xp, x, slot, N, C, k);
+  }
+  void moe_permute_backward(S* dx, const S* dxp, const int32_t* slot, int N, int C, int k) override {
+    parallel::moe_permute_backward(dx, dxp, slot, N, C, k);
+  }
+  void moe_unpermute_forward(S* out, const S* yp, const S* gates, const int32_t* slot, int N, int C,
+                             int k) override {
+    parallel::moe_unpermute_forward(out, yp, gates, slot, N, C, k);
+  }
+  void moe_unpermute_backward(S* dyp, S* dgates, const S* dout, const S* yp, const S* gates,
+                              const int32_t* slot, int N, int C, int k) override {
+    parallel::moe_unpermute_backward(dyp, dgates, dout, yp, gates, slot, N, C, k);
+  }
 };
 
 }  // namespace

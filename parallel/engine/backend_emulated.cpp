@@ -97,6 +97,33 @@ class EmulatedBackend final : public Backend<float> {
                     const AdamWConfig& cfg, double wd, int t) override {
     cpu_.adamw_update(p, g, m, v, n, cfg, wd, t);
   }
+  // The MoE routing ops have no GEMM: the CPU backend's (the expert GEMMs are matmuls above).
+  void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
+                        int k, bool assigned) override {
+    cpu_.moe_topk_forward(idx, gates, probs, logits, N, E, k, assigned);
+  }
+  void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
+                         const float* gates, const int32_t* idx, int N, int E, int k) override {
+    cpu_.moe_topk_backward(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
+                const float* probs, int N, int E, int k, int capacity) override {
+    cpu_.moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+  }
+  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_permute_forward(xp, x, slot, N, C, k);
+  }
+  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_permute_backward(dx, dxp, slot, N, C, k);
+  }
+  void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
+                             int C, int k) override {
+    cpu_.moe_unpermute_forward(out, yp, gates, slot, N, C, k);
+  }
+  void moe_unpermute_backward(float* dyp, float* dgates, const float* dout, const float* yp,
+                              const float* gates, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_unpermute_backward(dyp, dgates, dout, yp, gates, slot, N, C, k);
+  }
 
   // As CudaBackend::matmul_forward: bias rows first, then the plan with beta 1.
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include <fmt/core.h>
+
 #include "core/error.hpp"
 #include "sharding.hpp"
 
@@ -202,6 +204,18 @@ std::vector<CheckRow> check_against_fp64(Gpt<float>& m32, const int32_t* tok, co
   std::vector<CheckRow> rows;
   rows.push_back(compare("loss", &loss32, &loss64, 1, kFp64Tolerance));
   rows.push_back(compare("logits", logits32.data(), logits64.data(), NV, kFp64Tolerance));
+  // MoE: float32 routed as float64 did (counts and kept rows per expert, exactly), so a
+  // near tie that flipped a choice is named instead of showing up as a gradient error.
+  auto counts = [](const MoeRouting& r) {
+    std::vector<double> v(r.routed.begin(), r.routed.end());
+    v.insert(v.end(), r.offsets.begin(), r.offsets.end());
+    return v;
+  };
+  for (int l = 0; l < c.layers; ++l)
+    if (c.is_moe(l)) {
+      const std::vector<double> a = counts(m32.moe().routing(l)), b = counts(m64.moe().routing(l));
+      rows.push_back(compare(fmt::format("moe routing h.{}", l), a.data(), b.data(), int64_t(a.size()), 0.0));
+    }
   rows.push_back(compare("grads", g32.data(), m64.grads(), P, kFp64Tolerance));
   for (const auto& e : m32.layout().entries())
     rows.push_back(compare("grad:" + e.name, g32.data() + e.offset, m64.grads() + e.offset, e.numel,

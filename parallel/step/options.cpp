@@ -24,6 +24,7 @@ struct ModelFlags {
   std::string preset = "tiny";
   GptConfig m;
   CLI::Option *model, *layers, *hidden, *heads, *kv, *ffn, *seq, *maxseq, *vocab, *mb, *tied;
+  CLI::Option *experts, *top_k, *moe_every, *capacity, *aux;  // MoE (issue 13)
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
@@ -41,6 +42,12 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   f.vocab = mb::core::with_env(app.add_option("--vocab", f.m.vocab, "vocabulary V"));
   f.mb = mb::core::with_env(app.add_option("--micro-batch", f.m.micro_batch, "samples per micro-batch on one rank (b)"));
   f.tied = mb::core::with_env(app.add_option("--tied", f.m.tied, "LM head tied to the token embedding (true|false)"));
+  f.experts = mb::core::with_env(app.add_option("--experts", f.m.experts, "MoE: experts E per MoE block, each an MLP of width --ffn (0: dense)"));
+  f.top_k = mb::core::with_env(app.add_option("--top-k", f.m.top_k, "MoE: experts per token k <= E (gates renormalised over the k)"));
+  f.moe_every = mb::core::with_env(app.add_option("--moe-every", f.m.moe_every, "MoE: blocks 0, N, 2N, ... are MoE"));
+  f.capacity = mb::core::with_env(app.add_option("--capacity-factor", f.m.capacity_factor,
+                                  "MoE: each expert keeps its first ceil(F*tokens*k/E) assignments in token order, drops the rest (0: dropless)"));
+  f.aux = mb::core::with_env(app.add_option("--aux-loss-coef", f.m.aux_loss_coef, "MoE: weight of the Switch/GShard load-balancing loss (added to the loss)"));
 }
 
 void add_run_flags(CLI::App& app, Options& o) {
@@ -117,6 +124,13 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (f.vocab->count()) c.vocab = f.m.vocab;
   if (f.mb->count()) c.micro_batch = f.m.micro_batch;
   if (f.tied->count()) c.tied = f.m.tied;
+  if (f.experts->count()) c.experts = f.m.experts;
+  if (f.top_k->count()) c.top_k = f.m.top_k;
+  if (f.moe_every->count()) c.moe_every = f.m.moe_every;
+  if (f.capacity->count()) c.capacity_factor = f.m.capacity_factor;
+  if (f.aux->count()) c.aux_loss_coef = f.m.aux_loss_coef;
+  if (c.experts == 0 && (f.top_k->count() || f.moe_every->count() || f.capacity->count() || f.aux->count()))
+    throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
   validate(c);
   return c;
 }

@@ -64,6 +64,9 @@ void validate_tensor_parallel(const Plan& p) {
   rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
   rule(c.ffn, "--ffn", "the MLP width is split over the group");
   if (p.sp) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
+  if (c.experts > 0)
+    throw UsageError(fmt::format("--experts {} with --mesh tp={}: the MoE layer does not split its experts over "
+                                 "tensor parallel in this build (expert parallel: issue 13)", c.experts, t));
   if (p.zero > 0)
     throw UsageError(fmt::format("--zero {} with --mesh tp={}: ZeRO with tensor parallel is not available in this "
                                  "build (data parallel with tensor parallel is)", p.zero, t));
@@ -72,7 +75,8 @@ void validate_tensor_parallel(const Plan& p) {
 int64_t largest_unit_elements(const GptConfig& c) {
   const int64_t C = c.hidden, F = c.ffn, V = c.vocab, QKV = c.qkv_width();
   const int64_t embed = V * C + int64_t{c.max_seq} * C;
-  const int64_t block = 4 * C + QKV * C + QKV + C * C + C + F * C + F + C * F + C;
+  const int64_t mlp = F * C + F + C * F + C;  // a MoE block: E of them and the router instead
+  const int64_t block = 4 * C + QKV * C + QKV + C * C + C + (c.experts > 0 ? c.experts * (C + mlp) : mlp);
   const int64_t head = 2 * C + V + (c.tied ? 0 : V * C);
   return std::max({embed, block, head});
 }

@@ -253,6 +253,8 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"preset", o.preset}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
       {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"seq", c.seq}, {"max_seq", c.max_seq},
       {"vocab", c.vocab}, {"micro_batch", c.micro_batch}, {"tied", c.tied},
+      {"experts", c.experts}, {"top_k", c.top_k}, {"moe_every", c.moe_every},
+      {"capacity_factor", c.capacity_factor}, {"moe_capacity", moe_capacity(c)}, {"aux_loss_coef", c.aux_loss_coef},
       {"parameters", model.num_params()}, {"grad_elements", model.layout().total()}, {"device", o.device}, {"dtype", o.dtype},
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
@@ -356,6 +358,27 @@ std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, int worl
   return all_pass(rows) ? "pass" : "fail";
 }
 
+// MoE (issue 13): the timed steps' assignments and capacity drops, summed over the ranks
+// (the busiest expert: the maximum), to the console and the HDF5 step attributes.
+void report_moe(const GptConfig& c, const MoeTotals& mine, StepH5* h5, const mb::core::Log& out) {
+  if (c.experts == 0) return;
+  MoeTotals t;
+  int64_t sums[2] = {mine.routed, mine.dropped}, all[2] = {0, 0};
+  MPI_Allreduce(sums, all, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine.worst_expert, &t.worst_expert, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  t.routed = all[0];
+  t.dropped = all[1];
+  const double frac = t.routed > 0 ? double(t.dropped) / double(t.routed) : 0.0;
+  out.out("  moe: {} MoE blocks x {} experts, top-{}, capacity {}: {} assignments over the timed steps, "
+          "{} dropped ({:.2f}%), busiest expert {} rows in one block\n",
+          c.moe_blocks(), c.experts, c.top_k,
+          moe_capacity(c) > 0 ? fmt::format("{} rows/expert", moe_capacity(c)) : std::string("dropless"),
+          t.routed, t.dropped, 100 * frac, t.worst_expert);
+  if (h5)
+    h5->write_step_attrs({{"moe_assignments", double(t.routed)}, {"moe_dropped", double(t.dropped)},
+                          {"moe_drop_fraction", frac}, {"moe_worst_expert_rows", double(t.worst_expert)}});
+}
+
 // The timed loop: warm-up, then steps; every rank starts each step after a barrier.
 // Returns false when --time-limit stopped it.
 bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, std::vector<double>& losses,
@@ -378,6 +401,7 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
     if (s == o.warmup) {  // the op profile and the memory peaks cover the timed steps only
       st.model->reset_profile();
       st.model->memory().reset_peaks();
+      st.model->moe().reset_totals();
     }
     st.trace.on = timed;
     {
@@ -667,6 +691,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   r.rec = gather_record(o, plan, st, rm, losses, peak_used);
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan);
+  report_moe(o.model, st.model->moe().totals(), h5.get(), out);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
   if (watched) watch.stop();
   if (!r.finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got

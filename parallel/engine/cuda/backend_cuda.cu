@@ -25,6 +25,7 @@
 #include "core/error.hpp"
 #include "cuda/cuda_engine.hpp"
 #include "cuda/kernels.cuh"
+#include "cuda/moe_kernels.cuh"
 #include "operands.hpp"
 
 namespace meshbench::parallel::cuda {
@@ -242,6 +243,42 @@ class CudaBackend final : public Backend<float> {
         float(std::sqrt(1.0 - std::pow(cfg.beta2, t))));
     MB_CHECK_LAUNCH(k_adamw, kG);
     written(p, sizeof(float) * size_t(n));  // refresh the bf16 copy of an updated weight
+  }
+
+  // The MoE routing ops (moe_kernels.cuh); the expert GEMMs are matmul_forward/backward.
+  void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
+                        int k, bool assigned) override {
+    k_moe_topk_fwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(idx, gates, probs, logits, N, E, k, assigned);
+    MB_CHECK_LAUNCH(k_moe_topk_fwd, kG);
+  }
+  void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
+                         const float* gates, const int32_t* idx, int N, int E, int k) override {
+    k_moe_topk_bwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+    MB_CHECK_LAUNCH(k_moe_topk_bwd, kG);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
+                const float* probs, int N, int E, int k, int capacity) override {
+    k_moe_plan<<<1, unsigned((E + 31) / 32 * 32), 0, stream_>>>(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+    MB_CHECK_LAUNCH(k_moe_plan, kG);
+  }
+  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    k_moe_permute_fwd<<<blocks_for(size_t(N) * k * C), 256, 0, stream_>>>(xp, x, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_permute_fwd, kG);
+  }
+  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    k_moe_permute_bwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(dx, dxp, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_permute_bwd, kG);
+  }
+  void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
+                             int C, int k) override {
+    k_moe_unpermute_fwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, yp, gates, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_unpermute_fwd, kG);
+  }
+  void moe_unpermute_backward(float* dyp, float* dgates, const float* dout, const float* yp,
+                              const float* gates, const int32_t* slot, int N, int C, int k) override {
+    if (N == 0) return;
+    k_moe_unpermute_bwd<<<unsigned(size_t(N) * k), row_threads(C), 0, stream_>>>(dyp, dgates, dout, yp, gates, slot, C, k);
+    MB_CHECK_LAUNCH(k_moe_unpermute_bwd, kG);
   }
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
