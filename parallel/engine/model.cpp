@@ -86,7 +86,7 @@ typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptO
     o.proj_w = lay.add(p + "attn.proj.weight", {C, d.attn_width}, true, cols) - u;
     o.proj_b = lay.add(p + "attn.proj.bias", {C}, false) - u;
     if (cfg.is_moe(static_cast<int>(l))) {
-      moe_add_params(lay, cfg, p);  // the router and E experts (moe.hpp)
+      moe_add_params(lay, cfg, p, opts.ep);  // the router and E (ep: E/ep) experts (moe.hpp)
     } else {
       o.fc_w = lay.add(p + "mlp.fc.weight", {d.ffn, C}, true, rows()) - u;
       o.fc_b = lay.add(p + "mlp.fc.bias", {d.ffn}, false, rows()) - u;
@@ -112,7 +112,7 @@ Layout Gpt<S>::full_layout(const GptConfig& cfg) {
 
 template <typename S>
 Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
-    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)), moe_(cfg) {
+    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)), moe_(cfg, opts.ep) {
   if (cfg.moe_blocks() > 0 && opts.tp.size > 1)
     throw core::UsageError("--experts with tensor parallel: not available (the plan refuses it)");
   ParamTable pt = param_table(cfg, opts);
@@ -403,6 +403,7 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
   trace_phase_ = 'F';
   trace_layer_ = -1;
   moe_aux_ = 0;
+  moe_.set_batch(tokens, trace_step_);  // a fixed routing workload's assignment reads them
   if (tp_) tp_->set_layer(-1);
   std::vector<int32_t> tok, tgt;
   if (opts_.cp.size > 1) {  // this rank's chunks of the sequence, chunk-major

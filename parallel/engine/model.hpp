@@ -87,6 +87,7 @@ struct GptOptions {
   bool own_optimizer = true;  // false: no moments until set_optimizer_shard (ZeRO-1..3)
   TpSpec tp;                  // tensor parallel (set_tp_comm before the first step when size > 1)
   CpSpec cp;                  // context parallel (set_cp_comm likewise): this rank's chunks of the sequence
+  EpSpec ep;                  // expert parallel (set_ep_comm likewise): this rank's experts (moe.hpp)
 };
 
 // Where a unit's parameters and gradients live while the model uses them. acquire(u, phase)
@@ -125,6 +126,7 @@ class Gpt {
   void set_residency(Residency<S>* r) { residency_ = r; }
   void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
   void set_cp_comm(GroupComm<S>* cp) { cp_ = cp; }
+  void set_ep_comm(GroupComm<S>* ep) { moe_.set_comm(ep); }
   const CpSpec& cp() const { return opts_.cp; }
   const TpSpec& tp() const { return opts_.tp; }
   const TpDims& tp_dims() const { return dims_; }

@@ -7,7 +7,9 @@
 
 #include <fmt/core.h>
 
+#include "core/timer.hpp"
 #include "model.hpp"
+#include "tp_layers.hpp"
 
 namespace meshbench::parallel {
 
@@ -20,6 +22,15 @@ int moe_capacity(const GptConfig& c) {
 int64_t moe_rows(const GptConfig& c) {
   const int64_t all = c.tokens() * c.top_k, cap = moe_capacity(c);
   return cap > 0 ? std::min(all, cap * c.experts) : all;
+}
+
+int64_t moe_local_rows(const GptConfig& c, const EpSpec& ep) {
+  if (ep.size <= 1) return moe_rows(c);
+  const int64_t el = c.experts / ep.size, cap = moe_capacity(c);
+  // From one source: each token sends at most min(k, E/P) rows here, and each local expert
+  // keeps at most `capacity` of them.
+  const int64_t per = c.tokens() * std::min<int64_t>(c.top_k, el);
+  return ep.size * (cap > 0 ? std::min(per, el * cap) : per);
 }
 
 MoeMemory moe_memory(const GptConfig& c, int64_t sb) {
@@ -39,10 +50,10 @@ MoeMemory moe_memory(const GptConfig& c, int64_t sb) {
   return m;
 }
 
-void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix) {
-  const int64_t C = c.hidden, F = c.ffn, E = c.experts;
+void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep) {
+  const int64_t C = c.hidden, F = c.ffn, E = c.experts, el = E / ep.size;
   layout.add(prefix + "moe.router.weight", {E, C}, true);
-  for (int64_t e = 0; e < E; ++e) {
+  for (int64_t e = ep.rank * el; e < (ep.rank + 1) * el; ++e) {
     // The global expert index: an expert-parallel rank's entries match the full model's.
     const std::string p = fmt::format("{}moe.expert.{}.", prefix, e);
     layout.add(p + "fc.weight", {F, C}, true);
@@ -52,6 +63,22 @@ void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefi
   }
 }
 
+std::vector<std::pair<int64_t, int64_t>> moe_expert_ranges(const Layout& layout, const GptConfig& c) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int l = 0; l < c.layers; ++l) {
+    if (!c.is_moe(l)) continue;
+    const std::string prefix = fmt::format("h.{}.moe.expert.", l);
+    int64_t lo = -1, hi = -1;
+    for (const LayoutEntry& e : layout.entries())
+      if (e.name.rfind(prefix, 0) == 0) {
+        if (lo < 0) lo = e.offset;
+        hi = e.offset + e.numel;
+      }
+    if (lo >= 0) out.emplace_back(lo, hi);
+  }
+  return out;
+}
+
 template <typename S>
 void MoeMlp<S>::bind(int layer, const Layout& layout, int64_t unit_lo) {
   const std::string prefix = fmt::format("h.{}.moe.", layer);
@@ -59,7 +86,8 @@ void MoeMlp<S>::bind(int layer, const Layout& layout, int64_t unit_lo) {
   Weights& w = w_[layer];
   w = Weights{};
   w.router_w = at("router.weight");
-  for (int e = 0; e < c_.experts; ++e) {
+  const int el = c_.experts / ep_.size;
+  for (int e = ep_.rank * el; e < (ep_.rank + 1) * el; ++e) {
     const std::string p = fmt::format("expert.{}.", e);
     w.fc_w.push_back(at(p + "fc.weight"));
     w.fc_b.push_back(at(p + "fc.bias"));
@@ -71,19 +99,23 @@ void MoeMlp<S>::bind(int layer, const Layout& layout, int64_t unit_lo) {
 template <typename S>
 void MoeMlp<S>::add_acts(int layer, Layout& acts, const std::string& prefix) {
   const int64_t C = c_.hidden, F = c_.ffn, E = c_.experts, k = c_.top_k, N = c_.tokens(),
-                R = moe_rows(c_);
+                R = moe_rows(c_), RL = moe_local_rows(c_, ep_);
   Acts& a = a_[layer];
   a.probs = acts.add(prefix + "moe.probs", {N, E}, false);  // the logits, then softmax in place
   a.gates = acts.add(prefix + "moe.gates", {N, k}, false);
   a.prob_sum = acts.add(prefix + "moe.prob_sum", {E}, false);
   a.xp = acts.add(prefix + "moe.xp", {R, C}, false);
-  a.h = acts.add(prefix + "moe.fch", {R, F}, false);
-  a.hg = acts.add(prefix + "moe.fch_gelu", {R, F}, false);
+  a.h = acts.add(prefix + "moe.fch", {RL, F}, false);
+  a.hg = acts.add(prefix + "moe.fch_gelu", {RL, F}, false);
   a.yp = acts.add(prefix + "moe.yp", {R, C}, false);
+  const bool ep = ep_.size > 1;
+  a.xl = ep ? acts.add(prefix + "moe.x_local", {RL, C}, false) : a.xp;
+  a.yl = ep ? acts.add(prefix + "moe.y_local", {RL, C}, false) : a.yp;
   a.idx = ints_total_;
   a.slot = a.idx + N * k;
   a.counts = a.slot + N * k;
-  ints_total_ = a.counts + 2 * E + 1;
+  a.lslot = a.counts + 2 * E + 1;
+  ints_total_ = a.lslot + (ep ? RL : 0);
 }
 
 template <typename S>
@@ -91,13 +123,18 @@ void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem) {
   be_ = &be;
   if (c_.moe_blocks() == 0) return;
   const int64_t C = c_.hidden, F = c_.ffn, E = c_.experts, k = c_.top_k, N = c_.tokens(),
-                R = moe_rows(c_);
+                R = moe_rows(c_), RL = moe_local_rows(c_, ep_);
   ints_ = BackendArray<int32_t, S>(be, ints_total_, mem, MemCat::kActivations);
   const MemCat kBuf = MemCat::kBuffers;
   dlogits_ = BackendArray<S, S>(be, N * E, mem, kBuf);
   dgates_ = BackendArray<S, S>(be, N * k, mem, kBuf);
   dyp_ = BackendArray<S, S>(be, R * C, mem, kBuf);
-  dh_ = BackendArray<S, S>(be, R * F, mem, kBuf);
+  dh_ = BackendArray<S, S>(be, RL * F, mem, kBuf);
+  if (ep_.size > 1) {
+    recv_ = BackendArray<S, S>(be, RL * C, mem, kBuf);
+    dyl_ = BackendArray<S, S>(be, RL * C, mem, kBuf);
+    cnt_ = BackendArray<S, S>(be, 2 * E, mem, kBuf);
+  }
   dxr_ = BackendArray<S, S>(be, N * C, mem, kBuf);
   dprobs_ = BackendArray<S, S>(be, E, mem, kBuf);
   zero_bias_ = BackendArray<S, S>(be, E, mem, kBuf);  // the router has no bias
@@ -107,8 +144,8 @@ void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem) {
 template <typename S>
 template <typename F>
 void MoeMlp<S>::each_expert(int layer, F&& f) const {
-  const std::vector<int32_t>& off = routing_[layer].offsets;
-  for (int e = 0; e < c_.experts; ++e)
+  const std::vector<int32_t>& off = routing_[layer].local;
+  for (int e = 0; e + 1 < static_cast<int>(off.size()); ++e)
     if (off[e + 1] > off[e]) f(e, int64_t{off[e]}, off[e + 1] - off[e]);
 }
 
@@ -120,7 +157,7 @@ void MoeMlp<S>::assign(int layer, S* acts, const Timed& timed) {
   const bool fixed = static_cast<bool>(assignment_);
   if (fixed) {
     host_idx_.resize(static_cast<size_t>(N) * k);
-    assignment_(layer, host_idx_.data());
+    assignment_(layer, tokens_, step_, host_idx_.data());
     for (int n = 0; n < N; ++n)  // the ops index experts by it: a bad one would write anywhere
       for (int j = 0; j < k; ++j) {
         const int32_t e = host_idx_[size_t(n) * k + j];
@@ -142,8 +179,7 @@ void MoeMlp<S>::assign(int layer, S* acts, const Timed& timed) {
 template <typename S>
 double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
                           const Timed& timed) {
-  const int N = static_cast<int>(c_.tokens()), C = c_.hidden, F = c_.ffn, E = c_.experts,
-            k = c_.top_k;
+  const int N = static_cast<int>(c_.tokens()), C = c_.hidden, E = c_.experts, k = c_.top_k;
   Backend<S>& be = *be_;
   const Weights& w = w_[layer];
   const Acts& a = a_[layer];
@@ -181,19 +217,16 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   r.aux = c_.aux_loss_coef * E * fp / (static_cast<double>(N) * N * k);
 
   timed(Op::kPermute, [&] { be.moe_permute_forward(acts + a.xp, x, slot, N, C, k); }, 0.0);
-  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
-      be.matmul_forward(acts + a.h + r0 * F, acts + a.xp + r0 * C, p + w.fc_w[e], p + w.fc_b[e],
-                        static_cast<int>(rows), C, F, false);
-    }, 2.0 * static_cast<double>(rows) * C * F);
-  });
-  timed(Op::kGelu, [&] { be.gelu_forward(acts + a.hg, acts + a.h, r.kept() * F); }, 0.0);
-  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
-      be.matmul_forward(acts + a.yp + r0 * C, acts + a.hg + r0 * F, p + w.proj_w[e],
-                        p + w.proj_b[e], static_cast<int>(rows), F, C, false);
-    }, 2.0 * static_cast<double>(rows) * F * C);
-  });
+  if (ep_.size > 1) {
+    exchange_counts(layer);
+    totals_.ep.dispatch_s += exchange(layer, true, acts + a.xl, acts + a.xp, timed);
+  } else {
+    r.local = r.offsets;
+  }
+  const double t0 = core::now_seconds();
+  experts_forward(layer, p, acts, timed);
+  totals_.ep.expert_s += core::now_seconds() - t0;
+  if (ep_.size > 1) totals_.ep.combine_s += exchange(layer, false, acts + a.yp, acts + a.yl, timed);
   timed(Op::kPermute, [&] {
     be.moe_unpermute_forward(out, acts + a.yp, acts + a.gates, slot, N, C, k);
   }, 0.0);
@@ -201,33 +234,144 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
 }
 
 template <typename S>
+void MoeMlp<S>::exchange_counts(int layer) {
+  const int E = c_.experts, P = ep_.size, el = E / P;
+  MoeRouting& r = routing_[layer];
+  std::vector<S> send(static_cast<size_t>(E)), recv(send.size());
+  for (int e = 0; e < E; ++e) send[size_t(e)] = static_cast<S>(r.offsets[e + 1] - r.offsets[e]);
+  be_->upload(cnt_.data(), send.data(), sizeof(S) * send.size());
+  comm_->set_layer(layer);
+  const double t0 = core::now_seconds();
+  comm_->all_to_all(cnt_.data() + E, cnt_.data(), el);  // peer q gets the counts of its experts
+  totals_.ep.counts_s += core::now_seconds() - t0;
+  totals_.ep.count_calls += 1;
+  be_->download(recv.data(), cnt_.data() + E, sizeof(S) * recv.size());
+  r.recv.assign(recv.begin(), recv.end());
+  r.local.assign(static_cast<size_t>(el + 1), 0);
+  for (int j = 0; j < el; ++j) {
+    int32_t sum = 0;
+    for (int q = 0; q < P; ++q) sum += r.recv[size_t(q * el + j)];
+    r.local[size_t(j + 1)] = r.local[size_t(j)] + sum;
+  }
+  // Received rows arrive source-major (then expert, then token order); the experts read them
+  // expert-major (then source): lslot[i] is received row i's place.
+  std::vector<int32_t> lslot(static_cast<size_t>(r.local_rows()));
+  std::vector<int32_t> next(r.local.begin(), r.local.end() - 1);
+  size_t i = 0;
+  for (int q = 0; q < P; ++q)
+    for (int j = 0; j < el; ++j)
+      for (int32_t n = 0; n < r.recv[size_t(q * el + j)]; ++n) lslot[i++] = next[size_t(j)]++;
+  be_->upload(ints_.data() + a_[layer].lslot, lslot.data(), sizeof(int32_t) * lslot.size());
+  const int64_t own_sent = r.offsets[(ep_.rank + 1) * el] - r.offsets[ep_.rank * el];
+  int64_t own_recv = 0;
+  for (int j = 0; j < el; ++j) own_recv += r.recv[size_t(ep_.rank * el + j)];
+  EpTotals& t = totals_.ep;
+  t.rows_sent += r.kept();
+  t.rows_recv += r.local_rows();
+  t.remote_sent += r.kept() - own_sent;
+  t.remote_recv += r.local_rows() - own_recv;
+}
+
+template <typename S>
+void MoeMlp<S>::dispatch_sizes(int layer, std::vector<int64_t>& send, std::vector<int64_t>& recv) const {
+  const int P = ep_.size, el = c_.experts / P;
+  const MoeRouting& r = routing_[layer];
+  send.assign(static_cast<size_t>(P), 0);
+  recv.assign(static_cast<size_t>(P), 0);
+  for (int q = 0; q < P; ++q) {
+    send[size_t(q)] = int64_t{r.offsets[(q + 1) * el] - r.offsets[q * el]} * c_.hidden;
+    for (int j = 0; j < el; ++j) recv[size_t(q)] += int64_t{r.recv[size_t(q * el + j)]} * c_.hidden;
+  }
+}
+
+template <typename S>
+double MoeMlp<S>::exchange(int layer, bool to_local, S* to, const S* from, const Timed& timed) {
+  std::vector<int64_t> sn, rn;
+  dispatch_sizes(layer, sn, rn);
+  const int n = static_cast<int>(routing_[layer].local_rows()), C = c_.hidden;
+  const int32_t* lslot = ints_.data() + a_[layer].lslot;
+  S* rows = recv_.data();  // source-major
+  comm_->set_layer(layer);
+  double t0 = 0, t1 = 0;
+  if (to_local) {
+    t0 = core::now_seconds();
+    comm_->all_to_allv(rows, rn, from, sn);
+    t1 = core::now_seconds();
+    timed(Op::kPermute, [&] { be_->moe_permute_forward(to, rows, lslot, n, C, 1); }, 0.0);
+  } else {
+    timed(Op::kPermute, [&] { be_->moe_permute_backward(rows, from, lslot, n, C, 1); }, 0.0);
+    t0 = core::now_seconds();
+    comm_->all_to_allv(to, sn, rows, rn);
+    t1 = core::now_seconds();
+  }
+  return t1 - t0;
+}
+
+template <typename S>
+void MoeMlp<S>::experts_forward(int layer, const S* p, S* acts, const Timed& timed) {
+  const int C = c_.hidden, F = c_.ffn;
+  Backend<S>& be = *be_;
+  const Weights& w = w_[layer];
+  const Acts& a = a_[layer];
+  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
+    timed(Op::kMatmul, [&] {
+      be.matmul_forward(acts + a.h + r0 * F, acts + a.xl + r0 * C, p + w.fc_w[e], p + w.fc_b[e],
+                        static_cast<int>(rows), C, F, false);
+    }, 2.0 * static_cast<double>(rows) * C * F);
+  });
+  timed(Op::kGelu, [&] { be.gelu_forward(acts + a.hg, acts + a.h, routing_[layer].local_rows() * F); }, 0.0);
+  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
+    timed(Op::kMatmul, [&] {
+      be.matmul_forward(acts + a.yl + r0 * C, acts + a.hg + r0 * F, p + w.proj_w[e],
+                        p + w.proj_b[e], static_cast<int>(rows), F, C, false);
+    }, 2.0 * static_cast<double>(rows) * F * C);
+  });
+  if (ep_.size > 1) be.synchronize();  // the expert time ends with the experts' work
+}
+
+template <typename S>
+void MoeMlp<S>::experts_backward(int layer, const S* p, S* g, S* acts, S* dyl, const Timed& timed) {
+  const int C = c_.hidden, F = c_.ffn;
+  Backend<S>& be = *be_;
+  const Weights& w = w_[layer];
+  const Acts& a = a_[layer];
+  S* dh = dh_.data();
+  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
+    timed(Op::kMatmul, [&] {
+      be.matmul_backward(dh + r0 * F, g + w.proj_w[e], g + w.proj_b[e], dyl + r0 * C,
+                         acts + a.hg + r0 * F, p + w.proj_w[e], static_cast<int>(rows), F, C);
+    }, 4.0 * static_cast<double>(rows) * F * C);
+  });
+  timed(Op::kGelu, [&] { be.gelu_backward(dh, acts + a.h, dh, routing_[layer].local_rows() * F); }, 0.0);
+  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
+    timed(Op::kMatmul, [&] {
+      be.matmul_backward(dyl + r0 * C, g + w.fc_w[e], g + w.fc_b[e], dh + r0 * F,
+                         acts + a.xl + r0 * C, p + w.fc_w[e], static_cast<int>(rows), C, F);
+    }, 4.0 * static_cast<double>(rows) * C * F);
+  });
+  if (ep_.size > 1) be.synchronize();
+}
+
+template <typename S>
 void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const S* dout, S* dx,
                          S loss_scale, const Timed& timed) {
-  const int N = static_cast<int>(c_.tokens()), C = c_.hidden, F = c_.ffn, E = c_.experts,
-            k = c_.top_k;
+  const int N = static_cast<int>(c_.tokens()), C = c_.hidden, E = c_.experts, k = c_.top_k;
   Backend<S>& be = *be_;
   const Weights& w = w_[layer];
   const Acts& a = a_[layer];
   const MoeRouting& r = routing_[layer];
   const int32_t* slot = ints_.data() + a.slot;
-  S* dyp = dyp_.data();  // d(yp), then d(xp) in place (each expert's rows)
-  S* dh = dh_.data();
+  S* dyp = dyp_.data();  // d(yp), then d(xp), in the sender's permuted layout
+  const bool ep = ep_.size > 1;
+  S* dyl = ep ? dyl_.data() : dyp;  // the local experts' rows: d(yl), then d(xl) in place
   timed(Op::kPermute, [&] {
     be.moe_unpermute_backward(dyp, dgates_.data(), dout, acts + a.yp, acts + a.gates, slot, N, C, k);
   }, 0.0);
-  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dh + r0 * F, g + w.proj_w[e], g + w.proj_b[e], dyp + r0 * C,
-                         acts + a.hg + r0 * F, p + w.proj_w[e], static_cast<int>(rows), F, C);
-    }, 4.0 * static_cast<double>(rows) * F * C);
-  });
-  timed(Op::kGelu, [&] { be.gelu_backward(dh, acts + a.h, dh, r.kept() * F); }, 0.0);
-  each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dyp + r0 * C, g + w.fc_w[e], g + w.fc_b[e], dh + r0 * F,
-                         acts + a.xp + r0 * C, p + w.fc_w[e], static_cast<int>(rows), C, F);
-    }, 4.0 * static_cast<double>(rows) * C * F);
-  });
+  if (ep) totals_.ep.dispatch_s += exchange(layer, true, dyl, dyp, timed);
+  const double t0 = core::now_seconds();
+  experts_backward(layer, p, g, acts, dyl, timed);
+  totals_.ep.expert_s += core::now_seconds() - t0;
+  if (ep) totals_.ep.combine_s += exchange(layer, false, dyp, dyl, timed);
   timed(Op::kPermute, [&] { be.moe_permute_backward(dx, dyp, slot, N, C, k); }, 0.0);
   // d aux / d probs[n, e] = coef * E * routed_e / (N^2 k), times the loss scale.
   std::vector<S> dprobs(static_cast<size_t>(E));
@@ -248,7 +392,7 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
 
 template <typename S>
 double MoeMlp<S>::expert_flops(int layer) const {
-  return 4.0 * static_cast<double>(routing_[layer].kept()) * c_.hidden * c_.ffn;
+  return 4.0 * static_cast<double>(routing_[layer].local_rows()) * c_.hidden * c_.ffn;
 }
 
 template class MoeMlp<float>;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "backend.hpp"
 
@@ -42,6 +43,9 @@ class GroupComm {
   virtual void all_gather(S* full, const S* part, int64_t n_part) = 0;   // full = [part_0 | ...]
   virtual void reduce_scatter(S* part, const S* full, int64_t n_part) = 0;  // sum
   virtual void all_to_all(S* recv, const S* send, int64_t n_block) = 0;     // block j to rank j
+  // Blocks of send_n[j] elements (packed in rank order) to rank j; recv_n[j] from rank j.
+  virtual void all_to_allv(S* recv, const std::vector<int64_t>& recv_n, const S* send,
+                           const std::vector<int64_t>& send_n) = 0;
   virtual int post_all_reduce(S* x, int64_t n) = 0;
   virtual int post_all_gather(S* full, const S* part, int64_t n_part) = 0;
   virtual int post_reduce_scatter(S* part, const S* full, int64_t n_part) = 0;

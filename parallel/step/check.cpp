@@ -96,6 +96,7 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
   Reference out;
   Gpt<float> ref(model.config(), model.backend());
   ref.init_weights(env.seed);
+  ref.moe().set_assignment(model.moe().assignment());  // --routing: the same fixed assignment
   const GptConfig& c = model.config();
   const int mb = plan.micro_batches * plan.degrees.dp;  // cp ranks share their samples
   const float scale =
@@ -192,6 +193,7 @@ std::vector<CheckRow> check_against_fp64(Gpt<float>& m32, const int32_t* tok, co
   const std::vector<float> p32 = m32.download_params();
   const std::vector<double> p64(p32.begin(), p32.end());
   m64.upload_params(p64.data());
+  m64.moe().set_assignment(m32.moe().assignment());
   std::vector<float> logits32(static_cast<size_t>(NV));
   std::vector<double> logits64(static_cast<size_t>(NV));
   m32.zero_grad();

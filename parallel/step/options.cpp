@@ -99,6 +99,8 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   mb::core::with_env(app.add_option("--cp-split", o.cp_split, "context parallel sequence split: zigzag (rank r holds "
                                     "chunks r and 2C-1-r of 2C) or contiguous")
                          ->check(CLI::IsMember({"zigzag", "contiguous"})));
+  mb::core::with_env(app.add_option("--routing", o.routing, "MoE token-to-expert assignment: learned (the router's "
+                                    "top-k) or a fixed workload from the seed: balanced, hot-expert, hot-rank, zipf:S, rotating"));
   mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradient elements, 16 Ki to 40 M"));
   mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
           ->check(CLI::IsMember({"poll", "thread"})));
@@ -205,6 +207,9 @@ Plan make_plan(const Options& o, int world) {
   p.sp_regather = o.sp_regather;
   p.cp_algo = o.cp_algo == "allgather" ? CpAlgo::kAllGather : (o.cp_algo == "ulysses" ? CpAlgo::kUlysses : CpAlgo::kRing);
   p.cp_zigzag = o.cp_split == "zigzag";
+  p.routing = mb::core::parse_routing(o.routing);  // names --routing and the choices
+  if (p.routing.mode != mb::core::RoutingMode::kLearned && o.model.experts == 0)
+    throw UsageError(fmt::format("--routing {}: a routing workload needs MoE blocks (--experts E)", o.routing));
   resolve_and_validate(p, world);  // throws UsageError before any communicator exists
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");

@@ -33,6 +33,7 @@ struct Options {
   bool no_overlap = false;
   bool sp = false, sp_regather = true;
   std::string cp_algo = "ring", cp_split = "zigzag";
+  std::string routing = "learned";  // MoE routing workload (core/routing.hpp)
   double bucket_mb = 0;
   int zero = 0, prefetch = 1;
   bool keep_params = false;

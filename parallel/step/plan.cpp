@@ -35,8 +35,7 @@ void resolve_and_validate(Plan& p, int world) {
     const char* what;
   };
   const comm::MeshSpec& m = p.mesh;
-  for (const Later& l : {Later{m.ep, "ep", "expert parallel"},
-                         Later{m.pp, "pp", "pipeline parallel"}, Later{m.etp, "etp", "expert tensor parallel"}})
+  for (const Later& l : {Later{m.pp, "pp", "pipeline parallel"}, Later{m.etp, "etp", "expert tensor parallel"}})
     if (l.degree > 1)
       throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data and tensor "
                                    "and context parallel: --mesh dp=N,tp=T,cp=C)",
@@ -49,6 +48,24 @@ void resolve_and_validate(Plan& p, int world) {
   }
   validate_tensor_parallel(p);
   validate_context_parallel(p);
+  validate_expert_parallel(p);
+}
+
+void validate_expert_parallel(const Plan& p) {
+  const int ep = p.degrees.ep;
+  if (ep < 2) return;
+  const GptConfig& m = p.model;
+  if (m.experts == 0)
+    throw UsageError(fmt::format("--mesh ep={}: expert parallel places experts on ranks; needs MoE blocks (--experts E)", ep));
+  if (m.experts % ep != 0)
+    throw UsageError(fmt::format("--mesh ep={}: --experts {} must be divisible by ep (each rank holds E/ep experts)", ep, m.experts));
+  if (m.top_k > m.experts)
+    throw UsageError(fmt::format("--top-k {}: must be <= --experts {}", m.top_k, m.experts));
+  if (p.degrees.tp > 1)
+    throw UsageError(fmt::format("--mesh ep={},tp={}: expert parallel with tensor parallel is not available in this build", ep, p.degrees.tp));
+  if (p.zero > 0)
+    throw UsageError(fmt::format("--mesh ep={} with --zero {}: expert parallel with ZeRO is not available in this build "
+                                 "(the expert gradients reduce over edp, not over ZeRO's dp shards)", ep, p.zero));
 }
 
 void validate_context_parallel(const Plan& p) {

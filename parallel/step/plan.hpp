@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/mesh.hpp"
+#include "core/routing.hpp"
 #include "config.hpp"
 #include "cp_attention.hpp"
 
@@ -37,6 +38,7 @@ struct Plan {
   bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward
   CpAlgo cp_algo = CpAlgo::kRing;  // context parallel: --cp-algo
   bool cp_zigzag = true;     // --cp-split zigzag (else contiguous)
+  core::Routing routing;     // MoE: --routing (learned: the router decides)
 
   int64_t global_batch() const {  // sequences per step: b x m x dp
     return int64_t{model.micro_batch} * micro_batches * degrees.dp;
@@ -50,6 +52,10 @@ void validate_tensor_parallel(const Plan& plan);
 // The context-parallel rules (seq divisible by 2 cp for zig-zag, by cp otherwise; Ulysses:
 // heads and kv heads per tensor-parallel rank divisible by cp).
 void validate_context_parallel(const Plan& plan);
+
+// The expert-parallel rules (ep > 1 needs MoE blocks, E % ep == 0, k <= E; not with tensor
+// parallel, expert tensor parallel or ZeRO in this build).
+void validate_expert_parallel(const Plan& plan);
 
 // The largest unit of the model (embeddings, a block, or the head) in elements, without
 // padding: ZeRO reduces and gathers whole units.

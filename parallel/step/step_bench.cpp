@@ -142,8 +142,8 @@ struct Setup {
   std::unique_ptr<mb::comm::RankGrid> grid;
   std::unique_ptr<mb::comm::MeshComms> comms;
   Trace trace;
-  std::unique_ptr<RecordingComm> dp_comm, tp_comm, cp_comm;
-  std::unique_ptr<CommGroup<float>> tp, cp;  // tensor parallel (tp > 1), context parallel (cp > 1)
+  std::unique_ptr<RecordingComm> dp_comm, tp_comm, cp_comm, ep_comm, edp_comm;
+  std::unique_ptr<CommGroup<float>> tp, cp, ep;  // tensor, context, expert parallel (degree > 1)
   std::unique_ptr<Gpt<float>> model;
   std::unique_ptr<GradSync<float>> sync;  // DataParallel or Zero; null at dp x cp = 1
   DataParallel<float>* dp = nullptr;      // the plain data-parallel one, for its buckets
@@ -163,6 +163,24 @@ std::unique_ptr<RecordingComm> group_comm(Setup& st, const Options& o, mb::comm:
   return std::make_unique<RecordingComm>(std::move(inner), st.trace, dim, mem ? mem->group : 0);
 }
 
+// --routing: a fixed token-to-expert assignment (core/routing.hpp) in place of the router's
+// top-k, or none for learned. The token shard is named by its ids (an FNV-1a hash), so the
+// single-rank reference and every layout route the same micro-batch the same way.
+MoeMlp<float>::Assignment routing_assignment(const Plan& plan, uint64_t seed) {
+  if (plan.routing.mode == mb::core::RoutingMode::kLearned) return {};
+  const mb::core::Routing r = plan.routing;
+  const int64_t N = plan.model.tokens();
+  const int E = plan.model.experts, k = plan.model.top_k, ep = plan.degrees.ep;
+  return [=](int layer, const int32_t* tokens, int step, int32_t* idx) {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t i = 0; i < N; ++i) h = (h ^ static_cast<uint32_t>(tokens[i])) * 1099511628211ull;
+    const mb::core::RoutingShape s{seed + 7919ull * static_cast<uint64_t>(layer), std::max(step, 0),
+                                   static_cast<int>(h % 1000003), static_cast<size_t>(N), E, k, ep};
+    const std::vector<int> a = mb::core::assign_experts(r, s);
+    std::copy(a.begin(), a.end(), idx);
+  };
+}
+
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
   st.plan = &plan;
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
@@ -179,7 +197,12 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
     const auto cpm = st.grid->membership(mb::comm::GroupKind::kCp, rank);
     mo.cp = CpSpec{plan.degrees.cp, cpm ? cpm->index : 0, plan.cp_algo, plan.cp_zigzag, plan.overlap};
   }
+  if (plan.degrees.ep > 1) {
+    const auto epm = st.grid->membership(mb::comm::GroupKind::kEp, rank);
+    mo.ep = EpSpec{plan.degrees.ep, epm ? epm->index : 0};
+  }
   st.model = std::make_unique<Gpt<float>>(plan.model, be, mo);
+  st.model->moe().set_assignment(routing_assignment(plan, o.seed));
   st.model->init_weights(o.seed);  // every rank: its slice of the full canonical weights (ZeRO-3: its shard)
   if (plan.degrees.tp > 1) {
     st.tp_comm = group_comm(st, o, mb::comm::GroupKind::kTp, "tp", rank, device);
@@ -191,6 +214,14 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
     st.cp = std::make_unique<CommGroup<float>>(*st.cp_comm, be, &st.trace.tags);
     st.model->set_cp_comm(st.cp.get());
   }
+  ExpertGrads experts;  // expert parallel: the experts' gradients reduce over edp, not dp
+  if (plan.degrees.ep > 1) {
+    st.ep_comm = group_comm(st, o, mb::comm::GroupKind::kEp, "ep", rank, device);
+    st.ep = std::make_unique<CommGroup<float>>(*st.ep_comm, be, &st.trace.tags);
+    st.model->set_ep_comm(st.ep.get());
+    if (plan.degrees.edp > 1) st.edp_comm = group_comm(st, o, mb::comm::GroupKind::kEdp, "edp", rank, device);
+    experts = ExpertGrads{st.edp_comm.get(), moe_expert_ranges(st.model->layout(), plan.model)};
+  }
   // The data of a rank is its data-parallel index's samples (cp ranks share them).
   const auto mem = st.grid->membership(mb::comm::GroupKind::kDp, rank);
   st.dp_rank = mem ? mem->index : 0;
@@ -201,7 +232,7 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
       st.zero = z.get();
       st.sync = std::move(z);
     } else {
-      auto dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags);
+      auto dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, experts);
       st.dp = dp.get();
       st.sync = std::move(dp);
     }

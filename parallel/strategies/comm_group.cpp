@@ -53,6 +53,19 @@ void CommGroup<S>::all_to_all(S* recv, const S* send, int64_t n_block) {
   done();
 }
 
+// Expert parallel's dispatch and combine: packed blocks of data-dependent sizes.
+template <typename S>
+void CommGroup<S>::all_to_allv(S* recv, const std::vector<int64_t>& recv_n, const S* send,
+                               const std::vector<int64_t>& send_n) {
+  auto blocks = [](const std::vector<int64_t>& n) {
+    return comm::PeerBlocks::packed(std::vector<std::size_t>(n.begin(), n.end()));
+  };
+  const comm::PeerBlocks sb = blocks(send_n), rb = blocks(recv_n);
+  comm_.order_after(be_.stream());
+  comm_.all_to_allv(view(send, static_cast<int64_t>(sb.total())), sb, view(recv, static_cast<int64_t>(rb.total())), rb);
+  done();
+}
+
 template <typename S>
 int CommGroup<S>::keep(std::unique_ptr<comm::Request> r) {
   for (size_t i = 0; i < pending_.size(); ++i)

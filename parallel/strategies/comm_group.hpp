@@ -31,6 +31,8 @@ class CommGroup final : public GroupComm<S> {
   void all_gather(S* full, const S* part, int64_t n_part) override;
   void reduce_scatter(S* part, const S* full, int64_t n_part) override;
   void all_to_all(S* recv, const S* send, int64_t n_block) override;
+  void all_to_allv(S* recv, const std::vector<int64_t>& recv_n, const S* send,
+                   const std::vector<int64_t>& send_n) override;
   int post_all_reduce(S* x, int64_t n) override;
   int post_all_gather(S* full, const S* part, int64_t n_part) override;
   int post_reduce_scatter(S* part, const S* full, int64_t n_part) override;

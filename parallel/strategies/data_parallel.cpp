@@ -14,13 +14,19 @@ comm::DType dtype_of() {
 }
 }  // namespace
 
+int64_t ExpertGrads::elements() const {
+  int64_t n = 0;
+  for (const auto& [lo, hi] : ranges) n += hi - lo;
+  return n;
+}
+
 template <typename S>
 DataParallel<S>::DataParallel(Gpt<S>& model, comm::Communicator& dp, const Plan& plan,
-                              TraceTags* tags)
-    : model_(model), dp_(dp), plan_(plan), tags_(tags) {
+                              TraceTags* tags, ExpertGrads experts)
+    : model_(model), dp_(dp), plan_(plan), tags_(tags), experts_(std::move(experts)) {
   const int64_t P = model.layout().total();
   bucket_elems_ = parallel::bucket_elements(plan, P, static_cast<int>(sizeof(S)));
-  for (int64_t hi = P; hi > 0; hi -= bucket_elems_) buckets_.push_back({std::max<int64_t>(0, hi - bucket_elems_), hi, nullptr});
+  for (int64_t hi = P; hi > 0; hi -= bucket_elems_) buckets_.push_back({std::max<int64_t>(0, hi - bucket_elems_), hi, {}});
   BackwardHooks hooks;
   hooks.grads_ready = [this](int64_t lo, int64_t, int layer) { on_ready(lo, layer); };
   if (plan.progress == Progress::kPoll) hooks.poll = [this] { poll(); };
@@ -37,7 +43,7 @@ DataParallel<S>::~DataParallel() {
 
 template <typename S>
 uint64_t DataParallel<S>::grad_bytes() const {
-  return static_cast<uint64_t>(model_.layout().total()) * sizeof(S);
+  return static_cast<uint64_t>(model_.layout().total() - experts_.elements()) * sizeof(S);
 }
 
 template <typename S>
@@ -65,7 +71,13 @@ template <typename S>
 std::vector<AnalyticBytes> DataParallel<S>::analytic() const {
   const uint64_t payload = grad_bytes();
   const int d = dp_.size();
-  return {{"dp", "all_reduce", payload, 2.0 * (d - 1) / d * static_cast<double>(payload)}};
+  std::vector<AnalyticBytes> out = {{"dp", "all_reduce", payload, 2.0 * (d - 1) / d * static_cast<double>(payload)}};
+  if (experts_.edp && experts_.edp->size() > 1) {
+    const uint64_t e = static_cast<uint64_t>(experts_.elements()) * sizeof(S);
+    const int n = experts_.edp->size();
+    out.push_back({"edp", "all_reduce", e, 2.0 * (n - 1) / n * static_cast<double>(e)});
+  }
+  return out;
 }
 
 template <typename S>
@@ -89,9 +101,20 @@ void DataParallel<S>::post(size_t b) {
     fault_ = 0;
   }
   dp_.order_after(be.stream());
-  comm::View v{g + k.lo, static_cast<size_t>(k.hi - k.lo), dtype_of<S>(), be.mem()};
   std::lock_guard<std::mutex> lock(mu_);
-  k.req = dp_.iall_reduce(v, v, comm::RedOp::kSum);
+  int64_t lo = k.lo;  // the pieces of [k.lo, k.hi) between the expert ranges
+  for (const auto& [elo, ehi] : experts_.ranges) {
+    if (ehi <= lo || elo >= k.hi) continue;
+    if (elo > lo) {
+      comm::View v{g + lo, static_cast<size_t>(elo - lo), dtype_of<S>(), be.mem()};
+      k.reqs.push_back(dp_.iall_reduce(v, v, comm::RedOp::kSum));
+    }
+    lo = std::max(lo, ehi);
+  }
+  if (lo < k.hi) {
+    comm::View v{g + lo, static_cast<size_t>(k.hi - lo), dtype_of<S>(), be.mem()};
+    k.reqs.push_back(dp_.iall_reduce(v, v, comm::RedOp::kSum));
+  }
 }
 
 template <typename S>
@@ -99,7 +122,7 @@ void DataParallel<S>::poll() {
   if (next_ == 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t b = 0; b < next_; ++b)
-    if (buckets_[b].req) buckets_[b].req->test();
+    for (auto& r : buckets_[b].reqs) r->test();
 }
 
 template <typename S>
@@ -108,7 +131,7 @@ void DataParallel<S>::progress_loop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto& k : buckets_)
-        if (k.req) k.req->test();
+        for (auto& r : k.reqs) r->test();
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -119,13 +142,23 @@ void DataParallel<S>::finish() {
   armed_ = false;
   while (next_ < buckets_.size()) post(next_++);
   for (auto& k : buckets_) {
-    std::unique_ptr<comm::Request> req;
+    std::vector<std::unique_ptr<comm::Request>> reqs;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      req = std::move(k.req);
+      reqs = std::move(k.reqs);
+      k.reqs.clear();
     }
-    if (req) req->wait();
+    for (auto& r : reqs) r->wait();
   }
+  // The expert tensors: over the expert data-parallel group, after the dense buckets.
+  if (experts_.edp == nullptr || experts_.edp->size() < 2) return;
+  Backend<S>& be = model_.backend();
+  experts_.edp->order_after(be.stream());
+  for (const auto& [lo, hi] : experts_.ranges) {
+    comm::View v{model_.grads() + lo, static_cast<size_t>(hi - lo), dtype_of<S>(), be.mem()};
+    experts_.edp->all_reduce(v, v, comm::RedOp::kSum);
+  }
+  experts_.edp->synchronize();
 }
 
 template class DataParallel<float>;

@@ -9,6 +9,10 @@
 // MPICH progresses non-blocking collectives only inside MPI calls: Progress::kPoll tests
 // the pending buckets between backward ops (the model's poll hook), Progress::kThread runs a
 // thread that tests them every 50 us (needs MPI_THREAD_MULTIPLE).
+// Expert parallel: the expert tensors (ExpertGrads' ranges) are different experts on the
+// ranks of a dp group, so the buckets skip them and finish() all-reduces them over the expert
+// data-parallel group (edp) instead, with the same loss scale (each expert's gradient already
+// sums the tokens every EP rank sent it).
 // Not here: ZeRO's sharded reductions (their own strategy), timing (the trace).
 #pragma once
 
@@ -27,12 +31,19 @@
 
 namespace meshbench::parallel {
 
+// The flat ranges [lo, hi) reduced over `edp` instead of dp x cp (null edp: a group of one).
+struct ExpertGrads {
+  comm::Communicator* edp = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // sorted, disjoint
+  int64_t elements() const;
+};
+
 template <typename S>
 class DataParallel final : public GradSync<S> {
  public:
   // `dp` is the dense gradient group (dp x cp), a recording communicator; `tags` (may be
   // null) get the layer whose backward made a bucket ready.
-  DataParallel(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags* tags);
+  DataParallel(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags* tags, ExpertGrads experts = {});
   ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -61,7 +72,7 @@ class DataParallel final : public GradSync<S> {
  private:
   struct Bucket {
     int64_t lo, hi;  // elements of the flat gradient array
-    std::unique_ptr<comm::Request> req;
+    std::vector<std::unique_ptr<comm::Request>> reqs;  // one per piece outside the expert ranges
   };
   void on_ready(int64_t lo, int layer);
   void post(size_t b);
@@ -77,6 +88,7 @@ class DataParallel final : public GradSync<S> {
   bool armed_ = false;
   double fault_ = 0;
   TraceTags* tags_;
+  ExpertGrads experts_;
   std::mutex mu_;                // Progress::kThread: guards buckets_' requests
   std::thread progress_;
   std::atomic<bool> stop_{false};

@@ -297,7 +297,7 @@ TEST(MoeModel, FixedAssignmentRoutesAsGiven) {
   const GptConfig c = tiny_moe(0.0);
   Gpt<double> m(c);
   m.init_weights(2);
-  m.moe().set_assignment([&](int, int32_t* idx) {
+  m.moe().set_assignment([&](int, const int32_t*, int, int32_t* idx) {
     for (int64_t n = 0; n < c.tokens(); ++n) {
       idx[n * 2] = 3;
       idx[n * 2 + 1] = static_cast<int32_t>(n % 3);
@@ -307,7 +307,7 @@ TEST(MoeModel, FixedAssignmentRoutesAsGiven) {
   synthetic_batch(tok.data(), tgt.data(), DataKind::kRandom, 9, 0, 0, c.micro_batch, c.seq, c.vocab);
   m.forward(tok.data(), tgt.data());
   EXPECT_EQ(m.moe().routing(0).routed, (std::vector<int32_t>{4, 4, 4, 12}));
-  m.moe().set_assignment([&](int, int32_t* idx) { std::fill(idx, idx + c.tokens() * 2, 1); });
+  m.moe().set_assignment([&](int, const int32_t*, int, int32_t* idx) { std::fill(idx, idx + c.tokens() * 2, 1); });
   EXPECT_THROW(m.forward(tok.data(), tgt.data()), std::invalid_argument);  // expert 1 twice
 }
 
