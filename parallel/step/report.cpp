@@ -75,7 +75,7 @@ StepSummary summarize(const StepRecord& r, const std::string& check, double data
     if (a.dim == "dp") s.dp_wire_bytes_analytic += a.wire;
     auto it = payload.find({a.dim, a.kind});
     const uint64_t got = it == payload.end() ? 0 : it->second;
-    if (got != a.payload * static_cast<uint64_t>(r.steps) * static_cast<uint64_t>(r.ranks)) s.bytes_match = false;
+    if (got != a.expected(r.steps, r.ranks)) s.bytes_match = false;
     if (it != payload.end()) payload.erase(it);
   }
   for (const auto& [key, bytes] : payload)
@@ -122,7 +122,7 @@ void print_step_report(const core::Log& out, const StepRecord& r, const StepSumm
       for (const AnalyticBytes& x : r.analytic)
         if (x.dim == key.first && x.kind == key.second) want = &x;
       const bool match =
-          want && a.bytes == want->payload * static_cast<uint64_t>(r.steps) * static_cast<uint64_t>(r.ranks);
+          want && a.bytes == want->expected(r.steps, r.ranks);
       out.out("  {:>36} {:<14} {:>6.1f} {:>12.0f} {:>12.0f} {:>12} {:>10.3f} {:>10.3f} {:>7.1f}%{}\n", key.first,
               key.second, static_cast<double>(a.calls) * per, static_cast<double>(a.bytes) * per, a.wire_bytes * per,
               want ? fmt::format("{:.0f}", want->wire) : std::string("-"), a.busy_s * per * 1e3,

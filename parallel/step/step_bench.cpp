@@ -53,6 +53,7 @@
 #include "comm_group.hpp"
 #include "tensor_parallel.hpp"
 #include "context_parallel.hpp"
+#include "ep_report.hpp"
 #include "executor.hpp"
 #include "metrics.hpp"
 #include "perfetto.hpp"
@@ -275,6 +276,7 @@ std::string strategy_name(const Plan& plan) {
   std::string s = plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "");
   if (d.tp > 1) s += std::string(s.empty() ? "" : "+") + (plan.sp ? "tensor_parallel_sp" : "tensor_parallel");
   if (d.cp > 1) s += std::string(s.empty() ? "" : "+") + "context_parallel_" + cp_algo_name(plan.cp_algo);
+  if (d.ep > 1) s += std::string(s.empty() ? "" : "+") + "expert_parallel";
   return s.empty() ? "single" : s;
 }
 
@@ -572,6 +574,9 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   if (st.sync) rec.analytic = st.sync->analytic();
   for (const AnalyticBytes& a : tp_analytic(plan, 4)) rec.analytic.push_back(a);
   for (const AnalyticBytes& a : cp_analytic(plan, 4)) rec.analytic.push_back(a);
+  for (const AnalyticBytes& a : ep_analytic(plan.model, plan.degrees.ep, st.model->moe().totals().ep, rec.steps, 4,
+                                            MPI_COMM_WORLD))
+    rec.analytic.push_back(a);
   const int n = rec.steps;
   std::vector<double> times(static_cast<size_t>(n) * world), ph(static_cast<size_t>(n) * world * 4), mine;
   for (const auto& p : rm.phases) mine.insert(mine.end(), p.begin(), p.end());
@@ -739,6 +744,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan);
   report_moe(o.model, st.model->moe().totals(), h5.get(), out);
+  report_ep(st.model->moe().totals().ep, plan.degrees.ep, r.rec.steps, h5.get(), out, MPI_COMM_WORLD);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
   if (watched) watch.stop();
   if (!r.finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got

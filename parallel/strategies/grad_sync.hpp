@@ -20,6 +20,12 @@ struct AnalyticBytes {
   std::string dim, kind;  // "dp", "all_reduce" (comm::name of the collective)
   uint64_t payload = 0;   // bytes per step (S summed over calls)
   double wire = 0;        // bytes each rank sends per step, bandwidth-optimal algorithm
+  // > 0: the exact payload summed over the ranks and timed steps, where it depends on the data
+  // (expert parallel's routing); payload is then that total's mean per rank and step.
+  uint64_t total = 0;
+  uint64_t expected(int steps, int ranks) const {
+    return total > 0 ? total : payload * static_cast<uint64_t>(steps) * static_cast<uint64_t>(ranks);
+  }
 };
 
 template <typename S>

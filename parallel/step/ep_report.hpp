@@ -1,0 +1,33 @@
+// Expert parallel's accounting in step_bench (issue 13): the analytic bytes of the EP
+// exchanges from the routing counts the run actually exchanged, and the per-rank imbalance
+// picture (rows received, expert compute, dispatch, combine and counts-exchange time, the
+// worst rank against the mean) for the console and the HDF5 step attributes.
+// Not here: the exchanges themselves (engine/moe.cpp), the comparison with the trace (report.cpp).
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "config.hpp"
+#include "core/log.hpp"
+#include "grad_sync.hpp"
+#include "moe.hpp"
+#include "step_h5.hpp"
+
+namespace meshbench::parallel {
+
+// "ep" all_to_all (counts: E values per MoE block per forward) and all_to_allv (per MoE block
+// per micro-batch: the dispatch sends the rows a rank routes, the combine the rows it
+// received, and the backward both again), summed over `world` from each rank's totals of the
+// timed steps: AnalyticBytes::total is exact, payload and wire the mean per rank and step.
+// Collective over `world`; empty unless ep > 1.
+std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int scalar_bytes,
+                                       MPI_Comm world);
+
+// Per rank (gathered to rank 0): rows received by its experts, expert, dispatch, combine and
+// counts seconds per step; then worst/mean. Console and HDF5 (ep_* step attributes; the
+// per-rank values as JSON lists). Collective over `world`.
+void report_ep(const EpTotals& mine, int ep, int steps, StepH5* h5, const core::Log& out, MPI_Comm world);
+
+}  // namespace meshbench::parallel
