@@ -614,7 +614,8 @@ MemoryBytes Gpt<S>::memory_allocated() const {
 }
 
 template <typename S>
-MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp, const CpSpec& cp) {
+MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp, const CpSpec& cp,
+                                    const EpSpec& ep) {
   // Closed forms, written independently of the layout tables (padding not counted). With
   // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
   // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows. Context
@@ -652,7 +653,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   m.buffers = (n * C + N * C + N * Ca + N * QKV + datt + N * F + cp_buf) * sb + 2 * N * 4;
   if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
   if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
-  const MoeMemory moe = moe_memory(c, sb);  // the MoE blocks against the dense MLPs
+  const MoeMemory moe = moe_memory(c, sb, ep);  // the MoE blocks against the dense MLPs
   m.params += moe.param_elements * sb;
   m.grads += moe.param_elements * sb;
   m.optimizer += 2 * moe.param_elements * sb;

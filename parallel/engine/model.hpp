@@ -129,6 +129,7 @@ class Gpt {
   void set_ep_comm(GroupComm<S>* ep) { moe_.set_comm(ep); }
   const CpSpec& cp() const { return opts_.cp; }
   const TpSpec& tp() const { return opts_.tp; }
+  const EpSpec& ep() const { return opts_.ep; }
   const TpDims& tp_dims() const { return dims_; }
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
   // entries are sliced from and gathered back to by name (sharding.hpp).
@@ -171,7 +172,7 @@ class Gpt {
   MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers
   const MemoryTracker& memory() const { return mem_; }
   static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {},
-                                     const CpSpec& cp = {});
+                                     const CpSpec& cp = {}, const EpSpec& ep = {});
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }

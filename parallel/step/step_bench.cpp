@@ -345,7 +345,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
   const GptConfig& c = plan.model;
   const MemoryTracker& t = model.memory();
-  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp(), model.cp());
+  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp(), model.cp(), model.ep());
   auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
   double ap = double(ma.params), ag = double(ma.grads), ao = double(ma.optimizer);
   if (plan.zero > 0) {

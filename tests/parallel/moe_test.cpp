@@ -345,6 +345,26 @@ TEST(MoeModel, LayoutNamesAndMemoryMatchAnalytic) {
     c.moe_every = 2;
     Gpt<float> m(c);
     EXPECT_EQ(m.layout().find("h.0.moe.expert.7.fc.weight").shape, (std::vector<int64_t>{1024, 256}));
+    // Expert parallel rank 1 of 4: the router and experts 2, 3 by their global names.
+    GptOptions o;
+    o.ep = EpSpec{4, 1};
+    Gpt<float> r(c, cpu_backend<float>(), o);
+    EXPECT_NO_THROW(r.layout().find("h.0.moe.router.weight"));
+    EXPECT_NO_THROW(r.layout().find("h.0.moe.expert.2.fc.weight"));
+    EXPECT_NO_THROW(r.layout().find("h.0.moe.expert.3.proj.bias"));
+    EXPECT_THROW(r.layout().find("h.0.moe.expert.1.fc.weight"), std::out_of_range);
+    EXPECT_THROW(r.layout().find("h.0.moe.expert.4.fc.weight"), std::out_of_range);
+    const auto ra = r.memory_allocated(), rf = Gpt<float>::memory_analytic(c, 4, {}, {}, o.ep);
+    EXPECT_LE(rf.params, ra.params);
+    EXPECT_LE(ra.params - rf.params, 16 * 4 * static_cast<int64_t>(r.layout().entries().size()));
+    EXPECT_LE(rf.activations, ra.activations);
+    EXPECT_LE(ra.activations - rf.activations, 16 * 4 * 80);
+    EXPECT_EQ(ra.buffers, rf.buffers);
+    const auto ranges = moe_expert_ranges(r.layout(), c);
+    ASSERT_EQ(ranges.size(), size_t(c.moe_blocks()));
+    EXPECT_EQ(ranges[0].first, r.layout().find("h.0.moe.expert.2.fc.weight").offset);
+    const LayoutEntry& last = r.layout().find("h.0.moe.expert.3.proj.bias");
+    EXPECT_EQ(ranges[0].second, last.offset + last.numel);
     EXPECT_EQ(m.layout().find("h.0.moe.router.weight").shape, (std::vector<int64_t>{8, 256}));
     EXPECT_THROW(m.layout().find("h.0.mlp.fc.weight"), std::out_of_range);
     EXPECT_NO_THROW(m.layout().find("h.1.mlp.fc.weight"));  // moe_every 2: block 1 is dense
