@@ -62,9 +62,15 @@ void DataParallel<S>::begin_backward(int, bool last_micro) {
 
 template <typename S>
 std::string DataParallel<S>::describe() const {
-  return fmt::format("data parallel: {} gradient buckets of up to {} elements, all-reduced over dp x cp = {}{}",
+  const std::string experts =
+      experts_.ranges.empty() ? std::string()
+                              : fmt::format("; the expert tensors ({} elements) skipped{}", experts_.elements(),
+                                            experts_.edp && experts_.edp->size() > 1
+                                                ? fmt::format(", all-reduced over edp = {} after them", experts_.edp->size())
+                                                : std::string(" (edp = 1: each rank holds the only copy)"));
+  return fmt::format("data parallel: {} gradient buckets of up to {} elements, all-reduced over dp x cp = {}{}{}",
                      buckets_.size(), bucket_elems_, dp_.size(),
-                     plan_.overlap ? ", overlapped with the backward" : ", after the backward (--no-overlap)");
+                     plan_.overlap ? ", overlapped with the backward" : ", after the backward (--no-overlap)", experts);
 }
 
 template <typename S>
