@@ -3,9 +3,10 @@
 # experts) passes --check against the single-rank reference (loss with the aux terms, every
 # gradient by name over the experts each rank holds, the updated parameters), dropless and
 # with capacity drops, 2 micro-batches, summed gradients and the fixed routing workloads; the
-# injected fault is caught. From the HDF5 comm table (the trace): in dropless mode the rows
-# moved over the EP group are exactly tokens x k per rank, MoE block and micro-batch (each
-# row four times: dispatch and combine, forward and backward), the counts all-to-all moves E
+# injected fault is caught. From the HDF5 comm table and events (the trace): in dropless mode
+# the rows moved over the EP group are exactly tokens x k per rank, MoE block and micro-batch
+# (per block and micro-batch the dispatch and the combine each sum to it over the ranks,
+# forward and backward), the counts all-to-all moves E
 # values per block and forward, and the measured EP bytes equal the analytic value from the
 # routing counts (bytes_match). The rules exit 2 naming the option.
 source "$(dirname "$0")/lib.bash"
@@ -17,7 +18,7 @@ run_check() {  # label, args...
     grep -q "check pass" "$WORK/out" && pass "$label: check pass" || fail "$label: no 'check pass' in output"
   fi
 }
-run_check "ep=2 dropless, 2 micro-batches" --micro-batches 2 -O "$WORK/ep.h5"
+run_check "ep=2 dropless, 2 micro-batches" --micro-batches 2 -O "$WORK/ep.h5" --profile
 run_check "ep=2 capacity 0.6" --capacity-factor 0.6
 run_check "ep=2 capacity 0.6, sum over 2 micro-batches, no overlap" --capacity-factor 0.6 --micro-batches 2 \
   --grad-reduce sum --no-overlap
@@ -52,6 +53,20 @@ for path, E, k, m in ((sys.argv[1], 4, 2, 2), (sys.argv[2], 8, 2, 1)):
     recv = json.loads(s.attrs["ep_rows_received_per_rank"])
     assert len(recv) == ranks and sum(recv) == ranks * N * k * blocks * m, (path, recv)
     assert s.attrs["ep_rows_received_worst_over_mean"] >= 1.0
+# Per MoE block and micro-batch (the events, --profile): the dispatch (each rank's first
+# all_to_allv of a block's forward or backward) sums over the ranks to tokens x k rows exactly,
+# and so does the combine.
+ev = step(sys.argv[1])["events"][()]
+ev = ev[(ev["dim"] == b"ep") & (ev["kind"] == b"all_to_allv")]
+calls = {}
+for e in sorted(ev, key=lambda e: e["t_start"]):
+    calls.setdefault((int(e["step"]), int(e["microbatch"]), int(e["layer"]), e["phase"]), {}).setdefault(int(e["rank"]), []).append(int(e["bytes"]))
+assert len(calls) == 2 * 2 * blocks * 2, sorted(calls)  # steps x micro-batches x blocks x (F, B)
+for key, per_rank in calls.items():
+    assert sorted(per_rank) == [0, 1] and all(len(v) == 2 for v in per_rank.values()), (key, per_rank)
+    for i in (0, 1):  # dispatch, combine
+        rows = sum(v[i] for v in per_rank.values()) // (C * sb)
+        assert rows == ranks * N * 2, (key, i, rows)
 # hot-rank: one EP rank's experts take more than the even share
 recv = json.loads(step(sys.argv[2]).attrs["ep_rows_received_per_rank"])
 assert max(recv) > min(recv), recv
