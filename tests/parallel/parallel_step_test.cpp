@@ -50,7 +50,8 @@ TEST(Plan, RulesNameTheOption) {
   EXPECT_NE(usage_message("dp=3", 4).find("--mesh dp=3"), std::string::npos);
   EXPECT_NE(usage_message("tp=3", 3).find("--mesh tp=3: --heads 4 must be divisible by tp"), std::string::npos);
   EXPECT_NE(usage_message("cp=3", 3).find("--mesh cp=3: --seq 64 must be divisible by 6"), std::string::npos);
-  EXPECT_NE(usage_message("ep=2", 4).find("expert parallel"), std::string::npos);
+  EXPECT_NE(usage_message("ep=2", 4).find("--mesh ep=2: expert parallel places experts on ranks; needs MoE blocks"),
+            std::string::npos);  // a dense model
   EXPECT_NE(usage_message("pp=2", 4).find("pipeline parallel"), std::string::npos);
   EXPECT_NE(usage_message("dp=2", 2, 0).find("--micro-batches 0: must be at least 1"), std::string::npos);
 }
