@@ -113,8 +113,8 @@ Layout Gpt<S>::full_layout(const GptConfig& cfg) {
 template <typename S>
 Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
     : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)), moe_(cfg, opts.ep) {
-  if (cfg.moe_blocks() > 0 && opts.tp.size > 1)
-    throw core::UsageError("--experts with tensor parallel: not available (the plan refuses it)");
+  if (cfg.moe_blocks() > 0 && opts.tp.size > 1 && opts.tp.mode.sp)
+    throw core::UsageError("--experts with sequence parallel: not available (the plan refuses it)");
   ParamTable pt = param_table(cfg, opts);
   layout_ = std::move(pt.layout);
   units_ = std::move(pt.units);

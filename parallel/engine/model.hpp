@@ -124,7 +124,10 @@ class Gpt {
   int64_t num_params() const;  // without padding
   const std::vector<Unit>& units() const { return units_; }
   void set_residency(Residency<S>* r) { residency_ = r; }
-  void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
+  void set_tp_comm(GroupComm<S>* tp) {
+    tp_ = tp;
+    moe_.set_tp_comm(tp);
+  }
   void set_cp_comm(GroupComm<S>* cp) { cp_ = cp; }
   void set_ep_comm(GroupComm<S>* ep) { moe_.set_comm(ep); }
   const CpSpec& cp() const { return opts_.cp; }

@@ -220,6 +220,7 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
     totals_.worst_expert = std::max<int64_t>(totals_.worst_expert, r.offsets[e + 1] - r.offsets[e]);
   r.aux = c_.aux_loss_coef * E * fp / (static_cast<double>(N) * N * k);
 
+  if (sliced()) restrict_to_slice(layer);
   timed(Op::kPermute, [&] { be.moe_permute_forward(acts + a.xp, x, slot, N, C, k); }, 0.0);
   if (ep_.size > 1) {
     exchange_counts(layer);
@@ -231,10 +232,46 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   experts_forward(layer, p, acts, timed);
   totals_.ep.expert_s += core::now_seconds() - t0;
   if (ep_.size > 1) totals_.ep.combine_s += exchange(layer, false, acts + a.yp, acts + a.yl, timed);
+  if (sliced()) {  // this slice's rows, the other tp ranks' added by the all-reduce
+    S* part = dxr_.data();
+    be.zero(part, sizeof(S) * N * C);
+    timed(Op::kPermute, [&] { be.moe_unpermute_forward(part, acts + a.yp, acts + a.gates, slot, N, C, k); }, 0.0);
+    tp_->all_reduce(part, int64_t{N} * C);
+    timed(Op::kResidual, [&] { be.add(out, part, int64_t{N} * C); }, 0.0);
+    return r.aux;
+  }
   timed(Op::kPermute, [&] {
     be.moe_unpermute_forward(out, acts + a.yp, acts + a.gates, slot, N, C, k);
   }, 0.0);
   return r.aux;
+}
+
+template <typename S>
+bool MoeMlp<S>::sliced() const {
+  return ep_.size > 1 && tp_ != nullptr && tp_->size() > 1;
+}
+
+template <typename S>
+void MoeMlp<S>::restrict_to_slice(int layer) {
+  const int N = static_cast<int>(c_.tokens()), E = c_.experts, k = c_.top_k, t = tp_->size(), q = tp_->rank();
+  const int lo = static_cast<int>(int64_t{N} * q / t), hi = static_cast<int>(int64_t{N} * (q + 1) / t);
+  const Acts& a = a_[layer];
+  std::vector<int32_t> slot(static_cast<size_t>(N) * k), idx(slot.size());
+  be_->download(slot.data(), ints_.data() + a.slot, sizeof(int32_t) * slot.size());
+  be_->download(idx.data(), ints_.data() + a.idx, sizeof(int32_t) * idx.size());
+  std::vector<int32_t> off(static_cast<size_t>(E + 1), 0);
+  for (int n = lo; n < hi; ++n)
+    for (int j = 0; j < k; ++j)
+      if (slot[size_t(n) * k + j] >= 0) ++off[size_t(idx[size_t(n) * k + j]) + 1];
+  for (int e = 0; e < E; ++e) off[size_t(e + 1)] += off[size_t(e)];
+  std::vector<int32_t> next(off.begin(), off.end() - 1);
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < k; ++j) {
+      int32_t& s = slot[size_t(n) * k + j];
+      s = (n >= lo && n < hi && s >= 0) ? next[size_t(idx[size_t(n) * k + j])]++ : -1;
+    }
+  be_->upload(ints_.data() + a.slot, slot.data(), sizeof(int32_t) * slot.size());
+  routing_[layer].offsets = off;
 }
 
 template <typename S>
@@ -371,12 +408,14 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
   timed(Op::kPermute, [&] {
     be.moe_unpermute_backward(dyp, dgates_.data(), dout, acts + a.yp, acts + a.gates, slot, N, C, k);
   }, 0.0);
+  if (sliced()) tp_->all_reduce(dgates_.data(), int64_t{N} * k);  // the other slices' gates
   if (ep) totals_.ep.dispatch_s += exchange(layer, true, dyl, dyp, timed);
   const double t0 = core::now_seconds();
   experts_backward(layer, p, g, acts, dyl, timed);
   totals_.ep.expert_s += core::now_seconds() - t0;
   if (ep) totals_.ep.combine_s += exchange(layer, false, dyp, dyl, timed);
   timed(Op::kPermute, [&] { be.moe_permute_backward(dx, dyp, slot, N, C, k); }, 0.0);
+  if (sliced()) tp_->all_reduce(dx, int64_t{N} * C);  // this slice's rows, the others' added
   // d aux / d probs[n, e] = coef * E * routed_e / (N^2 k), times the loss scale.
   std::vector<S> dprobs(static_cast<size_t>(E));
   for (int e = 0; e < E; ++e)

@@ -134,6 +134,12 @@ class MoeMlp {
   }
   // The expert-parallel group (ep.size > 1; before the first forward).
   void set_comm(GroupComm<S>* ep) { comm_ = ep; }
+  // Tensor parallel (all-reduce mode, experts whole: etp = 1): the tokens are the same on the
+  // tp ranks; with expert parallel each dispatches only its 1/tp slice of them (rows
+  // [N r/t, N (r+1)/t), routed and dropped over all N as on one rank) and the slices' outputs,
+  // d(gates) and d(x) are all-reduced over tp. Without expert parallel every tp rank runs the
+  // whole MoE (replicated).
+  void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
   const EpSpec& ep() const { return ep_; }
 
   // out (N,C) += MoE(x). p: the block's parameters (its unit's start); acts: the model's
@@ -181,6 +187,11 @@ class MoeMlp {
   GptConfig c_;
   EpSpec ep_;
   GroupComm<S>* comm_ = nullptr;
+  GroupComm<S>* tp_ = nullptr;
+  bool sliced() const;
+  // Tensor parallel x expert parallel: keeps this tp rank's slice of the kept assignments
+  // (slot and routing offsets rewritten, expert-major, token order).
+  void restrict_to_slice(int layer);
   const int32_t* tokens_ = nullptr;
   int step_ = 0;
   Backend<S>* be_ = nullptr;

@@ -61,8 +61,6 @@ void validate_expert_parallel(const Plan& p) {
     throw UsageError(fmt::format("--mesh ep={}: --experts {} must be divisible by ep (each rank holds E/ep experts)", ep, m.experts));
   if (m.top_k > m.experts)
     throw UsageError(fmt::format("--top-k {}: must be <= --experts {}", m.top_k, m.experts));
-  if (p.degrees.tp > 1)
-    throw UsageError(fmt::format("--mesh ep={},tp={}: expert parallel with tensor parallel is not available in this build", ep, p.degrees.tp));
   if (p.zero > 0)
     throw UsageError(fmt::format("--mesh ep={} with --zero {}: expert parallel with ZeRO is not available in this build "
                                  "(the expert gradients reduce over edp, not over ZeRO's dp shards)", ep, p.zero));
@@ -106,9 +104,13 @@ void validate_tensor_parallel(const Plan& p) {
   rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
   rule(c.ffn, "--ffn", "the MLP width is split over the group");
   if (p.sp && p.degrees.cp < 2) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
-  if (c.experts > 0)
-    throw UsageError(fmt::format("--experts {} with --mesh tp={}: the MoE layer does not split its experts over "
-                                 "tensor parallel in this build (expert parallel: issue 13)", c.experts, t));
+  if (c.experts > 0 && p.sp)
+    throw UsageError(fmt::format("--experts {} with --sp: MoE blocks with sequence parallel are not available in this "
+                                 "build (tensor parallel's all-reduce mode is)", c.experts));
+  if (c.experts > 0 && p.degrees.etp != 1)
+    throw UsageError(fmt::format("--experts {} with --mesh tp={}: the experts are not split over tensor parallel in "
+                                 "this build; add etp=1 to the mesh (whole experts, expert grid etp x ep x edp)",
+                                 c.experts, t));
   if (p.zero > 0)
     throw UsageError(fmt::format("--zero {} with --mesh tp={}: ZeRO with tensor parallel is not available in this "
                                  "build (data parallel with tensor parallel is)", p.zero, t));

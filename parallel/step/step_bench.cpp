@@ -408,14 +408,15 @@ std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, int worl
 
 // MoE (issue 13): the timed steps' assignments and capacity drops, summed over the ranks
 // (the busiest expert: the maximum), to the console and the HDF5 step attributes.
-void report_moe(const GptConfig& c, const MoeTotals& mine, StepH5* h5, const mb::core::Log& out) {
+// Tensor-parallel ranks route the same tokens: the sums are divided by tp.
+void report_moe(const GptConfig& c, const MoeTotals& mine, int tp, StepH5* h5, const mb::core::Log& out) {
   if (c.experts == 0) return;
   MoeTotals t;
   int64_t sums[2] = {mine.routed, mine.dropped}, all[2] = {0, 0};
   MPI_Allreduce(sums, all, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(&mine.worst_expert, &t.worst_expert, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-  t.routed = all[0];
-  t.dropped = all[1];
+  t.routed = all[0] / tp;
+  t.dropped = all[1] / tp;
   const double frac = t.routed > 0 ? double(t.dropped) / double(t.routed) : 0.0;
   out.out("  moe: {} MoE blocks x {} experts, top-{}, capacity {}: {} assignments over the timed steps, "
           "{} dropped ({:.2f}%), busiest expert {} rows in one block\n",
@@ -743,7 +744,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   r.rec = gather_record(o, plan, st, rm, losses, peak_used);
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan);
-  report_moe(o.model, st.model->moe().totals(), h5.get(), out);
+  report_moe(o.model, st.model->moe().totals(), plan.degrees.tp, h5.get(), out);
   report_ep(st.model->moe().totals().ep, plan.degrees.ep, r.rec.steps, h5.get(), out, MPI_COMM_WORLD);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
   if (watched) watch.stop();

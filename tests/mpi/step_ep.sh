@@ -8,24 +8,31 @@
 # (per block and micro-batch the dispatch and the combine each sum to it over the ranks,
 # forward and backward), the counts all-to-all moves E
 # values per block and forward, and the measured EP bytes equal the analytic value from the
-# routing counts (bytes_match). The rules exit 2 naming the option.
+# routing counts (bytes_match). Tensor parallel with whole experts (etp=1): tp=2 alone and
+# ep=2 x tp=2 pass --check too. The rules exit 2 naming the option.
 source "$(dirname "$0")/lib.bash"
 tiny=(--layers 3 --moe-every 2 --hidden 32 --heads 2 --seq 16 --vocab 64 --micro-batch 2 --steps 2 --warmup 1
       --threads 1 --quiet --experts 4 --top-k 2 --aux-loss-coef 0.05)
 run_check() {  # label, args...
   local label=$1; shift
-  if expect_rc 0 2 step_bench --mesh ep=2 "${tiny[@]}" --check "$@"; then
+  if expect_rc 0 2 step_bench "${tiny[@]}" --check "$@"; then
     grep -q "check pass" "$WORK/out" && pass "$label: check pass" || fail "$label: no 'check pass' in output"
   fi
 }
-run_check "ep=2 dropless, 2 micro-batches" --micro-batches 2 -O "$WORK/ep.h5" --profile
-run_check "ep=2 capacity 0.6" --capacity-factor 0.6
-run_check "ep=2 capacity 0.6, sum over 2 micro-batches, no overlap" --capacity-factor 0.6 --micro-batches 2 \
+run_check "ep=2 dropless, 2 micro-batches" --mesh ep=2 --micro-batches 2 -O "$WORK/ep.h5" --profile
+run_check "ep=2 capacity 0.6" --mesh ep=2 --capacity-factor 0.6
+run_check "ep=2 capacity 0.6, sum over 2 micro-batches, no overlap" --mesh ep=2 --capacity-factor 0.6 --micro-batches 2 \
   --grad-reduce sum --no-overlap
-run_check "ep=2 hot-rank routing, 8 experts" --routing hot-rank --experts 8 -O "$WORK/hot.h5"
-run_check "ep=2 balanced routing, capacity 1" --routing balanced --capacity-factor 1
-run_check "ep=2 zipf:1.2 routing, top-1" --routing zipf:1.2 --top-k 1
-run_check "ep=2 rotating routing" --routing rotating
+run_check "ep=2 hot-rank routing, 8 experts" --mesh ep=2 --routing hot-rank --experts 8 -O "$WORK/hot.h5"
+run_check "ep=2 balanced routing, capacity 1" --mesh ep=2 --routing balanced --capacity-factor 1
+run_check "ep=2 zipf:1.2 routing, top-1" --mesh ep=2 --routing zipf:1.2 --top-k 1
+run_check "ep=2 rotating routing" --mesh ep=2 --routing rotating
+# Tensor parallel with whole experts (etp=1): tp=2 alone runs the MoE replicated on both
+# ranks; tp=2 with ep=2 (the EP group is the TP pair) dispatches each rank's half of the
+# tokens and all-reduces the halves' outputs and gradients over tp.
+run_check "tp=2 etp=1 (MoE replicated over tp), capacity 0.6" --mesh tp=2,etp=1 --capacity-factor 0.6
+run_check "ep=2 x tp=2 etp=1 dropless, 2 micro-batches" --mesh tp=2,etp=1,ep=2 --micro-batches 2
+run_check "ep=2 x tp=2 etp=1 capacity 0.6, hot-rank routing" --mesh tp=2,etp=1,ep=2 --capacity-factor 0.6 --routing hot-rank
 expect_rc 1 2 step_bench --mesh ep=2 "${tiny[@]}" --check --inject-fault 1 && pass "ep=2 --inject-fault 1: exit 1"
 
 py - "$WORK/ep.h5" "$WORK/hot.h5" <<'PY' && pass "HDF5: EP rows = tokens x k exactly (dropless), counts bytes, bytes match the routing counts; per-rank EP attributes" || fail "HDF5 EP contents"

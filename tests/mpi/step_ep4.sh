@@ -3,7 +3,7 @@
 # per rank, edp=1) and ep=2 x edp=2 (dp=4: the expert gradients all-reduce over the expert
 # data-parallel pairs, the dense ones over all 4) pass --check against the single-rank
 # reference, dropless and with capacity drops; the edp all-reduce moves exactly the expert
-# tensors and the dp one the rest (bytes_match).
+# tensors and the dp one the rest (bytes_match); ep=2 and ep=4 with tp=2 (etp=1) pass --check.
 source "$(dirname "$0")/lib.bash"
 tiny=(--layers 2 --moe-every 2 --hidden 32 --heads 2 --seq 8 --vocab 64 --micro-batch 1 --steps 1 --warmup 0
       --threads 1 --quiet --experts 4 --top-k 2 --aux-loss-coef 0.05 --check)
@@ -17,6 +17,8 @@ run_check "ep=4 dropless" --mesh ep=4
 run_check "ep=4 capacity 0.6" --mesh ep=4 --capacity-factor 0.6
 run_check "ep=2 x edp=2 dropless" --mesh ep=2 -O "$WORK/edp.h5"
 run_check "ep=2 x edp=2 capacity 0.6, hot-expert routing" --mesh ep=2 --capacity-factor 0.6 --routing hot-expert
+run_check "ep=2 x tp=2 (etp=1) x edp=2 capacity 0.6" --mesh tp=2,etp=1,ep=2 --capacity-factor 0.6
+run_check "ep=4 x tp=2 (etp=1) dropless" --mesh tp=2,etp=1,ep=4
 py - "$WORK/edp.h5" <<'PY' && pass "HDF5: edp all-reduce present, bytes match the plan" || fail "HDF5 edp contents"
 import sys
 import h5py

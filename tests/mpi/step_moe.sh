@@ -27,9 +27,14 @@ s = f["runs"][rid]["step"]
 assert s.attrs["moe_assignments"] == 2 * 2 * 32 * 2, s.attrs["moe_assignments"]
 assert 0 < s.attrs["moe_dropped"] < s.attrs["moe_assignments"]
 PY
-# MoE with tensor parallel is refused by the plan: exit 2 on every rank, one line naming the rule
+# MoE with tensor parallel needs whole experts (etp=1) and no --sp: exit 2 on every rank, one
+# line naming the rule
 if expect_rc 2 2 step_bench "${tiny[@]}" --mesh tp=2; then
-  grep -q -- "--experts 4 with --mesh tp=2: the MoE layer does not split its experts" "$WORK/err" \
+  grep -q -- "--experts 4 with --mesh tp=2: the experts are not split over tensor parallel in this build; add etp=1" "$WORK/err" \
     && pass "tp=2 with --experts: exit 2 naming the rule" || fail "tp=2 message: $(cat "$WORK/err")"
+fi
+if expect_rc 2 2 step_bench "${tiny[@]}" --mesh tp=2,etp=1 --sp; then
+  grep -q -- "--experts 4 with --sp: MoE blocks with sequence parallel are not available" "$WORK/err" \
+    && pass "tp=2 --sp with --experts: exit 2 naming the rule" || fail "--sp message: $(cat "$WORK/err")"
 fi
 finish
