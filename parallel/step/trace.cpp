@@ -112,6 +112,10 @@ std::unique_ptr<comm::Request> RecordingComm::iall_reduce(View s, View r, comm::
   const double t = core::now_seconds();
   return posted(Collective::kAllReduce, r.bytes(), inner_->iall_reduce(s, r, op), t);
 }
+std::unique_ptr<comm::Request> RecordingComm::isendrecv(View s, int to, View r, int from, int tag) {
+  const double t = core::now_seconds();
+  return posted(Collective::kSendRecv, s.bytes(), inner_->isendrecv(s, to, r, from, tag), t);
+}
 std::unique_ptr<comm::Request> RecordingComm::iall_gather(View s, View r) {
   const double t = core::now_seconds();
   return posted(Collective::kAllGather, r.bytes(), inner_->iall_gather(s, r), t);

@@ -86,6 +86,7 @@ class RecordingComm final : public comm::Communicator {
   void sendrecv(comm::View s, int to, comm::View r, int from) override;
   std::unique_ptr<comm::Request> iall_reduce(comm::View s, comm::View r, comm::RedOp op) override;
   std::unique_ptr<comm::Request> iall_gather(comm::View s, comm::View r) override;
+  std::unique_ptr<comm::Request> isendrecv(comm::View s, int to, comm::View r, int from, int tag) override;
   std::unique_ptr<comm::Request> ireduce_scatter(comm::View s, comm::View r, comm::RedOp op) override;
   void order_after(void* producer) override { inner_->order_after(producer); }
   // Recorded with bytes = everything this rank's blocks hold (its own included) and

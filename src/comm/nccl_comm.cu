@@ -181,6 +181,10 @@ class NcclCommunicator final : public Communicator {
     all_reduce(send, recv, op);
     return std::make_unique<NcclRequest>(stream_, group_);
   }
+  std::unique_ptr<Request> isendrecv(View send, int to, View recv, int from, int) override {
+    sendrecv(send, to, recv, from);  // grouped, queued on the stream: the host does not wait
+    return std::make_unique<NcclRequest>(stream_, group_);
+  }
   std::unique_ptr<Request> iall_gather(View send, View recv) override {
     all_gather(send, recv);
     return std::make_unique<NcclRequest>(stream_, group_);
