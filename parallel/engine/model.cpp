@@ -38,10 +38,24 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), 
     layout_.pad_unit(lo, mult);
     units_.push_back({std::move(name), lo, layout_.total()});
   };
-  wte_ = layout_.add("wte", {V, C}, true);
-  wpe_ = layout_.add("wpe", {maxT, C}, true);
-  close_unit("embed", 0);
-  for (int64_t l = 0; l < L; ++l) {
+  // The stage: which blocks, and whether the embeddings and the head live here.
+  const StageSpec whole{{{0, cfg.layers}}, true, true, 1};
+  const StageSpec& st = opts.stage ? *opts.stage : whole;
+  chunks_ = st.chunks;
+  token_slots_ = std::max(1, st.micro_batches);
+  bu_.assign(static_cast<size_t>(L), -1);
+  chunk_start_.assign(static_cast<size_t>(L) + 1, 0);
+  lo_.resize(static_cast<size_t>(L));
+  tied_embed_ = cfg.tied && st.first;
+  if (st.first) {
+    wte_ = layout_.add("wte", {V, C}, true);
+    wpe_ = layout_.add("wpe", {maxT, C}, true);
+    embed_unit_ = 0;
+    close_unit("embed", 0);
+  }
+  for (const auto& [lb, le] : chunks_) chunk_start_[static_cast<size_t>(lb)] = 1;
+  for (const auto& [lb, le] : chunks_)
+  for (int64_t l = lb; l < le; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     const int64_t u = (layout_.total() + 15) / 16 * 16;
     LayerOffsets o{};
@@ -57,46 +71,57 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), 
     o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false) - u;
     o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true) - u;
     o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false) - u;
-    lo_.push_back(o);
+    lo_[static_cast<size_t>(l)] = o;
+    bu_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
     close_unit(fmt::format("h.{}", l), u);
   }
-  const int64_t hu = (layout_.total() + 15) / 16 * 16;
-  lnf_w_ = layout_.add("lnf.weight", {C}, false) - hu;
-  lnf_b_ = layout_.add("lnf.bias", {C}, false) - hu;
-  head_w_ = cfg.tied ? wte_ : layout_.add("lm_head.weight", {V, C}, true) - hu;
-  head_b_ = layout_.add("lm_head.bias", {V}, false) - hu;
-  close_unit("head", hu);
+  if (st.last) {
+    const int64_t hu = (layout_.total() + 15) / 16 * 16;
+    lnf_w_ = layout_.add("lnf.weight", {C}, false) - hu;
+    lnf_b_ = layout_.add("lnf.bias", {C}, false) - hu;
+    // A tied head reads the embedding unit's wte, or on a stage without it its own copy.
+    head_w_ = tied_embed_ ? wte_ : layout_.add(cfg.tied ? "wte" : "lm_head.weight", {V, C}, true) - hu;
+    head_b_ = layout_.add("lm_head.bias", {V}, false) - hu;
+    head_unit_ = static_cast<int>(units_.size());
+    close_unit("head", hu);
+  }
   const int64_t P = layout_.total();
   if (opts.own_params) params_ = BackendArray<S, S>(be, P, &mem_, MemCat::kParams);
   if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
   if (opts.own_optimizer) set_optimizer_shard(P);
 
   const int64_t B = cfg.micro_batch, T = cfg.seq, N = B * T, NH = cfg.heads;
-  for (int64_t l = 0; l < L; ++l) {
+  la_.resize(static_cast<size_t>(L));
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+  Layout& al = act_layouts_.emplace_back();
+  encoded_ = al.add(st.first && c == 0 ? "encoded" : "input", {B, T, C}, false);  // offset 0
+  for (int64_t l = chunks_[c].first; l < chunks_[c].second; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     LayerActs a{};
-    a.ln1 = act_layout_.add(p + "ln1", {B, T, C}, false);
-    a.ln1_mean = act_layout_.add(p + "ln1_mean", {B, T}, false);
-    a.ln1_rstd = act_layout_.add(p + "ln1_rstd", {B, T}, false);
-    a.qkv = act_layout_.add(p + "qkv", {B, T, QKV}, false);
-    a.att = act_layout_.add(p + "att", {B, NH, T, T}, false);
-    a.atty = act_layout_.add(p + "atty", {B, T, C}, false);
-    a.res2 = act_layout_.add(p + "res2", {B, T, C}, false);
-    a.ln2 = act_layout_.add(p + "ln2", {B, T, C}, false);
-    a.ln2_mean = act_layout_.add(p + "ln2_mean", {B, T}, false);
-    a.ln2_rstd = act_layout_.add(p + "ln2_rstd", {B, T}, false);
-    a.fch = act_layout_.add(p + "fch", {B, T, F}, false);
-    a.fch_gelu = act_layout_.add(p + "fch_gelu", {B, T, F}, false);
-    a.res3 = act_layout_.add(p + "res3", {B, T, C}, false);
-    la_.push_back(a);
+    a.ln1 = al.add(p + "ln1", {B, T, C}, false);
+    a.ln1_mean = al.add(p + "ln1_mean", {B, T}, false);
+    a.ln1_rstd = al.add(p + "ln1_rstd", {B, T}, false);
+    a.qkv = al.add(p + "qkv", {B, T, QKV}, false);
+    a.att = al.add(p + "att", {B, NH, T, T}, false);
+    a.atty = al.add(p + "atty", {B, T, C}, false);
+    a.res2 = al.add(p + "res2", {B, T, C}, false);
+    a.ln2 = al.add(p + "ln2", {B, T, C}, false);
+    a.ln2_mean = al.add(p + "ln2_mean", {B, T}, false);
+    a.ln2_rstd = al.add(p + "ln2_rstd", {B, T}, false);
+    a.fch = al.add(p + "fch", {B, T, F}, false);
+    a.fch_gelu = al.add(p + "fch_gelu", {B, T, F}, false);
+    a.res3 = al.add(p + "res3", {B, T, C}, false);
+    la_[static_cast<size_t>(l)] = a;
   }
-  encoded_ = act_layout_.add("encoded", {B, T, C}, false);
-  lnf_ = act_layout_.add("lnf", {B, T, C}, false);
-  lnf_mean_ = act_layout_.add("lnf_mean", {B, T}, false);
-  lnf_rstd_ = act_layout_.add("lnf_rstd", {B, T}, false);
-  logits_ = act_layout_.add("logits", {B, T, V}, false);  // probs, then dlogits, in place
-  losses_ = act_layout_.add("losses", {B, T}, false);
-  acts_ = BackendArray<S, S>(be, act_layout_.total(), &mem_, MemCat::kActivations);
+  if (st.last && c + 1 == chunks_.size()) {
+    lnf_ = al.add("lnf", {B, T, C}, false);
+    lnf_mean_ = al.add("lnf_mean", {B, T}, false);
+    lnf_rstd_ = al.add("lnf_rstd", {B, T}, false);
+    logits_ = al.add("logits", {B, T, V}, false);  // probs, then dlogits, in place
+    losses_ = al.add("losses", {B, T}, false);
+  }
+  }
+  if (!opts.stage) take_slot(0, 0);  // the whole model: one slot for the model's life
 
   const MemCat kBuf = MemCat::kBuffers;
   dresid_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
@@ -105,8 +130,8 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), 
   dqkv_ = BackendArray<S, S>(be, N * QKV, &mem_, kBuf);
   datt_ = BackendArray<S, S>(be, B * NH * T * T, &mem_, kBuf);
   dfch_ = BackendArray<S, S>(be, N * F, &mem_, kBuf);
-  tokens_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
-  targets_ = BackendArray<int32_t, S>(be, N, &mem_, kBuf);
+  tokens_ = BackendArray<int32_t, S>(be, N * token_slots_, &mem_, kBuf);
+  targets_ = BackendArray<int32_t, S>(be, N * token_slots_, &mem_, kBuf);
 }
 
 template <typename S>
@@ -185,11 +210,40 @@ void Gpt<S>::timed(Op op, F&& f, double flops) {
 
 template <typename S>
 const S* Gpt<S>::res_in(int l) const {
-  return acts_.data() + (l == 0 ? encoded_ : la_[l - 1].res3);
+  return a_ + (chunk_start_[static_cast<size_t>(l)] ? encoded_ : la_[static_cast<size_t>(l) - 1].res3);
+}
+
+template <typename S>
+S* Gpt<S>::take_slot(int chunk, int micro) {
+  auto it = slots_.find({chunk, micro});
+  if (it == slots_.end())
+    it = slots_.emplace(std::make_pair(chunk, micro),
+                        BackendArray<S, S>(*be_, slot_elements(chunk), &mem_, MemCat::kActivations)).first;
+  return it->second.data();
+}
+
+template <typename S>
+S* Gpt<S>::stage_input(int chunk, int micro) {
+  return take_slot(chunk, micro) + encoded_;
+}
+
+template <typename S>
+const S* Gpt<S>::stage_output(int chunk, int micro) const {
+  return slots_.at({chunk, micro}).data() + la_[static_cast<size_t>(chunks_[static_cast<size_t>(chunk)].second) - 1].res3;
 }
 
 template <typename S>
 S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) {
+  return forward_chunk(0, 0, tokens, targets, logits_out);
+}
+
+template <typename S>
+void Gpt<S>::backward(S loss_scale) {
+  backward_chunk(0, 0, loss_scale, nullptr, nullptr);
+}
+
+template <typename S>
+S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32_t* targets, S* logits_out) {
   const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
             NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
   const int N = B * T;
@@ -197,18 +251,25 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
   trace_phase_ = 'F';
   trace_layer_ = -1;
   Backend<S>& be = *be_;
-  be.upload(tokens_.data(), tokens, sizeof(int32_t) * N);
-  be.upload(targets_.data(), targets, sizeof(int32_t) * N);
-  S* a = acts_.data();
-  acquire(0, 'F');
-  const S* pe = P(0);
+  // Stage entry: the slot of (chunk, micro); the first stage's chunk 0 embeds the tokens,
+  // any other chunk finds its received input at offset 0.
+  S* a = a_ = take_slot(chunk, micro);
+  int32_t* tok = tokens_.data() + int64_t{N} * (micro % token_slots_);
+  int32_t* tgt = targets_.data() + int64_t{N} * (micro % token_slots_);
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
+  if (heads) be.upload(tgt, targets, sizeof(int32_t) * N);
+  if (embeds) {
+  be.upload(tok, tokens, sizeof(int32_t) * N);
+  acquire(embed_unit_, 'F');
+  const S* pe = P(embed_unit_);
   timed(Op::kEmbedding,
-        [&] { be.embedding_forward(a + encoded_, tokens_.data(), pe + wte_, pe + wpe_, B, T, C); });
-  if (!cfg_.tied) release(0, 'F');  // a tied head reads wte again at the end
-  for (int l = 0; l < cfg_.layers; ++l) {
+        [&] { be.embedding_forward(a + encoded_, tok, pe + wte_, pe + wpe_, B, T, C); });
+  if (!tied_embed_ || !heads) release(embed_unit_, 'F');  // a tied head reads wte again at the end
+  }
+  for (int l = chunks_[static_cast<size_t>(chunk)].first; l < chunks_[static_cast<size_t>(chunk)].second; ++l) {
     trace_layer_ = l;
-    acquire(l + 1, 'F');
-    const S* p = P(l + 1);
+    acquire(bu_[static_cast<size_t>(l)], 'F');
+    const S* p = P(bu_[static_cast<size_t>(l)]);
     const LayerOffsets& w = lo_[l];
     const LayerActs& x = la_[l];
     const S* res = res_in(l);
@@ -236,13 +297,14 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
     timed(Op::kMatmul, [&] {
       be.matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
     }, 2.0 * N * F * C);
-    release(l + 1, 'F');
+    release(bu_[static_cast<size_t>(l)], 'F');
   }
   trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
+  if (!heads) return S(0);  // stage exit: the output stays in the slot (stage_output)
   const int hu = head_unit();
   acquire(hu, 'F');
   const S* ph = P(hu);
-  const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
+  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
   timed(Op::kLayerNorm, [&] {
     be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_,
                          ph + lnf_b_, N, C);
@@ -250,11 +312,11 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
   timed(Op::kMatmul,
         [&] { be.matmul_forward(a + logits_, a + lnf_, head_w, ph + head_b_, N, C, V, false); }, 2.0 * N * C * V);
   release(hu, 'F');
-  if (cfg_.tied) release(0, 'F');
+  if (tied_embed_) release(embed_unit_, 'F');
   if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);
   S loss{};
   timed(Op::kLoss, [&] {
-    loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, targets_.data(), N, V);
+    loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, tgt, N, V);
   });
   return loss;
 }
@@ -265,7 +327,7 @@ void Gpt<S>::zero_grad() {
 }
 
 template <typename S>
-void Gpt<S>::backward(S loss_scale) {
+void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din) {
   const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
             NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
   const int N = B * T;
@@ -273,20 +335,26 @@ void Gpt<S>::backward(S loss_scale) {
   trace_phase_ = 'B';
   trace_layer_ = -1;
   Backend<S>& be = *be_;
-  S* a = acts_.data();
+  S* a = a_ = slots_.at({chunk, micro}).data();
   S* dresid = dresid_.data();
   S* dln = dln_.data();
+  const int32_t* tok = tokens_.data() + int64_t{N} * (micro % token_slots_);
+  const int32_t* tgt = targets_.data() + int64_t{N} * (micro % token_slots_);
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
   const int hu = head_unit();
+  if (!heads) {  // stage entry: the received gradient of the chunk's output
+    be.copy(dresid, dout, int64_t{N} * C);
+  } else {
   // d(loss_scale x mean loss)/dloss = loss_scale; probs become dlogits in place.
   timed(Op::kLoss, [&] {
-    be.crossentropy_backward(a + logits_, a + logits_, targets_.data(), loss_scale, N, V);
+    be.crossentropy_backward(a + logits_, a + logits_, tgt, loss_scale, N, V);
   });
   acquire(hu, 'B');
-  if (cfg_.tied) acquire(0, 'B');  // the head's weight is wte: its gradient accumulates there
+  if (tied_embed_) acquire(embed_unit_, 'B');  // the head's weight is wte: its gradient accumulates there
   const S* ph = P(hu);
   S* gh = G(hu);
-  const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
-  S* dhead_w = cfg_.tied ? G(0) + head_w_ : gh + head_w_;
+  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
+  S* dhead_w = tied_embed_ ? G(embed_unit_) + head_w_ : gh + head_w_;
   timed(Op::kMatmul, [&] {
     be.matmul_backward(dln, dhead_w, gh + head_b_, a + logits_, a + lnf_, head_w, N, C, V);
   }, 4.0 * N * C * V);
@@ -297,12 +365,14 @@ void Gpt<S>::backward(S loss_scale) {
   });
   release(hu, 'B');
   grads_ready(units_[hu].lo, units_[hu].hi);
+  }
   // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
-  for (int l = cfg_.layers - 1; l >= 0; --l) {
+  for (int l = chunks_[static_cast<size_t>(chunk)].second - 1; l >= chunks_[static_cast<size_t>(chunk)].first; --l) {
     trace_layer_ = l;
-    acquire(l + 1, 'B');
-    const S* p = P(l + 1);
-    S* g = G(l + 1);
+    const int u = bu_[static_cast<size_t>(l)];
+    acquire(u, 'B');
+    const S* p = P(u);
+    S* g = G(u);
     const LayerOffsets& w = lo_[l];
     const LayerActs& x = la_[l];
     S* dfch = dfch_.data();
@@ -334,16 +404,22 @@ void Gpt<S>::backward(S loss_scale) {
       be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w,
                             a + x.ln1_mean, a + x.ln1_rstd, N, C);
     });
-    release(l + 1, 'B');
-    grads_ready(units_[l + 1].lo, units_[l + 1].hi);
+    release(u, 'B');
+    grads_ready(units_[u].lo, units_[u].hi);
   }
   trace_layer_ = -1;
-  if (!cfg_.tied) acquire(0, 'B');
-  S* ge = G(0);
+  // Stage exit: the gradient of the chunk's input to `din`, or the embedding backward.
+  if (embeds) {
+  if (!tied_embed_ || !heads) acquire(embed_unit_, 'B');
+  S* ge = G(embed_unit_);
   timed(Op::kEmbedding,
-        [&] { be.embedding_backward(ge + wte_, ge + wpe_, dresid, tokens_.data(), B, T, C); });
-  release(0, 'B');
-  grads_ready(units_[0].lo, units_[0].hi);
+        [&] { be.embedding_backward(ge + wte_, ge + wpe_, dresid, tok, B, T, C); });
+  release(embed_unit_, 'B');
+  grads_ready(units_[embed_unit_].lo, units_[embed_unit_].hi);
+  } else {
+    be.copy(din, dresid, int64_t{N} * C);
+  }
+  if (opts_.stage) slots_.erase({chunk, micro});  // the micro-batch's activations are freed
 }
 
 template <typename S>

@@ -33,6 +33,12 @@ void add_phase(std::array<double, 4>& ph, const PhaseSpan& p) {
 }
 }  // namespace
 
+std::string comm_kind(const CommEvent& e) {
+  if (e.p2p == 's') return "send";
+  if (e.p2p == 'r') return "recv";
+  return std::string(comm::name(e.kind));
+}
+
 std::array<double, 4> step_phases(const Trace& tr, int step) {
   std::array<double, 4> ph{};
   for (auto it = tr.phases.rbegin(); it != tr.phases.rend() && it->step == step; ++it) add_phase(ph, *it);
@@ -75,14 +81,14 @@ RankMetrics rank_metrics(const Trace& tr, int rank) {
   for (const OpEvent& e : tr.ops)
     if (e.step >= 0 && static_cast<size_t>(e.step) < steps)
       compute[static_cast<size_t>(e.step)].push_back({e.t_start, e.t_end});
-  std::map<std::pair<std::string, int>, CommRow> rows;
-  std::map<std::pair<std::string, int>, std::vector<std::vector<Interval>>> busy;
+  std::map<std::pair<std::string, std::string>, CommRow> rows;
+  std::map<std::pair<std::string, std::string>, std::vector<std::vector<Interval>>> busy;
   for (const CommEvent& e : tr.comms) {
-    const auto key = std::make_pair(e.dim, static_cast<int>(e.kind));
+    const auto key = std::make_pair(e.dim, comm_kind(e));
     CommRow& r = rows[key];
     r.rank = rank;
     put(r.dim, e.dim);
-    put(r.kind, std::string(comm::name(e.kind)));
+    put(r.kind, key.second);
     ++r.calls;
     r.bytes += e.bytes;
     r.wire_bytes += e.wire_bytes;

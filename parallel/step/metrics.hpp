@@ -37,6 +37,8 @@ struct RankMetrics {
 };
 
 RankMetrics rank_metrics(const Trace& trace, int rank);
+// The kind column of a call: the collective's name, or "send"/"recv" for point-to-point.
+std::string comm_kind(const CommEvent& e);
 // One step's phase times (kPhaseNames order), summed over its spans.
 std::array<double, 4> step_phases(const Trace& trace, int step);
 

@@ -234,6 +234,7 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.step = e.step;
     r.microbatch = e.micro;
     r.layer = e.layer;
+    r.chunk = e.chunk;
     const char* ph = e.phase == 'F' ? "fwd" : (e.phase == 'B' ? "bwd" : "opt");
     results::put_fixed(r.kind, std::string(op_name(e.op)) + "." + ph);
     results::put_fixed(r.dim, "-");
@@ -250,7 +251,8 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.step = e.tags.step;
     r.microbatch = e.tags.micro;
     r.layer = e.tags.layer;
-    results::put_fixed(r.kind, std::string(comm::name(e.kind)));
+    r.chunk = e.tags.chunk;
+    results::put_fixed(r.kind, comm_kind(e));
     results::put_fixed(r.dim, e.dim);
     results::put_fixed(r.phase, std::string(1, e.tags.phase));
     r.group = e.group;

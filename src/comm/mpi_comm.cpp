@@ -256,6 +256,23 @@ class MpiCommunicator final : public Communicator {
     return q;
   }
 
+  // Point-to-point: MPI_Isend / MPI_Irecv with the caller's tag (device views staged).
+  std::unique_ptr<Request> isend(View send, int to, int tag) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    Staged s(send, q->send_store_, true);
+    MB_CHECK_MPI(MPI_Isend(s.host().data, as_int(send.count, "isend"), mpi_type(send.dtype), to, tag, mpi_, &q->req_),
+                 group_.c_str());
+    return q;
+  }
+  std::unique_ptr<Request> irecv(View recv, int from, int tag) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    q->out_.emplace(recv, q->recv_store_, false);
+    MB_CHECK_MPI(MPI_Irecv(q->out_->host().data, as_int(recv.count, "irecv"), mpi_type(recv.dtype), from, tag, mpi_,
+                           &q->req_),
+                 group_.c_str());
+    return q;
+  }
+
   // Host compute (producer null) is done when its call returns; a device producer's queued
   // work must finish before the staging copy reads it.
   void order_after(void* producer) override {
