@@ -79,6 +79,14 @@ class Backend {
                                  int N, int V) = 0;
   virtual void crossentropy_backward(S* dlogits, const S* probs, const int32_t* targets, S dloss,
                                      int N, int V) = 0;
+  // Vocabulary-parallel cross-entropy in three steps (layers.hpp); finish's mean loss is read
+  // on the host.
+  virtual void crossentropy_rowmax(S* rowmax, const S* logits, int N, int V, int valid) = 0;
+  virtual void crossentropy_partial(S* probs, S* sumexp, S* tlogit, const S* logits, const S* rowmax,
+                                    const int32_t* targets, int N, int V, int valid) = 0;
+  virtual S crossentropy_finish(S* probs, S* losses, const S* sumexp, const S* tlogit, const S* rowmax,
+                                int N, int V) = 0;
+  virtual void bias_residual_add(S* out, const S* x, const S* bias, int N, int C) = 0;
   virtual void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n,
                             const AdamWConfig& cfg, double weight_decay, int t) = 0;
 };

@@ -92,6 +92,20 @@ class CpuBackend final : public Backend<S> {
                              int V) override {
     parallel::crossentropy_backward(dlogits, probs, targets, dloss, N, V);
   }
+  void crossentropy_rowmax(S* rowmax, const S* logits, int N, int V, int valid) override {
+    parallel::crossentropy_rowmax(rowmax, logits, N, V, valid);
+  }
+  void crossentropy_partial(S* probs, S* sumexp, S* tlogit, const S* logits, const S* rowmax,
+                            const int32_t* targets, int N, int V, int valid) override {
+    parallel::crossentropy_partial(probs, sumexp, tlogit, logits, rowmax, targets, N, V, valid);
+  }
+  S crossentropy_finish(S* probs, S* losses, const S* sumexp, const S* tlogit, const S* rowmax, int N,
+                        int V) override {
+    return parallel::crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
+  }
+  void bias_residual_add(S* out, const S* x, const S* bias, int N, int C) override {
+    parallel::bias_residual_add(out, x, bias, N, C);
+  }
   void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
                     double weight_decay, int t) override {
     parallel::adamw_update(param, grad, m, v, n, cfg, weight_decay, t);

@@ -58,6 +58,20 @@ class EmulatedBackend final : public Backend<float> {
                              int N, int V) override {
     cpu_.crossentropy_backward(dlogits, probs, tgt, dloss, N, V);
   }
+  void crossentropy_rowmax(float* rowmax, const float* logits, int N, int V, int valid) override {
+    cpu_.crossentropy_rowmax(rowmax, logits, N, V, valid);
+  }
+  void crossentropy_partial(float* probs, float* sumexp, float* tlogit, const float* logits,
+                            const float* rowmax, const int32_t* tgt, int N, int V, int valid) override {
+    cpu_.crossentropy_partial(probs, sumexp, tlogit, logits, rowmax, tgt, N, V, valid);
+  }
+  float crossentropy_finish(float* probs, float* losses, const float* sumexp, const float* tlogit,
+                            const float* rowmax, int N, int V) override {
+    return cpu_.crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
+  }
+  void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
+    cpu_.bias_residual_add(out, x, bias, N, C);
+  }
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                     const AdamWConfig& cfg, double wd, int t) override {
     cpu_.adamw_update(p, g, m, v, n, cfg, wd, t);
@@ -67,7 +81,7 @@ class EmulatedBackend final : public Backend<float> {
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC, bool accumulate) override {
     for (int64_t n = 0; n < N; ++n)
-      for (int j = 0; j < OC; ++j) out[n * OC + j] = (accumulate ? out[n * OC + j] : 0.f) + bias[j];
+      for (int j = 0; j < OC; ++j) out[n * OC + j] = (accumulate ? out[n * OC + j] : 0.f) + (bias ? bias[j] : 0.f);
     const MatmulShape s{N, C, OC};
     const std::vector<float> x = staged(inp, numel(s, Array::kInp)), w = staged(weight, numel(s, Array::kWeight));
     run(matmul_forward_gemm(s), x.data(), w.data(), out);
@@ -76,11 +90,11 @@ class EmulatedBackend final : public Backend<float> {
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int C, int OC) override {
     const MatmulShape s{N, C, OC};
-    const std::vector<float> d = staged(dout, numel(s, Array::kDout)), x = staged(inp, numel(s, Array::kInp)),
-                             w = staged(weight, numel(s, Array::kWeight));
+    const std::vector<float> d = staged(dout, numel(s, Array::kDout));
     const auto g = matmul_backward_gemms(s);
-    if (dinp != nullptr) run(g[0], d.data(), w.data(), dinp);
-    run(g[1], d.data(), x.data(), dweight);
+    if (dinp != nullptr) run(g[0], d.data(), staged(weight, numel(s, Array::kWeight)).data(), dinp);
+    if (dweight != nullptr) run(g[1], d.data(), staged(inp, numel(s, Array::kInp)).data(), dweight);
+    if (dbias == nullptr) return;
     for (int j = 0; j < OC; ++j) {
       float acc = 0.f;
       for (int64_t n = 0; n < N; ++n) acc += dout[n * OC + j];

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -67,10 +68,10 @@ void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe
                        int C) {
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
-    const S* e = wte + static_cast<int64_t>(tokens[bt]) * C;
-    const S* p = wpe + static_cast<int64_t>(bt % T) * C;
     S* o = out + static_cast<int64_t>(bt) * C;
-    for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    const S* e = tokens[bt] >= 0 ? wte + static_cast<int64_t>(tokens[bt]) * C : nullptr;
+    const S* p = wpe ? wpe + static_cast<int64_t>(bt % T) * C : nullptr;
+    for (int c = 0; c < C; ++c) o[c] = (e ? e[c] : S(0)) + (p ? p[c] : S(0));
   }
 }
 
@@ -80,10 +81,12 @@ void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, 
   // Rows with the same token collide in dwte, so rows are walked in order; positions are
   // distinct per t, so dwpe is parallel over t.
   for (int bt = 0; bt < B * T; ++bt) {
+    if (tokens[bt] < 0) continue;
     S* e = dwte + static_cast<int64_t>(tokens[bt]) * C;
     const S* d = dout + static_cast<int64_t>(bt) * C;
     for (int c = 0; c < C; ++c) e[c] += d[c];
   }
+  if (dwpe == nullptr) return;
 #pragma omp parallel for schedule(static)
   for (int t = 0; t < T; ++t) {
     S* p = dwpe + static_cast<int64_t>(t) * C;
@@ -163,7 +166,9 @@ void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N,
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     S* o = out + static_cast<int64_t>(n) * OC;
-    if (accumulate) {
+    if (bias == nullptr) {
+      if (!accumulate) std::memset(o, 0, sizeof(S) * OC);
+    } else if (accumulate) {
       for (int j = 0; j < OC; ++j) o[j] += bias[j];
     } else {
       std::memcpy(o, bias, sizeof(S) * OC);
@@ -179,7 +184,8 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
     gemm<S>(Trans::kNo, Trans::kNo, N, C, OC, S(1), dout, OC, weight, C,
             accumulate_dinp ? S(1) : S(0), dinp, C);
   }
-  gemm<S>(Trans::kYes, Trans::kNo, OC, C, N, S(1), dout, OC, inp, C, S(1), dweight, C);
+  if (dweight != nullptr) gemm<S>(Trans::kYes, Trans::kNo, OC, C, N, S(1), dout, OC, inp, C, S(1), dweight, C);
+  if (dbias == nullptr) return;
   // dbias: column sums of dout, in column blocks so each thread owns its columns.
   constexpr int kBlock = 64;
   const int nblocks = (OC + kBlock - 1) / kBlock;
@@ -374,7 +380,66 @@ void crossentropy_backward(S* dlogits, const S* probs, const int32_t* targets, S
     S* d = dlogits + static_cast<int64_t>(n) * V;
 #pragma omp simd
     for (int j = 0; j < V; ++j) d[j] = p[j] * scale;
-    d[targets[n]] -= scale;
+    if (targets[n] >= 0) d[targets[n]] -= scale;
+  }
+}
+
+template <typename S>
+void crossentropy_rowmax(S* rowmax, const S* logits, int N, int V, int valid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const S* x = logits + static_cast<int64_t>(n) * V;
+    S mx = -std::numeric_limits<S>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < valid; ++j) mx = std::max(mx, x[j]);
+    rowmax[n] = mx;
+  }
+}
+
+template <typename S>
+void crossentropy_partial(S* probs, S* sumexp, S* tlogit, const S* logits, const S* rowmax,
+                          const int32_t* targets, int N, int V, int valid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const S* x = logits + static_cast<int64_t>(n) * V;
+    S* p = probs + static_cast<int64_t>(n) * V;
+    const S mx = rowmax[n];
+    tlogit[n] = targets[n] >= 0 ? x[targets[n]] : S(0);  // before p (may alias x) is written
+    S sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < valid; ++j) {
+      p[j] = exp_(x[j] - mx);
+      sum += p[j];
+    }
+    for (int j = valid; j < V; ++j) p[j] = S(0);
+    sumexp[n] = sum;
+  }
+}
+
+template <typename S>
+S crossentropy_finish(S* probs, S* losses, const S* sumexp, const S* tlogit, const S* rowmax, int N,
+                      int V) {
+  double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int n = 0; n < N; ++n) {
+    S* p = probs + static_cast<int64_t>(n) * V;
+    const S inv = S(1) / sumexp[n];
+#pragma omp simd
+    for (int j = 0; j < V; ++j) p[j] *= inv;
+    losses[n] = std::log(sumexp[n]) - (tlogit[n] - rowmax[n]);
+    total += static_cast<double>(losses[n]);
+  }
+  return static_cast<S>(total / N);
+}
+
+template <typename S>
+void bias_residual_add(S* out, const S* x, const S* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    S* o = out + static_cast<int64_t>(n) * C;
+    const S* xi = x + static_cast<int64_t>(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) o[c] += xi[c] + bias[c];
   }
 }
 
@@ -417,6 +482,11 @@ void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWCon
   template void residual_backward<S>(S*, S*, const S*, int64_t);                              \
   template S crossentropy_forward<S>(S*, S*, const S*, const int32_t*, int, int);             \
   template void crossentropy_backward<S>(S*, const S*, const int32_t*, S, int, int);          \
+  template void crossentropy_rowmax<S>(S*, const S*, int, int, int);                          \
+  template void crossentropy_partial<S>(S*, S*, S*, const S*, const S*, const int32_t*, int,  \
+                                        int, int);                                            \
+  template S crossentropy_finish<S>(S*, S*, const S*, const S*, const S*, int, int);          \
+  template void bias_residual_add<S>(S*, const S*, const S*, int, int);                       \
   template void adamw_update<S>(S*, const S*, S*, S*, int64_t, const AdamWConfig&, double, int);
 
 MB_INSTANTIATE(float)

@@ -18,10 +18,13 @@
 namespace meshbench::parallel {
 
 // out (B,T,C) = wte[tokens] + wpe[t]. tokens (B,T) in [0,V), wte (V,C), wpe (maxT,C).
+// Vocabulary-parallel use: a token < 0 (another rank's row) contributes no wte row, and a
+// null wpe adds no positions.
 template <typename S>
 void embedding_forward(S* out, const int32_t* tokens, const S* wte, const S* wpe, int B, int T,
                        int C);
-// dwte +=, dwpe += (scatter of dout (B,T,C) by token and position).
+// dwte +=, dwpe += (scatter of dout (B,T,C) by token and position); tokens < 0 are skipped,
+// a null dwpe is not computed.
 template <typename S>
 void embedding_backward(S* dwte, S* dwpe, const S* dout, const int32_t* tokens, int B, int T,
                         int C);
@@ -36,10 +39,13 @@ void layernorm_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* i
                         const S* weight, const S* mean, const S* rstd, int N, int C);
 
 // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); accumulate: out += instead of =.
+// A null bias adds none.
 template <typename S>
 void matmul_forward(S* out, const S* inp, const S* weight, const S* bias, int N, int C, int OC,
                     bool accumulate = false);
-// dinp = dout @ weight (or += when accumulate_dinp); dweight +=, dbias +=. dinp may be null.
+// dinp = dout @ weight (or += when accumulate_dinp); dweight +=, dbias +=. Any of dinp,
+// dweight, dbias may be null (not computed): tensor parallel splits the input gradient
+// from the weight gradient to overlap its all-reduce with the latter.
 template <typename S>
 void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
                      const S* weight, int N, int C, int OC, bool accumulate_dinp = false);
@@ -88,10 +94,35 @@ void residual_backward(S* da, S* db, const S* dout, int64_t N);
 template <typename S>
 S crossentropy_forward(S* probs, S* losses, const S* logits, const int32_t* targets, int N,
                        int V);
-// dlogits (N,V) = (probs - onehot(target)) * dloss / N; may alias probs.
+// dlogits (N,V) = (probs - onehot(target)) * dloss / N; may alias probs. A target < 0 (in
+// another rank's vocabulary columns) has no one-hot here.
 template <typename S>
 void crossentropy_backward(S* dlogits, const S* probs, const int32_t* targets, S dloss, int N,
                            int V);
+
+// Vocabulary-parallel cross-entropy (Megatron's): a rank holds V columns of the logits, the
+// first `valid` real and the rest padding of a vocabulary padded to a multiple of the group.
+// Three steps, an all-reduce over the group after each of the first two (max; the sums and
+// target logits), so no rank builds the full logits. targets are local column indices, < 0
+// where the target is another rank's.
+// rowmax (N) = max over the valid columns.
+template <typename S>
+void crossentropy_rowmax(S* rowmax, const S* logits, int N, int V, int valid);
+// probs (N,V) = exp(logits - rowmax) on valid columns, 0 on padding (may alias logits);
+// sumexp (N) = their row sums; tlogit (N) = logits[target], 0 where target < 0.
+template <typename S>
+void crossentropy_partial(S* probs, S* sumexp, S* tlogit, const S* logits, const S* rowmax,
+                          const int32_t* targets, int N, int V, int valid);
+// With the group's sums: probs /= sumexp; losses = log(sumexp) - (tlogit - rowmax). Returns
+// the mean loss.
+template <typename S>
+S crossentropy_finish(S* probs, S* losses, const S* sumexp, const S* tlogit, const S* rowmax,
+                      int N, int V);
+
+// out (N,C) += x (N,C) + bias (C): a row-parallel linear's reduced output and its bias added
+// to the residual stream once, after the reduction.
+template <typename S>
+void bias_residual_add(S* out, const S* x, const S* bias, int N, int C);
 
 // AdamW (torch.optim.AdamW semantics) on a flat range: param *= 1 - lr*wd, then the Adam
 // step with bias corrections for step t (1-based). m, v are updated in place.

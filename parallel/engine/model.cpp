@@ -10,6 +10,7 @@
 #include <fmt/core.h>
 
 #include "core/timer.hpp"
+#include "sharding.hpp"
 
 namespace meshbench::parallel {
 
@@ -28,110 +29,183 @@ const char* op_name(Op op) {
   return "?";
 }
 
+TpDims tp_dims(const GptConfig& c, const TpSpec& tp) {
+  const int t = std::max(1, tp.size), hs = c.head_size();
+  TpDims d{};
+  d.heads = c.heads / t;
+  d.kv_heads = c.kv_heads / t;
+  d.ffn = c.ffn / t;
+  d.attn_width = d.heads * hs;
+  d.qkv = (d.heads + 2 * d.kv_heads) * hs;
+  d.vocab = (c.vocab + t - 1) / t;
+  d.vocab_first = tp.rank * d.vocab;
+  d.vocab_valid = std::clamp(c.vocab - d.vocab_first, 0, d.vocab);
+  d.rows = c.micro_batch * c.seq / (tp.mode.sp ? t : 1);
+  return d;
+}
+
 template <typename S>
-Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts) : cfg_(cfg), be_(&be), opts_(opts) {
-  const int64_t L = cfg.layers, C = cfg.hidden, F = cfg.ffn, V = cfg.vocab,
-                maxT = cfg.max_seq, QKV = cfg.qkv_width();
+typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptOptions& opts) {
+  const TpDims d = meshbench::parallel::tp_dims(cfg, opts.tp);
+  const int64_t L = cfg.layers, C = cfg.hidden, maxT = cfg.max_seq, hs = cfg.head_size();
   const int64_t mult = std::max<int64_t>(1, opts.unit_multiple);
+  const int t = opts.tp.size;
+  // Tensor-parallel slices (layout.hpp): column-parallel weights and biases by output rows
+  // (qkv per part, so each rank holds whole query and key/value heads), row-parallel weights
+  // by input columns, the vocabulary by rows of the padded table.
+  auto rows = [&](std::vector<int64_t> parts = {}) {
+    return t > 1 ? Shard{ShardRule::kRowSplit, opts.tp.rank, t, std::move(parts), -1} : Shard{};
+  };
+  const Shard cols = t > 1 ? Shard{ShardRule::kColSplit, opts.tp.rank, t, {}, -1} : Shard{};
+  const Shard vocab = t > 1 ? Shard{ShardRule::kRowSplit, opts.tp.rank, t, {}, cfg.vocab} : Shard{};
+  const std::vector<int64_t> qkv_parts = {int64_t{d.heads} * hs, int64_t{d.kv_heads} * hs, int64_t{d.kv_heads} * hs};
+  ParamTable pt;
+  Layout& lay = pt.layout;
   // Units in layout order; offsets inside a unit are kept relative to the unit's start.
   auto close_unit = [&](std::string name, int64_t lo) {
-    layout_.pad_unit(lo, mult);
-    units_.push_back({std::move(name), lo, layout_.total()});
+    lay.pad_unit(lo, mult);
+    pt.units.push_back({std::move(name), lo, lay.total()});
   };
-  // The stage: which blocks, and whether the embeddings and the head live here.
+  // The stage (pipeline parallel): which blocks, and whether the embeddings and the head
+  // live here; the whole model without one.
   const StageSpec whole{{{0, cfg.layers}}, true, true, 1};
   const StageSpec& st = opts.stage ? *opts.stage : whole;
-  chunks_ = st.chunks;
-  token_slots_ = std::max(1, st.micro_batches);
-  bu_.assign(static_cast<size_t>(L), -1);
-  chunk_start_.assign(static_cast<size_t>(L) + 1, 0);
-  lo_.resize(static_cast<size_t>(L));
-  tied_embed_ = cfg.tied && st.first;
+  pt.lo.resize(static_cast<size_t>(L));
+  pt.bu.assign(static_cast<size_t>(L), -1);
   if (st.first) {
-    wte_ = layout_.add("wte", {V, C}, true);
-    wpe_ = layout_.add("wpe", {maxT, C}, true);
-    embed_unit_ = 0;
+    pt.wte = lay.add("wte", {d.vocab, C}, true, vocab);
+    pt.wpe = lay.add("wpe", {maxT, C}, true);
+    pt.embed_unit = 0;
     close_unit("embed", 0);
   }
-  for (const auto& [lb, le] : chunks_) chunk_start_[static_cast<size_t>(lb)] = 1;
-  for (const auto& [lb, le] : chunks_)
+  for (const auto& [lb, le] : st.chunks)
   for (int64_t l = lb; l < le; ++l) {
     const std::string p = fmt::format("h.{}.", l);
-    const int64_t u = (layout_.total() + 15) / 16 * 16;
+    const int64_t u = (lay.total() + 15) / 16 * 16;
     LayerOffsets o{};
-    o.ln1_w = layout_.add(p + "ln1.weight", {C}, false) - u;
-    o.ln1_b = layout_.add(p + "ln1.bias", {C}, false) - u;
-    o.qkv_w = layout_.add(p + "attn.qkv.weight", {QKV, C}, true, ShardRule::kReplicated) - u;
-    o.qkv_b = layout_.add(p + "attn.qkv.bias", {QKV}, false) - u;
-    o.proj_w = layout_.add(p + "attn.proj.weight", {C, C}, true) - u;
-    o.proj_b = layout_.add(p + "attn.proj.bias", {C}, false) - u;
-    o.ln2_w = layout_.add(p + "ln2.weight", {C}, false) - u;
-    o.ln2_b = layout_.add(p + "ln2.bias", {C}, false) - u;
-    o.fc_w = layout_.add(p + "mlp.fc.weight", {F, C}, true) - u;
-    o.fc_b = layout_.add(p + "mlp.fc.bias", {F}, false) - u;
-    o.fcproj_w = layout_.add(p + "mlp.proj.weight", {C, F}, true) - u;
-    o.fcproj_b = layout_.add(p + "mlp.proj.bias", {C}, false) - u;
-    lo_[static_cast<size_t>(l)] = o;
-    bu_[static_cast<size_t>(l)] = static_cast<int>(units_.size());
+    o.ln1_w = lay.add(p + "ln1.weight", {C}, false) - u;
+    o.ln1_b = lay.add(p + "ln1.bias", {C}, false) - u;
+    o.ln2_w = lay.add(p + "ln2.weight", {C}, false) - u;
+    o.ln2_b = lay.add(p + "ln2.bias", {C}, false) - u;
+    o.qkv_w = lay.add(p + "attn.qkv.weight", {d.qkv, C}, true, rows(qkv_parts)) - u;
+    o.qkv_b = lay.add(p + "attn.qkv.bias", {d.qkv}, false, rows(qkv_parts)) - u;
+    o.proj_w = lay.add(p + "attn.proj.weight", {C, d.attn_width}, true, cols) - u;
+    o.proj_b = lay.add(p + "attn.proj.bias", {C}, false) - u;
+    o.fc_w = lay.add(p + "mlp.fc.weight", {d.ffn, C}, true, rows()) - u;
+    o.fc_b = lay.add(p + "mlp.fc.bias", {d.ffn}, false, rows()) - u;
+    o.fcproj_w = lay.add(p + "mlp.proj.weight", {C, d.ffn}, true, cols) - u;
+    o.fcproj_b = lay.add(p + "mlp.proj.bias", {C}, false) - u;
+    pt.lo[static_cast<size_t>(l)] = o;
+    pt.bu[static_cast<size_t>(l)] = static_cast<int>(pt.units.size());
     close_unit(fmt::format("h.{}", l), u);
   }
   if (st.last) {
-    const int64_t hu = (layout_.total() + 15) / 16 * 16;
-    lnf_w_ = layout_.add("lnf.weight", {C}, false) - hu;
-    lnf_b_ = layout_.add("lnf.bias", {C}, false) - hu;
-    // A tied head reads the embedding unit's wte, or on a stage without it its own copy.
-    head_w_ = tied_embed_ ? wte_ : layout_.add(cfg.tied ? "wte" : "lm_head.weight", {V, C}, true) - hu;
-    head_b_ = layout_.add("lm_head.bias", {V}, false) - hu;
-    head_unit_ = static_cast<int>(units_.size());
+    const int64_t hu = (lay.total() + 15) / 16 * 16;
+    pt.lnf_w = lay.add("lnf.weight", {C}, false) - hu;
+    pt.lnf_b = lay.add("lnf.bias", {C}, false) - hu;
+    // A tied head reads the embedding unit's wte, or on a last stage without it its own copy.
+    pt.head_w = cfg.tied && st.first ? pt.wte
+                                     : lay.add(cfg.tied ? "wte" : "lm_head.weight", {d.vocab, C}, true, vocab) - hu;
+    pt.head_b = lay.add("lm_head.bias", {d.vocab}, false, vocab) - hu;
+    pt.head_unit = static_cast<int>(pt.units.size());
     close_unit("head", hu);
   }
+  return pt;
+}
+
+template <typename S>
+Layout Gpt<S>::full_layout(const GptConfig& cfg) {
+  return param_table(cfg, GptOptions{}).layout;
+}
+
+template <typename S>
+Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
+    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp)) {
+  ParamTable pt = param_table(cfg, opts);
+  layout_ = std::move(pt.layout);
+  units_ = std::move(pt.units);
+  lo_ = std::move(pt.lo);
+  wte_ = pt.wte;
+  wpe_ = pt.wpe;
+  lnf_w_ = pt.lnf_w;
+  lnf_b_ = pt.lnf_b;
+  head_w_ = pt.head_w;
+  head_b_ = pt.head_b;
+  bu_ = std::move(pt.bu);
+  embed_unit_ = pt.embed_unit;
+  head_unit_ = pt.head_unit;
+  tied_embed_ = cfg.tied && embed_unit_ >= 0;
+  chunks_ = opts.stage ? opts.stage->chunks : std::vector<std::pair<int, int>>{{0, cfg.layers}};
+  token_slots_ = opts.stage ? std::max(1, opts.stage->micro_batches) : 1;
+  chunk_start_.assign(static_cast<size_t>(cfg.layers) + 1, 0);
+  for (const auto& [lb, le] : chunks_) chunk_start_[static_cast<size_t>(lb)] = 1;
   const int64_t P = layout_.total();
   if (opts.own_params) params_ = BackendArray<S, S>(be, P, &mem_, MemCat::kParams);
   if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
   if (opts.own_optimizer) set_optimizer_shard(P);
+  build_activations();
+  matmul_op_ = [this](const std::function<void()>& op, double flops) { timed(Op::kMatmul, op, flops); };
+}
 
-  const int64_t B = cfg.micro_batch, T = cfg.seq, N = B * T, NH = cfg.heads;
+template <typename S>
+void Gpt<S>::build_activations() {
+  const TpDims& d = dims_;
+  const int64_t L = cfg_.layers, C = cfg_.hidden, B = cfg_.micro_batch, T = cfg_.seq, N = B * T, n = d.rows;
+  const bool tp = opts_.tp.size > 1, sp = tp && opts_.tp.mode.sp, keep = sp && !opts_.tp.mode.regather;
+  // One layout per chunk (a slot): its input at offset 0, its blocks, the head's on the last.
   la_.resize(static_cast<size_t>(L));
   for (size_t c = 0; c < chunks_.size(); ++c) {
   Layout& al = act_layouts_.emplace_back();
-  encoded_ = al.add(st.first && c == 0 ? "encoded" : "input", {B, T, C}, false);  // offset 0
+  encoded_ = al.add(embed_unit_ >= 0 && c == 0 ? "encoded" : "input", {n, C}, false);
   for (int64_t l = chunks_[c].first; l < chunks_[c].second; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     LayerActs a{};
-    a.ln1 = al.add(p + "ln1", {B, T, C}, false);
-    a.ln1_mean = al.add(p + "ln1_mean", {B, T}, false);
-    a.ln1_rstd = al.add(p + "ln1_rstd", {B, T}, false);
-    a.qkv = al.add(p + "qkv", {B, T, QKV}, false);
-    a.att = al.add(p + "att", {B, NH, T, T}, false);
-    a.atty = al.add(p + "atty", {B, T, C}, false);
-    a.res2 = al.add(p + "res2", {B, T, C}, false);
-    a.ln2 = al.add(p + "ln2", {B, T, C}, false);
-    a.ln2_mean = al.add(p + "ln2_mean", {B, T}, false);
-    a.ln2_rstd = al.add(p + "ln2_rstd", {B, T}, false);
-    a.fch = al.add(p + "fch", {B, T, F}, false);
-    a.fch_gelu = al.add(p + "fch_gelu", {B, T, F}, false);
-    a.res3 = al.add(p + "res3", {B, T, C}, false);
+    a.ln1 = al.add(p + "ln1", {n, C}, false);
+    a.ln1_mean = al.add(p + "ln1_mean", {n}, false);
+    a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
+    if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
+    a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
+    a.att = al.add(p + "att", {B, d.heads, T, T}, false);
+    a.atty = al.add(p + "atty", {N, d.attn_width}, false);
+    a.res2 = al.add(p + "res2", {n, C}, false);
+    a.ln2 = al.add(p + "ln2", {n, C}, false);
+    a.ln2_mean = al.add(p + "ln2_mean", {n}, false);
+    a.ln2_rstd = al.add(p + "ln2_rstd", {n}, false);
+    if (keep) a.ln2_full = al.add(p + "ln2_full", {N, C}, false);
+    a.fch = al.add(p + "fch", {N, d.ffn}, false);
+    a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
+    a.res3 = al.add(p + "res3", {n, C}, false);
     la_[static_cast<size_t>(l)] = a;
   }
-  if (st.last && c + 1 == chunks_.size()) {
-    lnf_ = al.add("lnf", {B, T, C}, false);
-    lnf_mean_ = al.add("lnf_mean", {B, T}, false);
-    lnf_rstd_ = al.add("lnf_rstd", {B, T}, false);
-    logits_ = al.add("logits", {B, T, V}, false);  // probs, then dlogits, in place
-    losses_ = al.add("losses", {B, T}, false);
+  if (head_unit_ >= 0 && c + 1 == chunks_.size()) {
+  lnf_ = al.add("lnf", {n, C}, false);
+  lnf_mean_ = al.add("lnf_mean", {n}, false);
+  lnf_rstd_ = al.add("lnf_rstd", {n}, false);
+  if (keep) lnf_full_ = al.add("lnf_full", {N, C}, false);
+  logits_ = al.add("logits", {N, d.vocab}, false);  // probs, then dlogits, in place
+  losses_ = al.add("losses", {N}, false);
   }
   }
-  if (!opts.stage) take_slot(0, 0);  // the whole model: one slot for the model's life
+  if (!opts_.stage) take_slot(0, 0);  // the whole model: one slot for the model's life
 
   const MemCat kBuf = MemCat::kBuffers;
-  dresid_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
-  dln_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
-  datty_ = BackendArray<S, S>(be, N * C, &mem_, kBuf);
-  dqkv_ = BackendArray<S, S>(be, N * QKV, &mem_, kBuf);
-  datt_ = BackendArray<S, S>(be, B * NH * T * T, &mem_, kBuf);
-  dfch_ = BackendArray<S, S>(be, N * F, &mem_, kBuf);
-  tokens_ = BackendArray<int32_t, S>(be, N * token_slots_, &mem_, kBuf);
-  targets_ = BackendArray<int32_t, S>(be, N * token_slots_, &mem_, kBuf);
+  dresid_ = BackendArray<S, S>(*be_, n * C, &mem_, kBuf);
+  dln_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+  datty_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
+  dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
+  datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+  dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
+  tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
+  targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
+  if (tp) {
+    row_scratch_ = BackendArray<S, S>(*be_, (N + n) * C, &mem_, kBuf);
+    ce_stats_ = BackendArray<S, S>(*be_, 3 * N, &mem_, kBuf);
+  }
+  if (sp) {
+    dxfull_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+    dyfull_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+    if (!keep) gather_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+  }
 }
 
 template <typename S>
@@ -162,12 +236,14 @@ int64_t Gpt<S>::num_params() const {
 
 template <typename S>
 std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
+  // The full model's weights in its layout's entry order, so every plan starts identical.
+  const Layout full = full_layout(cfg_);
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<S> host(static_cast<size_t>(layout_.total()), S(0));
+  std::vector<S> whole(static_cast<size_t>(full.total()), S(0));
   const double proj_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
-  for (const auto& e : layout_.entries()) {
-    S* p = host.data() + e.offset;
+  for (const auto& e : full.entries()) {
+    S* p = whole.data() + e.offset;
     const bool is_norm_weight = e.name.find("ln") != std::string::npos &&
                                 e.name.find(".weight") != std::string::npos;
     if (is_norm_weight) {
@@ -178,6 +254,8 @@ std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
       for (int64_t i = 0; i < e.numel; ++i) p[i] = static_cast<S>(sd * normal(rng));
     }  // biases stay 0
   }
+  std::vector<S> host(static_cast<size_t>(layout_.total()), S(0));
+  take_from_full(full, whole.data(), layout_, host.data());
   return host;
 }
 
@@ -229,7 +307,112 @@ S* Gpt<S>::stage_input(int chunk, int micro) {
 
 template <typename S>
 const S* Gpt<S>::stage_output(int chunk, int micro) const {
-  return slots_.at({chunk, micro}).data() + la_[static_cast<size_t>(chunks_[static_cast<size_t>(chunk)].second) - 1].res3;
+  const int last = chunks_[static_cast<size_t>(chunk)].second - 1;
+  return slots_.at({chunk, micro}).data() + la_[static_cast<size_t>(last)].res3;
+}
+
+// The slot and the token/target ids of (chunk, micro) become the ones in use.
+template <typename S>
+void Gpt<S>::use(int chunk, int micro) {
+  a_ = take_slot(chunk, micro);
+  const int64_t k = int64_t{cfg_.micro_batch} * cfg_.seq * (micro % token_slots_);
+  tok_ = tokens_.data() + k;
+  tgt_ = targets_.data() + k;
+}
+
+template <typename S>
+S* Gpt<S>::gathered(int l, int which) {
+  if (opts_.tp.size <= 1 || !opts_.tp.mode.sp) return nullptr;
+  if (opts_.tp.mode.regather) return gather_.data();  // one buffer, re-gathered in the backward
+  if (l < 0) return a_ + lnf_full_;
+  return a_ + (which == 0 ? la_[l].ln1_full : la_[l].ln2_full);
+}
+
+template <typename S>
+void Gpt<S>::embed_forward(const S* pe) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden;
+  S* out = a_ + encoded_;
+  if (tp_ == nullptr) {
+    timed(Op::kEmbedding, [&] { be_->embedding_forward(out, tok_, pe + wte_, pe + wpe_, B, T, C); });
+    return;
+  }
+  // Vocabulary-parallel: each rank looks up the tokens in its rows (the others give 0), the
+  // positions are added once (rank 0), and the partial sums are reduced over the group.
+  S* partial = opts_.tp.mode.sp ? row_scratch_.data() : out;
+  timed(Op::kEmbedding, [&] {
+    be_->embedding_forward(partial, tok_, pe + wte_, tp_->rank() == 0 ? pe + wpe_ : nullptr, B, T, C);
+  });
+  if (opts_.tp.mode.sp)
+    tp_->reduce_scatter(out, partial, int64_t{dims_.rows} * C);
+  else
+    tp_->all_reduce(out, int64_t{B} * T * C);
+}
+
+template <typename S>
+void Gpt<S>::block_forward(int l) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = B * T, n = dims_.rows;
+  const TpDims& d = dims_;
+  const TpMode& mode = opts_.tp.mode;
+  Backend<S>& be = *be_;
+  S* a = a_;
+  const S* p = P(bu_[static_cast<size_t>(l)]);
+  const LayerOffsets& w = lo_[l];
+  const LayerActs& x = la_[l];
+  const S* res = res_in(l);
+  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w, p + w.ln1_b, n, C);
+  });
+  column_forward(be, matmul_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
+  timed(Op::kAttention,
+        [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
+  // The residual joins the projection: res2 = res, then res2 += proj(atty).
+  timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{n} * C); });
+  row_forward(be, matmul_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
+              row_scratch_.data());
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w, p + w.ln2_b, n, C);
+  });
+  column_forward(be, matmul_op_, tp_, mode, a + x.fch, a + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
+  timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * d.ffn); });
+  timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
+  row_forward(be, matmul_op_, tp_, mode, a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, d.ffn, C,
+              row_scratch_.data());
+}
+
+template <typename S>
+S Gpt<S>::head_forward(S* logits_out) {
+  const int C = cfg_.hidden, N = cfg_.micro_batch * cfg_.seq, n = dims_.rows, V = dims_.vocab;
+  Backend<S>& be = *be_;
+  S* a = a_;
+  const int hu = head_unit();
+  const S* ph = P(hu);
+  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_, ph + lnf_b_, n, C);
+  });
+  column_forward(be, matmul_op_, tp_, opts_.tp.mode, a + logits_, a + lnf_, gathered(-1, 0), head_w, ph + head_b_,
+                 N, C, V);
+  if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);  // before the softmax
+  S loss{};
+  if (tp_ == nullptr) {
+    timed(Op::kLoss, [&] { loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, tgt_, N, V); });
+    return loss;
+  }
+  // Vocabulary-parallel cross-entropy: three all-reduces of N values (the row max, the sums
+  // of exponentials, the target logits); no rank builds the full logits.
+  S* mx = ce_stats_.data();
+  S* sum = mx + N;
+  S* tl = sum + N;
+  timed(Op::kLoss, [&] { be.crossentropy_rowmax(mx, a + logits_, N, V, dims_.vocab_valid); });
+  tp_->all_reduce_max(mx, N);
+  timed(Op::kLoss, [&] {
+    be.crossentropy_partial(a + logits_, sum, tl, a + logits_, mx, tgt_, N, V, dims_.vocab_valid);
+  });
+  tp_->all_reduce(sum, N);
+  tp_->all_reduce(tl, N);
+  timed(Op::kLoss, [&] { loss = be.crossentropy_finish(a + logits_, a + losses_, sum, tl, mx, N, V); });
+  return loss;
 }
 
 template <typename S>
@@ -238,86 +421,46 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
 }
 
 template <typename S>
-void Gpt<S>::backward(S loss_scale) {
-  backward_chunk(0, 0, loss_scale, nullptr, nullptr);
-}
-
-template <typename S>
 S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32_t* targets, S* logits_out) {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
-            NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
-  const int N = B * T;
-  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
+  const int N = cfg_.micro_batch * cfg_.seq;
+  use(chunk, micro);  // stage entry: a chunk past the first stage's first finds its input received in the slot
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
   trace_phase_ = 'F';
   trace_layer_ = -1;
-  Backend<S>& be = *be_;
-  // Stage entry: the slot of (chunk, micro); the first stage's chunk 0 embeds the tokens,
-  // any other chunk finds its received input at offset 0.
-  S* a = a_ = take_slot(chunk, micro);
-  int32_t* tok = tokens_.data() + int64_t{N} * (micro % token_slots_);
-  int32_t* tgt = targets_.data() + int64_t{N} * (micro % token_slots_);
-  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
-  if (heads) be.upload(tgt, targets, sizeof(int32_t) * N);
+  if (tp_) tp_->set_layer(-1);
+  if (opts_.tp.size > 1) {  // token ids as rows of this rank's vocabulary slice, -1 elsewhere
+    std::vector<int32_t> tok(tokens, tokens + N), tgt(targets, targets + N);
+    for (int32_t* v : {tok.data(), tgt.data()})
+      for (int i = 0; i < N; ++i) {
+        const int32_t r = v[i] - dims_.vocab_first;
+        v[i] = r >= 0 && r < dims_.vocab_valid ? r : -1;
+      }
+    be_->upload(tok_, tok.data(), sizeof(int32_t) * N);
+    be_->upload(tgt_, tgt.data(), sizeof(int32_t) * N);
+  } else {
+    be_->upload(tok_, tokens, sizeof(int32_t) * N);
+    be_->upload(tgt_, targets, sizeof(int32_t) * N);
+  }
   if (embeds) {
-  be.upload(tok, tokens, sizeof(int32_t) * N);
-  acquire(embed_unit_, 'F');
-  const S* pe = P(embed_unit_);
-  timed(Op::kEmbedding,
-        [&] { be.embedding_forward(a + encoded_, tok, pe + wte_, pe + wpe_, B, T, C); });
-  if (!tied_embed_ || !heads) release(embed_unit_, 'F');  // a tied head reads wte again at the end
+    acquire(embed_unit_, 'F');
+    embed_forward(P(embed_unit_));
+    if (!tied_embed_ || !heads) release(embed_unit_, 'F');  // a tied head reads wte again at the end
   }
   for (int l = chunks_[static_cast<size_t>(chunk)].first; l < chunks_[static_cast<size_t>(chunk)].second; ++l) {
     trace_layer_ = l;
+    if (tp_) tp_->set_layer(l);
     acquire(bu_[static_cast<size_t>(l)], 'F');
-    const S* p = P(bu_[static_cast<size_t>(l)]);
-    const LayerOffsets& w = lo_[l];
-    const LayerActs& x = la_[l];
-    const S* res = res_in(l);
-    timed(Op::kLayerNorm, [&] {
-      be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w,
-                           p + w.ln1_b, N, C);
-    });
-    timed(Op::kMatmul,
-          [&] { be.matmul_forward(a + x.qkv, a + x.ln1, p + w.qkv_w, p + w.qkv_b, N, C, QKV, false); }, 2.0 * N * C * QKV);
-    timed(Op::kAttention,
-          [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, NH, KVH, hs); }, attn_fwd_flops);
-    // Residual fused into the projection: res2 = res, then res2 += atty @ Wp^T + bp.
-    timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{N} * C); });
-    timed(Op::kMatmul, [&] {
-      be.matmul_forward(a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, C, C, true);
-    }, 2.0 * N * C * C);
-    timed(Op::kLayerNorm, [&] {
-      be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w,
-                           p + w.ln2_b, N, C);
-    });
-    timed(Op::kMatmul,
-          [&] { be.matmul_forward(a + x.fch, a + x.ln2, p + w.fc_w, p + w.fc_b, N, C, F, false); }, 2.0 * N * C * F);
-    timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * F); });
-    timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{N} * C); });
-    timed(Op::kMatmul, [&] {
-      be.matmul_forward(a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, F, C, true);
-    }, 2.0 * N * F * C);
+    block_forward(l);
     release(bu_[static_cast<size_t>(l)], 'F');
   }
   trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
+  if (tp_) tp_->set_layer(-1);
   if (!heads) return S(0);  // stage exit: the output stays in the slot (stage_output)
   const int hu = head_unit();
   acquire(hu, 'F');
-  const S* ph = P(hu);
-  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
-  timed(Op::kLayerNorm, [&] {
-    be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_,
-                         ph + lnf_b_, N, C);
-  });
-  timed(Op::kMatmul,
-        [&] { be.matmul_forward(a + logits_, a + lnf_, head_w, ph + head_b_, N, C, V, false); }, 2.0 * N * C * V);
+  const S loss = head_forward(logits_out);
   release(hu, 'F');
   if (tied_embed_) release(embed_unit_, 'F');
-  if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);
-  S loss{};
-  timed(Op::kLoss, [&] {
-    loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, tgt, N, V);
-  });
   return loss;
 }
 
@@ -327,97 +470,123 @@ void Gpt<S>::zero_grad() {
 }
 
 template <typename S>
-void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din) {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, F = cfg_.ffn, V = cfg_.vocab,
-            NH = cfg_.heads, KVH = cfg_.kv_heads, hs = cfg_.head_size(), QKV = cfg_.qkv_width();
-  const int N = B * T;
-  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * NH;
-  trace_phase_ = 'B';
-  trace_layer_ = -1;
+void Gpt<S>::sync_norm_grads(S* g, int64_t n) {
+  if (tp_ == nullptr || !opts_.tp.mode.sp) return;
+  tp_->all_reduce(g, n);
+}
+
+template <typename S>
+void Gpt<S>::head_backward(S loss_scale, bool sync_replicated) {
+  const int C = cfg_.hidden, N = cfg_.micro_batch * cfg_.seq, n = dims_.rows, V = dims_.vocab;
   Backend<S>& be = *be_;
-  S* a = a_ = slots_.at({chunk, micro}).data();
-  S* dresid = dresid_.data();
-  S* dln = dln_.data();
-  const int32_t* tok = tokens_.data() + int64_t{N} * (micro % token_slots_);
-  const int32_t* tgt = targets_.data() + int64_t{N} * (micro % token_slots_);
-  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
+  S* a = a_;
   const int hu = head_unit();
-  if (!heads) {  // stage entry: the received gradient of the chunk's output
-    be.copy(dresid, dout, int64_t{N} * C);
-  } else {
   // d(loss_scale x mean loss)/dloss = loss_scale; probs become dlogits in place.
-  timed(Op::kLoss, [&] {
-    be.crossentropy_backward(a + logits_, a + logits_, tgt, loss_scale, N, V);
-  });
+  timed(Op::kLoss, [&] { be.crossentropy_backward(a + logits_, a + logits_, tgt_, loss_scale, N, V); });
   acquire(hu, 'B');
   if (tied_embed_) acquire(embed_unit_, 'B');  // the head's weight is wte: its gradient accumulates there
   const S* ph = P(hu);
   S* gh = G(hu);
   const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
   S* dhead_w = tied_embed_ ? G(embed_unit_) + head_w_ : gh + head_w_;
-  timed(Op::kMatmul, [&] {
-    be.matmul_backward(dln, dhead_w, gh + head_b_, a + logits_, a + lnf_, head_w, N, C, V);
-  }, 4.0 * N * C * V);
-  be.zero(dresid, sizeof(S) * N * C);
+  column_backward(be, matmul_op_, tp_, opts_.tp.mode, dln_.data(), dxfull_.data(), dhead_w, gh + head_b_, a + logits_,
+                  a + lnf_, gathered(-1, 0), head_w, N, C, V);
+  be.zero(dresid_.data(), sizeof(S) * n * C);
   timed(Op::kLayerNorm, [&] {
-    be.layernorm_backward(dresid, gh + lnf_w_, gh + lnf_b_, dln, res_in(cfg_.layers), ph + lnf_w_,
-                          a + lnf_mean_, a + lnf_rstd_, N, C);
+    be.layernorm_backward(dresid_.data(), gh + lnf_w_, gh + lnf_b_, dln_.data(), res_in(cfg_.layers), ph + lnf_w_,
+                          a + lnf_mean_, a + lnf_rstd_, n, C);
   });
+  if (sync_replicated) sync_norm_grads(gh + lnf_w_, lnf_b_ + C - lnf_w_);
   release(hu, 'B');
   grads_ready(units_[hu].lo, units_[hu].hi);
+}
+
+template <typename S>
+void Gpt<S>::block_backward(int l, bool sync_replicated) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = B * T, n = dims_.rows;
+  const TpDims& d = dims_;
+  const TpMode& mode = opts_.tp.mode;
+  Backend<S>& be = *be_;
+  S* a = a_;
+  S* dresid = dresid_.data();
+  S* dln = dln_.data();
+  S* dfch = dfch_.data();
+  const S* p = P(bu_[static_cast<size_t>(l)]);
+  S* g = G(bu_[static_cast<size_t>(l)]);
+  const LayerOffsets& w = lo_[l];
+  const LayerActs& x = la_[l];
+  const double attn_bwd_flops = 8.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
+  row_backward(be, matmul_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
+               a + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
+  timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * d.ffn); });
+  column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
+                  gathered(l, 1), p + w.fc_w, N, C, d.ffn);
+  timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
+    be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w, a + x.ln2_mean,
+                          a + x.ln2_rstd, n, C);
+  });
+  row_backward(be, matmul_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), a + x.atty,
+               p + w.proj_w, N, d.attn_width, C);
+  timed(Op::kAttention, [&] {
+    be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);
+  }, attn_bwd_flops);
+  column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
+                  gathered(l, 0), p + w.qkv_w, N, C, d.qkv);
+  timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
+    be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w, a + x.ln1_mean,
+                          a + x.ln1_rstd, n, C);
+  });
+  if (sync_replicated) sync_norm_grads(g + w.ln1_w, w.ln2_b + C - w.ln1_w);
+}
+
+template <typename S>
+void Gpt<S>::embed_backward() {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden;
+  const S* d = dresid_.data();
+  if (tp_ && opts_.tp.mode.sp) {  // the reduce-scatter's backward: gather the rows
+    tp_->all_gather(dyfull_.data(), dresid_.data(), int64_t{dims_.rows} * C);
+    d = dyfull_.data();
   }
+  S* ge = G(embed_unit_);
+  timed(Op::kEmbedding, [&] { be_->embedding_backward(ge + wte_, ge + wpe_, d, tok_, B, T, C); });
+}
+
+template <typename S>
+void Gpt<S>::backward(S loss_scale, bool sync_replicated) {
+  backward_chunk(0, 0, loss_scale, nullptr, nullptr, sync_replicated);
+}
+
+template <typename S>
+void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din, bool sync_replicated) {
+  use(chunk, micro);
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
+  const int64_t rows_c = int64_t{dims_.rows} * cfg_.hidden;
+  trace_phase_ = 'B';
+  trace_layer_ = -1;
+  if (tp_) tp_->set_layer(-1);
+  if (heads)
+    head_backward(loss_scale, sync_replicated);
+  else  // stage entry: the received gradient of the chunk's output
+    be_->copy(dresid_.data(), dout, rows_c);
   // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
   for (int l = chunks_[static_cast<size_t>(chunk)].second - 1; l >= chunks_[static_cast<size_t>(chunk)].first; --l) {
     trace_layer_ = l;
+    if (tp_) tp_->set_layer(l);
     const int u = bu_[static_cast<size_t>(l)];
     acquire(u, 'B');
-    const S* p = P(u);
-    S* g = G(u);
-    const LayerOffsets& w = lo_[l];
-    const LayerActs& x = la_[l];
-    S* dfch = dfch_.data();
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, a + x.fch_gelu,
-                         p + w.fcproj_w, N, F, C);
-    }, 4.0 * N * F * C);
-    timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * F); });
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dln, g + w.fc_w, g + w.fc_b, dfch, a + x.ln2, p + w.fc_w, N, C, F);
-    }, 4.0 * N * C * F);
-    timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
-      be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w,
-                            a + x.ln2_mean, a + x.ln2_rstd, N, C);
-    });
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(datty_.data(), g + w.proj_w, g + w.proj_b, dresid, a + x.atty,
-                         p + w.proj_w, N, C, C);
-    }, 4.0 * N * C * C);
-    timed(Op::kAttention, [&] {
-      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T,
-                            NH, KVH, hs);
-    }, 2 * attn_fwd_flops);
-    timed(Op::kMatmul, [&] {
-      be.matmul_backward(dln, g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1, p + w.qkv_w, N, C,
-                         QKV);
-    }, 4.0 * N * C * QKV);
-    timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
-      be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w,
-                            a + x.ln1_mean, a + x.ln1_rstd, N, C);
-    });
+    block_backward(l, sync_replicated);
     release(u, 'B');
     grads_ready(units_[u].lo, units_[u].hi);
   }
   trace_layer_ = -1;
-  // Stage exit: the gradient of the chunk's input to `din`, or the embedding backward.
-  if (embeds) {
-  if (!tied_embed_ || !heads) acquire(embed_unit_, 'B');
-  S* ge = G(embed_unit_);
-  timed(Op::kEmbedding,
-        [&] { be.embedding_backward(ge + wte_, ge + wpe_, dresid, tok, B, T, C); });
-  release(embed_unit_, 'B');
-  grads_ready(units_[embed_unit_].lo, units_[embed_unit_].hi);
+  if (tp_) tp_->set_layer(-1);
+  if (embeds) {  // stage exit: the embedding backward, or the input's gradient to `din`
+    if (!tied_embed_ || !heads) acquire(embed_unit_, 'B');
+    embed_backward();
+    release(embed_unit_, 'B');
+    grads_ready(units_[embed_unit_].lo, units_[embed_unit_].hi);
   } else {
-    be.copy(din, dresid, int64_t{N} * C);
+    be_->copy(din, dresid_.data(), rows_c);
   }
   if (opts_.stage) slots_.erase({chunk, micro});  // the micro-batch's activations are freed
 }
@@ -462,20 +631,28 @@ MemoryBytes Gpt<S>::memory_allocated() const {
 }
 
 template <typename S>
-MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb) {
-  // Closed forms, written independently of the layout tables (padding not counted).
-  const int64_t L = c.layers, C = c.hidden, F = c.ffn, V = c.vocab, maxT = c.max_seq,
-                QKV = c.qkv_width(), B = c.micro_batch, T = c.seq, N = B * T, NH = c.heads;
-  const int64_t per_layer = 4 * C + QKV * C + QKV + C * C + C + F * C + F + C * F + C;
+MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp) {
+  // Closed forms, written independently of the layout tables (padding not counted). With
+  // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
+  // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows.
+  const int64_t t = std::max(1, tp.size), L = c.layers, C = c.hidden, hs = c.head_size();
+  const int64_t F = c.ffn / t, NH = c.heads / t, KVH = c.kv_heads / t, Ca = NH * hs, QKV = (NH + 2 * KVH) * hs;
+  const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T;
+  const bool par = t > 1, sp = par && tp.mode.sp, keep = sp && !tp.mode.regather;
+  const int64_t n = sp ? N / t : N;
+  const int64_t per_layer = 4 * C + QKV * C + QKV + C * Ca + C + F * C + F + C * F + C;
   const int64_t P = V * C + maxT * C + L * per_layer + 2 * C + (c.tied ? 0 : V * C) + V;
   MemoryBytes m;
   m.params = P * sb;
   m.grads = P * sb;
   m.optimizer = 2 * P * sb;
-  // per layer: ln1, atty, res2, ln2, res3 (N*C each), qkv, 2 x fch, att, 4 norm statistics
-  const int64_t act_layer = 5 * N * C + N * QKV + 2 * N * F + B * NH * T * T + 4 * N;
-  m.activations = (L * act_layer + 2 * N * C + 2 * N + N * V + N) * sb;
-  m.buffers = (3 * N * C + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
+  // per layer: ln1, res2, ln2, res3 and 4 norm statistics on n rows; qkv, atty, 2 x fch, att
+  // on all N rows; SP keeping its gathers: ln1 and ln2 gathered (N x C each)
+  const int64_t act_layer = 4 * n * C + 4 * n + N * QKV + N * Ca + 2 * N * F + B * NH * T * T + (keep ? 2 * N * C : 0);
+  m.activations = (L * act_layer + 2 * n * C + 2 * n + (keep ? N * C : 0) + N * V + N) * sb;
+  m.buffers = (n * C + N * C + N * Ca + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
+  if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
+  if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
   return m;
 }
 

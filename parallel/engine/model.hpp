@@ -21,6 +21,7 @@
 #include "config.hpp"
 #include "layers.hpp"
 #include "layout.hpp"
+#include "tp_layers.hpp"
 #include <string>
 
 namespace meshbench::parallel {
@@ -73,12 +74,29 @@ struct StageSpec {
   int micro_batches = 1;  // micro-batches in flight at most (token and target slots)
 };
 
+// This rank's place in the tensor-parallel group and how the group communicates. Every
+// tensor's slice is recorded in its layout entry (layout.hpp, Shard): query and key/value
+// heads, the MLP width and the (padded) vocabulary are divided by `size`.
+struct TpSpec {
+  int size = 1, rank = 0;
+  TpMode mode;
+};
+
+// The local sizes of a rank of a tensor-parallel group of `size` (tp_layers.hpp).
+struct TpDims {
+  int heads, kv_heads, ffn, attn_width, qkv;  // NH/t, KVH/t, F/t, C/t, (NH/t + 2 KVH/t) hs
+  int vocab, vocab_valid, vocab_first;        // Vp/t rows (Vp: V padded to a multiple of t), real rows, first
+  int rows;                                   // rows of the residual stream: N, or N/t with SP
+};
+TpDims tp_dims(const GptConfig& c, const TpSpec& tp);
+
 // How the model's flat arrays are laid out and owned.
 struct GptOptions {
   int64_t unit_multiple = 1;  // pad each unit's length to a multiple of this (ZeRO: 16 x dp)
   bool own_params = true;     // false: a Residency holds the parameters (ZeRO-3)
   bool own_grads = true;      // false: a Residency holds the gradients (ZeRO-2, ZeRO-3)
   bool own_optimizer = true;  // false: no moments until set_optimizer_shard (ZeRO-1..3)
+  TpSpec tp;                  // tensor parallel (set_tp_comm before the first step when size > 1)
   // Pipeline stage; none: the whole model as one chunk with one activation slot held for
   // the model's life. With a stage, activations live in slots per (chunk, micro-batch):
   // taken at the chunk's forward (stage_input), freed at the end of its backward.
@@ -119,7 +137,14 @@ class Gpt {
   int64_t num_params() const;  // without padding
   const std::vector<Unit>& units() const { return units_; }
   void set_residency(Residency<S>* r) { residency_ = r; }
-  // The canonical initial weights (see init_weights) as a host array of layout().total().
+  void set_tp_comm(TpComm<S>* tp) { tp_ = tp; }
+  const TpSpec& tp() const { return opts_.tp; }
+  const TpDims& tp_dims() const { return dims_; }
+  // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
+  // entries are sliced from and gathered back to by name (sharding.hpp).
+  static Layout full_layout(const GptConfig& cfg);
+  // The canonical initial weights (see init_weights) as a host array of layout().total():
+  // the full model's weights from the seed, this rank's slices taken by name.
   std::vector<S> canonical_weights(uint64_t seed) const;
 
   // GPT-2 initialisation: N(0, 0.02) matrices and embeddings, residual projections scaled by
@@ -132,7 +157,9 @@ class Gpt {
   void zero_grad();
   // Gradients of loss_scale x the mean loss of the last forward() into grads() (+=, so
   // zero_grad first; gradient accumulation over m micro-batches uses loss_scale 1/m).
-  void backward(S loss_scale = S(1));
+  // sync_replicated: the last micro-batch of the step, after which sequence parallel
+  // all-reduces the norm weights' gradients (computed on sequence shards) over the group.
+  void backward(S loss_scale = S(1), bool sync_replicated = true);
   void set_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
 
   // Pipeline stage (GptOptions::stage; without one: chunk 0, micro-batch 0 is the whole
@@ -151,7 +178,7 @@ class Gpt {
   S* stage_input(int chunk, int micro);
   const S* stage_output(int chunk, int micro) const;
   S forward_chunk(int chunk, int micro, const int32_t* tokens, const int32_t* targets, S* logits_out = nullptr);
-  void backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din);
+  void backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din, bool sync_replicated = true);
   int slots_held() const { return static_cast<int>(slots_.size()); }
   int64_t slot_elements(int chunk) const { return act_layouts_[static_cast<size_t>(chunk)].total(); }
   // AdamW step t (1-based) over the whole flat array, weight decay per layout entry.
@@ -172,7 +199,7 @@ class Gpt {
   MemoryBytes memory_allocated() const;  // the model's allocations now
   MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers
   const MemoryTracker& memory() const { return mem_; }
-  static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes);
+  static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {});
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }
@@ -187,18 +214,44 @@ class Gpt {
   const std::array<double, static_cast<int>(Op::kCount)>& op_seconds() const { return op_s_; }
 
  private:
+  // The norm parameters lead each block, so sequence parallel all-reduces them as one range.
   struct LayerOffsets {
-    int64_t ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w,
+    int64_t ln1_w, ln1_b, ln2_w, ln2_b, qkv_w, qkv_b, proj_w, proj_b, fc_w, fc_b, fcproj_w,
         fcproj_b;
   };
   struct LayerActs {
     int64_t ln1, ln1_mean, ln1_rstd, qkv, att, atty, res2, ln2, ln2_mean, ln2_rstd, fch,
         fch_gelu, res3;
+    int64_t ln1_full = -1, ln2_full = -1;  // SP without re-gathering: the gathered inputs
   };
+  // The parameter table (layout, units, offsets) for a configuration and options.
+  struct ParamTable {
+    Layout layout;
+    std::vector<Unit> units;
+    int64_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0, head_w = 0, head_b = 0;
+    std::vector<LayerOffsets> lo;  // by global layer
+    std::vector<int> bu;           // the unit of block l; -1: not on this stage
+    int embed_unit = -1, head_unit = -1;
+  };
+  static ParamTable param_table(const GptConfig& cfg, const GptOptions& opts);
+  void build_activations();
+  // The gathered column-parallel input of layer l's qkv (which 0) or fc (1), or the head's
+  // (l = -1), under sequence parallel; null otherwise.
+  S* gathered(int l, int which);
+  void embed_forward(const S* pe);
+  S head_forward(S* logits_out);
+  void head_backward(S loss_scale, bool sync_replicated);
+  void embed_backward();
+  void block_forward(int l);
+  void block_backward(int l, bool sync_replicated);
+  // sequence parallel: the norm gradients [lo, lo + n) of a unit summed over the group
+  void sync_norm_grads(S* g, int64_t n);
   template <typename F>
   void timed(Op op, F&& f, double flops = 0.0);
+  ComputeOp matmul_op_;  // what the tensor-parallel linears time their GEMMs with
   const S* res_in(int l) const;  // block l's input in the current slot (a_)
   S* take_slot(int chunk, int micro);
+  void use(int chunk, int micro);  // (chunk, micro)'s slot and token ids become current
 
   void grads_ready(int64_t lo, int64_t hi) {
     if (hooks_.grads_ready) hooks_.grads_ready(lo, hi, trace_layer_);
@@ -217,6 +270,8 @@ class Gpt {
   GptConfig cfg_;
   Backend<S>* be_;
   GptOptions opts_;
+  TpDims dims_;
+  TpComm<S>* tp_ = nullptr;
   MemoryTracker mem_;
   Residency<S>* residency_ = nullptr;
   std::vector<Unit> units_;
@@ -242,11 +297,15 @@ class Gpt {
   // la_ by global layer): the chunk's input at offset 0, its blocks, the head's on the last.
   std::vector<Layout> act_layouts_;
   std::vector<LayerActs> la_;
-  int64_t encoded_ = 0, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_;
+  int64_t encoded_ = 0, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lnf_full_ = -1;
   std::map<std::pair<int, int>, BackendArray<S, S>> slots_;  // (chunk, micro) -> activations
   S* a_ = nullptr;  // the slot in use
+  int32_t *tok_ = nullptr, *tgt_ = nullptr;  // the token and target ids of the micro-batch in use
   // Backward scratch (activation gradients), reused across layers.
   BackendArray<S, S> dresid_, dln_, datty_, dqkv_, datt_, dfch_;
+  // Tensor parallel: row-parallel outputs before their reduction; SP gathers and the
+  // cross-entropy's per-row statistics (max, sum of exponentials, target logit).
+  BackendArray<S, S> row_scratch_, dxfull_, dyfull_, gather_, ce_stats_;
   BackendArray<int32_t, S> tokens_, targets_;
   BackwardHooks hooks_;
 

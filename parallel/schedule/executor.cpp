@@ -26,7 +26,7 @@ comm::DType dtype_of() {
 template <typename S>
 class PipeStep {
  public:
-  PipeStep(StepEnv<S>& env) : env_(env), pipe_(*env.pipe), n_(env.model.config().tokens() * env.model.config().hidden) {
+  PipeStep(StepEnv<S>& env) : env_(env), pipe_(*env.pipe), n_(int64_t{env.model.tp_dims().rows} * env.model.config().hidden) {
     Gpt<S>& m = env.model;
     dout_ = BackendArray<S, S>(m.backend(), n_, &m.memory(), MemCat::kBuffers);
   }
@@ -45,7 +45,7 @@ class PipeStep {
   }
   // The backward of (chunk, micro): from the loss or the received gradient, into a fresh
   // send buffer unless this is virtual stage 0.
-  void backward(const Action& a, S scale) {
+  void backward(const Action& a, S scale, bool last) {
     auto it = act_sends_.find({a.chunk, a.micro});  // its output was delivered: the peer sent this gradient
     if (it != act_sends_.end()) {
       it->second->wait();
@@ -54,7 +54,7 @@ class PipeStep {
     const int vs = pipe_.virtual_stage(a.chunk);
     const S* dout = vs == pipe_.last_virtual_stage() ? nullptr : dout_.data();
     din_ = vs == 0 ? nullptr : free_buffer();
-    env_.model.backward_chunk(a.chunk, a.micro, scale, dout, din_);
+    env_.model.backward_chunk(a.chunk, a.micro, scale, dout, din_, last);
   }
   void send_gradient(const Action& a) {
     if (din_ == nullptr) throw std::logic_error("pipeline schedule: a gradient send without its backward");
@@ -195,10 +195,10 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
         if (env.sync) env.sync->begin_backward(a.micro, a.micro == m - 1);
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
         const size_t first_op = tr.ops.size();
-        if (pipe)
-          pipe->backward(a, scale);
+        if (pipe)  // the last micro-batch syncs SP's norm gradients
+          pipe->backward(a, scale, a.micro == m - 1);
         else
-          env.model.backward(scale);
+          env.model.backward(scale, a.micro == m - 1);
         tag_ops(first_op, a.chunk);
         sample_slots(core::now_seconds());
         break;

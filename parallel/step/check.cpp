@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/error.hpp"
+#include "sharding.hpp"
 
 namespace meshbench::parallel {
 
@@ -37,13 +38,36 @@ CheckRow compare(std::string q, const A* a, const R* ref, int64_t n, double tol)
   return r;
 }
 
-// The tensors of a flat array in layout order, without the padding between them, so two
-// layouts of the same model (ZeRO pads its units) compare tensor by tensor.
-std::vector<float> pack(const Layout& layout, const std::vector<float>& flat) {
-  std::vector<float> out;
-  for (const auto& e : layout.entries())
-    out.insert(out.end(), flat.begin() + e.offset, flat.begin() + e.offset + e.numel);
-  return out;
+// A rank's tensors put back into the full model's flat layout by name (sharding.hpp), with
+// the elements it holds marked: tensor-parallel slices, a pipeline stage's layers, ZeRO's
+// padded units and plain replicas all compare against the reference the same way.
+struct InFull {
+  std::vector<float> grads, params;
+  std::vector<uint8_t> owned;
+};
+
+InFull in_full(const Layout& local, const std::vector<float>& grads, const std::vector<float>& params,
+               const Layout& full) {
+  InFull f;
+  const size_t n = static_cast<size_t>(full.total());
+  f.grads.assign(n, 0.f);
+  f.params.assign(n, 0.f);
+  f.owned.assign(n, 0);
+  place_in_full(local, grads.data(), full, f.grads.data(), f.owned.data());
+  place_in_full(local, params.data(), full, f.params.data(), nullptr);
+  return f;
+}
+
+// The elements of entry e that `owned` marks, from a and from ref.
+void owned_elements(const LayoutEntry& e, const uint8_t* owned, const float* a, const float* ref,
+                    std::vector<float>& xa, std::vector<float>& xr) {
+  xa.clear();
+  xr.clear();
+  for (int64_t i = e.offset; i < e.offset + e.numel; ++i)
+    if (owned[i]) {
+      xa.push_back(a[i]);
+      xr.push_back(ref[i]);
+    }
 }
 
 // Keeps, per quantity, the worst row seen (over ranks).
@@ -57,10 +81,11 @@ void merge_worst(std::map<std::string, CheckRow>& worst, std::vector<std::string
   }
 }
 // The single-rank reference: the global batch as m x dp micro-batches of b samples in the
-// global order, gradients accumulated, then AdamW step 1, from the canonical weights.
+// global order, gradients accumulated, then AdamW step 1, from the canonical weights. Its
+// arrays are in the full model's layout (Gpt::full_layout).
 struct Reference {
   double loss = 0;
-  std::vector<float> grads, params;  // packed (tensors only)
+  std::vector<float> grads, params;
 };
 
 Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
@@ -73,22 +98,17 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
   const float scale =
       static_cast<float>(plan.grad_reduce == GradReduce::kAvg ? 1.0 / mb : 1.0 / plan.micro_batches);
   std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
-  double ref_loss = 0;
   ref.zero_grad();
   for (int j = 0; j < mb; ++j) {
     synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, 0, int64_t{j} * c.micro_batch, c.micro_batch,
                     c.seq, c.vocab);
-    ref_loss += ref.forward(tok.data(), tgt.data());
+    out.loss += ref.forward(tok.data(), tgt.data());
     ref.backward(scale);
   }
-  ref_loss /= mb;
-  const std::vector<float> ref_grads = pack(ref.layout(), ref.download_grads());
+  out.loss /= mb;
+  out.grads = ref.download_grads();
   ref.update(env.adam, 1);
-  const std::vector<float> ref_params = pack(ref.layout(), ref.download_params());
-
-  out.loss = ref_loss;
-  out.grads = ref_grads;
-  out.params = ref_params;
+  out.params = ref.download_params();
   return out;
 }
 
@@ -148,7 +168,8 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
   MB_CHECK_MPI(MPI_Comm_rank(world, &rank), "world");
   MB_CHECK_MPI(MPI_Comm_size(world, &size), "world");
   Gpt<float>& model = env.model;
-  const int64_t P = model.num_params();  // packed: tensors only
+  const Layout full = Gpt<float>::full_layout(model.config());
+  const int Pf = static_cast<int>(full.total());
   const bool trace_was = env.trace.on;
   env.trace.on = false;
 
@@ -159,12 +180,14 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
                before.end());
   opt.push_back({ActionKind::kOptimizer, 0, 0});
   double loss = run_step(env, before, 0, 0, 1, true);
-  // Every rank's gradients after the reduction, gathered to full shape (ZeRO: from the shards).
-  const std::vector<float> grads = pack(model.layout(), env.sync ? env.sync->full_grads() : model.download_grads());
+  // Every rank's gradients after the reduction (ZeRO: gathered from the shards), then its
+  // parameters after the optimizer, both in the full layout.
+  const std::vector<float> grads = env.sync ? env.sync->full_grads() : model.download_grads();
   run_step(env, opt, 0, 0, 1, false);
-  const std::vector<float> params = pack(model.layout(), env.sync ? env.sync->full_params() : model.download_params());
+  const std::vector<float> params = env.sync ? env.sync->full_params() : model.download_params();
+  InFull mine = in_full(model.layout(), grads, params, full);
   env.trace.on = trace_was;
-  // The global mean loss: every rank of a dp x cp group holds its share.
+  // The global mean loss: every rank holds its dp x cp share (tensor-parallel ranks the same).
   double loss_sum = 0;
   MB_CHECK_MPI(MPI_Allreduce(&loss, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, world), "world");
   loss = loss_sum / size;
@@ -172,34 +195,53 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
   std::vector<CheckRow> rows;
   if (rank == 0) {
     const Reference ref = run_reference(env, model);
-    const double ref_loss = ref.loss;
-    const std::vector<float>& ref_grads = ref.grads;
-    const std::vector<float>& ref_params = ref.params;
     std::map<std::string, CheckRow> worst;
     std::vector<std::string> order;
-    merge_worst(worst, order, compare("loss", &loss, &ref_loss, 1, kParallelTolerance));
-    std::vector<float> g(static_cast<size_t>(P)), p(static_cast<size_t>(P));
+    merge_worst(worst, order, compare("loss", &loss, &ref.loss, 1, kParallelTolerance));
+    std::vector<uint8_t> covered(static_cast<size_t>(Pf), 0);
+    std::vector<float> xa, xr, all_a, all_r, pa, pr;
+    InFull other;
     for (int r = 0; r < size; ++r) {
-      if (r == 0) {
-        g = grads;
-        p = params;
-      } else {
-        MB_CHECK_MPI(MPI_Recv(g.data(), static_cast<int>(P), MPI_FLOAT, r, 901, world, MPI_STATUS_IGNORE), "world");
-        MB_CHECK_MPI(MPI_Recv(p.data(), static_cast<int>(P), MPI_FLOAT, r, 902, world, MPI_STATUS_IGNORE), "world");
+      if (r > 0) {
+        other.grads.resize(static_cast<size_t>(Pf));
+        other.params.resize(static_cast<size_t>(Pf));
+        other.owned.resize(static_cast<size_t>(Pf));
+        MB_CHECK_MPI(MPI_Recv(other.grads.data(), Pf, MPI_FLOAT, r, 901, world, MPI_STATUS_IGNORE), "world");
+        MB_CHECK_MPI(MPI_Recv(other.params.data(), Pf, MPI_FLOAT, r, 902, world, MPI_STATUS_IGNORE), "world");
+        MB_CHECK_MPI(MPI_Recv(other.owned.data(), Pf, MPI_UINT8_T, r, 903, world, MPI_STATUS_IGNORE), "world");
       }
-      merge_worst(worst, order, compare("grads", g.data(), ref_grads.data(), P, kParallelTolerance));
-      int64_t at = 0;
-      for (const auto& e : model.layout().entries()) {
-        merge_worst(worst, order, compare("grad:" + e.name, g.data() + at, ref_grads.data() + at, e.numel,
+      const InFull& f = r == 0 ? mine : other;
+      all_a.clear();
+      all_r.clear();
+      pa.clear();
+      pr.clear();
+      for (const auto& e : full.entries()) {
+        owned_elements(e, f.owned.data(), f.grads.data(), ref.grads.data(), xa, xr);
+        if (xa.empty()) continue;  // not held on this rank (another pipeline stage)
+        merge_worst(worst, order, compare("grad:" + e.name, xa.data(), xr.data(), int64_t(xa.size()),
                                           kParallelTolerance));
-        at += e.numel;
+        all_a.insert(all_a.end(), xa.begin(), xa.end());
+        all_r.insert(all_r.end(), xr.begin(), xr.end());
+        owned_elements(e, f.owned.data(), f.params.data(), ref.params.data(), xa, xr);
+        pa.insert(pa.end(), xa.begin(), xa.end());
+        pr.insert(pr.end(), xr.begin(), xr.end());
       }
-      merge_worst(worst, order, compare("params_after", p.data(), ref_params.data(), P, kParallelTolerance));
+      merge_worst(worst, order, compare("grads", all_a.data(), all_r.data(), int64_t(all_a.size()), kParallelTolerance));
+      merge_worst(worst, order, compare("params_after", pa.data(), pr.data(), int64_t(pa.size()), kParallelTolerance));
+      for (int i = 0; i < Pf; ++i) covered[size_t(i)] |= f.owned[size_t(i)];
     }
+    // Every element of every tensor must be held by some rank.
+    int64_t missing = 0, total = 0;
+    for (const auto& e : full.entries()) {
+      total += e.numel;
+      for (int64_t i = e.offset; i < e.offset + e.numel; ++i) missing += covered[size_t(i)] ? 0 : 1;
+    }
+    rows.push_back({"coverage", double(missing), double(missing) / double(total), 0.0, missing == 0});
     for (const auto& q : order) rows.push_back(worst.at(q));
   } else {
-    MB_CHECK_MPI(MPI_Send(grads.data(), static_cast<int>(P), MPI_FLOAT, 0, 901, world), "world");
-    MB_CHECK_MPI(MPI_Send(params.data(), static_cast<int>(P), MPI_FLOAT, 0, 902, world), "world");
+    MB_CHECK_MPI(MPI_Send(mine.grads.data(), Pf, MPI_FLOAT, 0, 901, world), "world");
+    MB_CHECK_MPI(MPI_Send(mine.params.data(), Pf, MPI_FLOAT, 0, 902, world), "world");
+    MB_CHECK_MPI(MPI_Send(mine.owned.data(), Pf, MPI_UINT8_T, 0, 903, world), "world");
   }
   broadcast_rows(rows, world);
   return rows;

@@ -3,8 +3,11 @@
 // with a float64 run of the same step (1e-4); on several ranks the parallel step is compared
 // with the single-rank reference on rank 0, which runs the same global batch from the same
 // canonical weights as m x dp micro-batches of gradient accumulation (1e-5): the loss,
-// every parameter gradient of every rank gathered back to full shape, and the parameters
-// after the AdamW step. Rows go to step/check; a failed row makes the run exit 1.
+// every parameter gradient of every rank put back into the full model's layout by name
+// (sharding.hpp: tensor-parallel slices, a rank's pipeline stage or experts, ZeRO shards),
+// compared over the elements that rank holds, and the parameters after the AdamW step; a
+// coverage row fails when some element of the full model is held by no rank. Rows go to
+// step/check; a failed row makes the run exit 1.
 // Not here: the strategies being checked, output.
 #pragma once
 

@@ -9,6 +9,10 @@ namespace meshbench::parallel {
 
 using core::UsageError;
 
+namespace {
+void validate_pipeline(const Plan& p);
+}
+
 void resolve_and_validate(Plan& p, int world) {
   p.world = world;
   if (p.micro_batches < 1)
@@ -36,11 +40,10 @@ void resolve_and_validate(Plan& p, int world) {
   };
   const comm::MeshSpec& m = p.mesh;
   for (const Later& l : {Later{m.tp, "tp", "tensor parallel"}, Later{m.cp, "cp", "context parallel"},
-                         Later{m.ep, "ep", "expert parallel"}, Later{m.pp, "pp", "pipeline parallel"},
-                         Later{m.etp, "etp", "expert tensor parallel"}})
+                         Later{m.ep, "ep", "expert parallel"}, Later{m.etp, "etp", "expert tensor parallel"}})
     if (l.degree > 1)
-      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data parallel "
-                                   "only: --mesh dp=N)",
+      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data and pipeline "
+                                   "parallel only: --mesh dp=N,pp=P)",
                                    l.key, l.degree, l.what));
   // The degrees must multiply to the world size (RankGrid names the rule it breaks).
   try {
@@ -49,8 +52,61 @@ void resolve_and_validate(Plan& p, int world) {
     throw UsageError(fmt::format("--mesh {} --order {}: {}", p.mesh_text.empty() ? "(default)" : p.mesh_text, p.order, e.what()));
   }
   const comm::Degrees& d = p.degrees;
-  if (d.dp * d.cp != world)  // unreachable while only dp runs; kept for when cp lands
-    throw UsageError(fmt::format("--mesh: dp x cp = {} must equal the world size {}", d.dp * d.cp, world));
+  if (d.dp * d.cp * d.pp != world)  // unreachable while only dp and pp run; kept for when cp lands
+    throw UsageError(fmt::format("--mesh: dp x cp x pp = {} must equal the world size {}", d.dp * d.cp * d.pp, world));
+  validate_pipeline(p);
+}
+
+namespace {
+void validate_pipeline(const Plan& p) {
+  const int P = p.degrees.pp, V = p.vpp, L = p.model.layers;
+  const std::string broken = pipeline_rule_broken(p.schedule, pipe_shape(p));
+  if (!broken.empty()) throw UsageError(broken);
+  if (P > 1 && p.zero > 0)
+    throw UsageError(fmt::format("--zero {} with --mesh pp={}: ZeRO shards whole-model units; it does not run "
+                                 "with pipeline parallel in this build", p.zero, P));
+  if (p.layers_per_stage.empty()) {
+    if (L % (P * V) != 0)
+      throw UsageError(fmt::format("--layers {} is not divisible by pp x vpp = {} x {}: give --layers-per-stage "
+                                   "(layers of each virtual stage, {} entries summing to {})",
+                                   L, P, V, P * V, L));
+    return;
+  }
+  const auto& ls = p.layers_per_stage;
+  if (static_cast<int>(ls.size()) != P * V)
+    throw UsageError(fmt::format("--layers-per-stage: {} entries, but pp x vpp = {} x {} virtual stages need {}",
+                                 ls.size(), P, V, P * V));
+  int sum = 0;
+  for (int n : ls) {
+    if (n < 1) throw UsageError(fmt::format("--layers-per-stage: every virtual stage needs at least 1 layer (got {})", n));
+    sum += n;
+  }
+  if (sum != L)
+    throw UsageError(fmt::format("--layers-per-stage: the entries sum to {}, not to --layers {}", sum, L));
+}
+}  // namespace
+
+PipeShape pipe_shape(const Plan& p) {
+  return PipeShape{p.degrees.pp, p.micro_batches, p.vpp, p.vpp_group};
+}
+
+std::vector<int> layers_per_virtual_stage(const Plan& p) {
+  const int n = p.degrees.pp * p.vpp;
+  if (!p.layers_per_stage.empty()) return p.layers_per_stage;
+  return std::vector<int>(static_cast<size_t>(n), p.model.layers / n);
+}
+
+std::vector<std::pair<int, int>> stage_chunks(const Plan& p, int pp_rank) {
+  const int P = p.degrees.pp, V = p.vpp;
+  const std::vector<int> per = layers_per_virtual_stage(p);
+  std::vector<std::pair<int, int>> chunks;
+  int lo = 0;
+  for (int vs = 0; vs < P * V; ++vs) {
+    const int hi = lo + per[static_cast<size_t>(vs)];
+    if (vs % P == pp_rank) chunks.emplace_back(lo, hi);
+    lo = hi;
+  }
+  return chunks;
 }
 
 int64_t largest_unit_elements(const GptConfig& c) {
@@ -74,11 +130,14 @@ int64_t bucket_elements(const Plan& p, int64_t grad_elements, int scalar_bytes) 
 }
 
 std::string describe(const Plan& p) {
+  std::string pipe;
+  if (p.degrees.pp > 1)
+    pipe = fmt::format(", pipeline {} schedule, {} chunk{} per rank", name(p.schedule), p.vpp, p.vpp > 1 ? "s" : "");
   return fmt::format("{} (order {}), zero {}, micro-batches {}, global batch {} x {} tokens, grad-reduce {}, "
-                     "overlap {}, progress {}",
+                     "overlap {}, progress {}{}",
                      comm::format_degrees(p.degrees), p.order, p.zero, p.micro_batches, p.global_batch(),
                      p.model.seq, p.grad_reduce == GradReduce::kAvg ? "avg" : "sum",
-                     p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread");
+                     p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread", pipe);
 }
 
 }  // namespace meshbench::parallel

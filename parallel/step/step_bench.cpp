@@ -138,6 +138,8 @@ struct Setup {
   std::unique_ptr<mb::comm::MeshComms> comms;
   Trace trace;
   std::unique_ptr<RecordingComm> dp_comm;
+  std::unique_ptr<RecordingComm> pp_comm, embedding_comm;  // pipeline parallel
+  std::optional<PipeEnv> pipe;
   std::unique_ptr<Gpt<float>> model;
   std::unique_ptr<GradSync<float>> sync;  // DataParallel or Zero; null at dp x cp = 1
   DataParallel<float>* dp = nullptr;      // the plain data-parallel one, for its buckets
@@ -146,20 +148,34 @@ struct Setup {
   std::vector<Action> actions;
 };
 
+// This rank's recording communicator of `kind` under dimension `dim`; null where the rank is
+// in no such group (middle stages for the embedding group). Collective over the world.
+std::unique_ptr<RecordingComm> recording_comm(Setup& st, const Options& o, mb::comm::GroupKind kind, const char* dim,
+                                              int rank, int device) {
+  MPI_Comm c = st.comms->get(kind);
+  if (c == MPI_COMM_NULL) return nullptr;
+  const auto mem = st.grid->membership(kind, rank);
+  std::unique_ptr<mb::comm::Communicator> inner =
+      o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, dim, device) : mb::comm::make_mpi_communicator(c, dim);
+  if (st.watch) inner = mb::comm::make_watched(std::move(inner), *st.watch);
+  return std::make_unique<RecordingComm>(std::move(inner), st.trace, dim, mem ? mem->group : 0);
+}
+
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
-  const int d = plan.degrees.dp * plan.degrees.cp;
-  st.model = std::make_unique<Gpt<float>>(plan.model, be, plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{});
+  const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
+  GptOptions gopt = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
+  const auto pmem = st.grid->membership(mb::comm::GroupKind::kPp, rank);
+  const int pp_rank = pmem ? pmem->index : 0;
+  if (P > 1)  // this rank's stage: its chunks' layers, the embeddings first, the head last
+    gopt.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == P - 1, plan.micro_batches};
+  st.model = std::make_unique<Gpt<float>>(plan.model, be, gopt);
   st.model->init_weights(o.seed);  // every rank: the full canonical weights (ZeRO-3: its shard)
   const auto mem = st.grid->membership(mb::comm::GroupKind::kDpCp, rank);
   st.dp_rank = mem ? mem->index : 0;
   if (d > 1 || plan.zero > 0) {
-    MPI_Comm c = st.comms->get(mb::comm::GroupKind::kDpCp);
-    std::unique_ptr<mb::comm::Communicator> inner =
-        o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, "dp", device) : mb::comm::make_mpi_communicator(c, "dp");
-    if (st.watch) inner = mb::comm::make_watched(std::move(inner), *st.watch);
-    st.dp_comm = std::make_unique<RecordingComm>(std::move(inner), st.trace, "dp", mem ? mem->group : 0);
+    st.dp_comm = recording_comm(st, o, mb::comm::GroupKind::kDpCp, "dp", rank, device);
     if (plan.zero > 0) {
       auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
       st.zero = z.get();
@@ -172,6 +188,13 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
     if (o.inject_fault == rank) st.sync->inject_fault(1.0);
   }
   st.actions = accumulation_schedule(plan.micro_batches);
+  if (P > 1) {
+    st.pp_comm = recording_comm(st, o, mb::comm::GroupKind::kPp, "pp", rank, device);
+    // The tied embedding's two copies (first and last stage) sum their gradients.
+    if (plan.model.tied) st.embedding_comm = recording_comm(st, o, mb::comm::GroupKind::kEmbedding, "embedding", rank, device);
+    st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), P, pp_rank, plan.vpp};
+    st.actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
+  }
 }
 
 std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::comm::Topology& topo) {
@@ -179,10 +202,13 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
   std::vector<int> all(static_cast<size_t>(st.grid->world()));
   for (int r = 0; r < st.grid->world(); ++r) all[static_cast<size_t>(r)] = r;
   g.push_back(mb::comm::describe_group("world", 0, all, topo));
-  if (st.sync) {
-    const auto& groups = st.grid->groups(mb::comm::GroupKind::kDpCp);
-    for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group("dp", static_cast<int>(i), groups[i], topo));
-  }
+  auto add = [&](mb::comm::GroupKind kind, const char* dim) {
+    const auto& groups = st.grid->groups(kind);
+    for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group(dim, static_cast<int>(i), groups[i], topo));
+  };
+  if (st.sync) add(mb::comm::GroupKind::kDpCp, "dp");
+  if (st.pipe) add(mb::comm::GroupKind::kPp, "pp");
+  if (st.embedding_comm) add(mb::comm::GroupKind::kEmbedding, "embedding");
   return g;
 }
 
@@ -212,7 +238,9 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
       {"strategy", plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "single")},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
-      {"order", plan.order}, {"schedule", "accumulate"},
+      {"order", plan.order}, {"schedule", d.pp > 1 ? name(plan.schedule) : "accumulate"},
+      {"vpp", plan.vpp}, {"vpp_group", plan.vpp_group > 0 ? plan.vpp_group : d.pp},
+      {"layers_per_stage", layers_per_virtual_stage(plan)},
       {"schedule_actions", to_string(st.actions)}, {"microbatches", plan.micro_batches},
       {"global_batch", plan.global_batch()}, {"grad_reduce", o.grad_reduce}, {"overlap", plan.overlap},
       {"progress", o.progress}, {"buckets", st.dp ? st.dp->buckets() : (st.zero ? int(model.units().size()) : 0)},
@@ -574,6 +602,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   print_peak(out, cp, peak, datasheet);
 
   StepEnv<float> env{*st.model, st.sync.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
+  env.pipe = st.pipe ? &*st.pipe : nullptr;
   Outcome r;
   r.check = run_check(o, st, env, world_size, out, r.check_rows);
   mb::results::RunContext ctx = make_context(o, plan, cp, argc, argv, topo);

@@ -162,6 +162,9 @@ class CudaBackend final : public Backend<float> {
                              int N, int V) override {
     k_ce_fwd<<<N, row_threads(V), 0, stream_>>>(probs, losses, logits, tgt, V);
     MB_CHECK_LAUNCH(k_ce_fwd, kG);
+    return mean_loss(losses, N);
+  }
+  float mean_loss(const float* losses, int N) {
     loss_host_.resize(size_t(N));
     download(loss_host_.data(), losses, sizeof(float) * size_t(N));
     double total = 0;
@@ -173,6 +176,27 @@ class CudaBackend final : public Backend<float> {
     const float scale = dloss / float(N);
     k_ce_bwd<<<blocks_for(size_t(N) * V), 256, 0, stream_>>>(dlogits, probs, tgt, scale, N, V);
     MB_CHECK_LAUNCH(k_ce_bwd, kG);
+  }
+  void crossentropy_rowmax(float* rowmax, const float* logits, int N, int V, int valid) override {
+    k_ce_rowmax<<<N, row_threads(V), 0, stream_>>>(rowmax, logits, V, valid);
+    MB_CHECK_LAUNCH(k_ce_rowmax, kG);
+  }
+  void crossentropy_partial(float* probs, float* sumexp, float* tlogit, const float* logits,
+                            const float* rowmax, const int32_t* tgt, int N, int V, int valid) override {
+    k_ce_partial<<<N, row_threads(V), 0, stream_>>>(probs, sumexp, tlogit, logits, rowmax, tgt, V, valid);
+    MB_CHECK_LAUNCH(k_ce_partial, kG);
+  }
+  // The mean over rows in double on the host, as crossentropy_forward (this op synchronises).
+  float crossentropy_finish(float* probs, float* losses, const float* sumexp, const float* tlogit,
+                            const float* rowmax, int N, int V) override {
+    k_ce_finish<<<N, row_threads(V), 0, stream_>>>(probs, losses, sumexp, tlogit, rowmax, V);
+    MB_CHECK_LAUNCH(k_ce_finish, kG);
+    return mean_loss(losses, N);
+  }
+  void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
+    k_bias_residual_add<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, x, bias, N, C);
+    MB_CHECK_LAUNCH(k_bias_residual_add, kG);
+    written(out, sizeof(float) * size_t(N) * C);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConfig& cfg,
                     double wd, int t) override {
@@ -197,11 +221,15 @@ class CudaBackend final : public Backend<float> {
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int C, int OC) override {
     const MatmulShape s{N, C, OC};
-    const Operands x = operands({{Array::kDout, dout}, {Array::kInp, inp}, {Array::kWeight, weight},
-                                 {Array::kDinp, dinp}, {Array::kDweight, dweight}}, s);
+    // Only the GEMMs asked for read their operands (tensor parallel may still be gathering inp
+    // while the input gradient is computed).
+    const Operands x = operands({{Array::kDout, dout}, {Array::kInp, dweight ? inp : nullptr},
+                                 {Array::kWeight, dinp ? weight : nullptr}, {Array::kDinp, dinp},
+                                 {Array::kDweight, dweight}}, s);
     const auto g = matmul_backward_gemms(s);
     if (dinp != nullptr) gemm(g[0], x);
-    gemm(g[1], x);
+    if (dweight != nullptr) gemm(g[1], x);
+    if (dbias == nullptr) return;
     k_bias_grad<<<blocks_for(size_t(OC)), 256, 0, stream_>>>(dbias, dout, N, OC);
     MB_CHECK_LAUNCH(k_bias_grad, kG);
   }

@@ -69,15 +69,15 @@ __global__ void k_embedding_fwd(float* out, const int32_t* tok, const float* wte
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= size_t(N) * C) return;
   const int n = int(i / C), c = int(i % C);
-  out[i] = wte[size_t(tok[n]) * C + c] + wpe[size_t(n % T) * C + c];
+  out[i] = (tok[n] >= 0 ? wte[size_t(tok[n]) * C + c] : 0.f) + (wpe ? wpe[size_t(n % T) * C + c] : 0.f);
 }
 __global__ void k_embedding_bwd(float* dwte, float* dwpe, const float* dout, const int32_t* tok,
                                 int N, int T, int C) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= size_t(N) * C) return;
   const int n = int(i / C), c = int(i % C);
-  atomicAdd(&dwte[size_t(tok[n]) * C + c], dout[i]);
-  atomicAdd(&dwpe[size_t(n % T) * C + c], dout[i]);
+  if (tok[n] >= 0) atomicAdd(&dwte[size_t(tok[n]) * C + c], dout[i]);
+  if (dwpe) atomicAdd(&dwpe[size_t(n % T) * C + c], dout[i]);
 }
 // One block per row n of inp (N, C).
 __global__ void k_layernorm_fwd(float* out, float* mean, float* rstd, const float* inp,
@@ -122,7 +122,7 @@ __global__ void k_layernorm_bwd(float* dinp, float* dw, float* db, const float* 
 __global__ void k_bias_rows(float* out, const float* bias, int N, int OC, bool accumulate) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= size_t(N) * OC) return;
-  const float b = bias[i % OC];
+  const float b = bias ? bias[i % OC] : 0.f;
   out[i] = accumulate ? out[i] + b : b;
 }
 // dbias (OC) += column sums of dout (N, OC).
@@ -195,7 +195,47 @@ __global__ void k_ce_bwd(float* dlogits, const float* probs, const int32_t* tgt,
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= size_t(N) * V) return;
   const int n = int(i / V), j = int(i % V);
-  dlogits[i] = probs[i] * scale - (j == tgt[n] ? scale : 0.f);
+  dlogits[i] = probs[i] * scale - (j == tgt[n] ? scale : 0.f);  // tgt < 0: no one-hot here
+}
+// Vocabulary-parallel cross-entropy (layers.hpp), one block per row.
+__global__ void k_ce_rowmax(float* rowmax, const float* logits, int V, int valid) {
+  const size_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, x[j]);
+  mx = block_max(mx);
+  if (threadIdx.x == 0) rowmax[n] = mx;
+}
+__global__ void k_ce_partial(float* probs, float* sumexp, float* tlogit, const float* logits,
+                             const float* rowmax, const int32_t* tgt, int V, int valid) {
+  const size_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  float* p = probs + n * V;
+  const float mx = rowmax[n], xt = tgt[n] >= 0 ? x[tgt[n]] : 0.f;
+  __syncthreads();  // every thread has read x[target] before any thread overwrites it
+  float s = 0;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    const float e = j < valid ? expf(x[j] - mx) : 0.f;
+    p[j] = e;
+    s += e;
+  }
+  const float sum = block_sum(s);
+  if (threadIdx.x == 0) {
+    sumexp[n] = sum;
+    tlogit[n] = xt;
+  }
+}
+__global__ void k_ce_finish(float* probs, float* losses, const float* sumexp, const float* tlogit,
+                            const float* rowmax, int V) {
+  const size_t n = blockIdx.x;
+  const float inv = 1.f / sumexp[n];
+  for (int j = threadIdx.x; j < V; j += blockDim.x) probs[n * V + j] *= inv;
+  if (threadIdx.x == 0) losses[n] = logf(sumexp[n]) - (tlogit[n] - rowmax[n]);
+}
+// out (N, C) += x + bias.
+__global__ void k_bias_residual_add(float* out, const float* x, const float* bias, int N, int C) {
+  const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (i < size_t(N) * C) out[i] += x[i] + bias[i % C];
 }
 // AdamW as layers.cpp (the scalars are computed in double on the host, then rounded).
 __global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, float b1, float b2,
