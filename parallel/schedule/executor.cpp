@@ -237,6 +237,23 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
   return loss;
 }
 
+std::vector<AnalyticBytes> pipeline_analytic(const PipeEnv& pipe, int m, uint64_t message_bytes,
+                                             uint64_t embedding_bytes) {
+  uint64_t out = 0, in = 0;  // messages per micro-batch
+  for (int c = 0; c < pipe.chunks; ++c) {
+    const int vs = pipe.virtual_stage(c);
+    const uint64_t below = vs > 0 ? 1 : 0, above = vs < pipe.last_virtual_stage() ? 1 : 0;
+    out += above + below;  // the output activations up, the input gradient down
+    in += below + above;   // the input activations, the output gradient
+  }
+  const uint64_t mm = static_cast<uint64_t>(m);
+  std::vector<AnalyticBytes> a{{"pp", "send", out * mm * message_bytes, double(out * mm * message_bytes)},
+                               {"pp", "recv", in * mm * message_bytes, 0.0}};
+  if (pipe.embedding)  // two ranks: the all-reduce sends 2(n-1)/n S = S
+    a.push_back({"embedding", "all_reduce", embedding_bytes, double(embedding_bytes)});
+  return a;
+}
+
 template double run_step<float>(StepEnv<float>&, const std::vector<Action>&, int, int64_t, int, bool);
 
 }  // namespace meshbench::parallel

@@ -53,6 +53,15 @@ template <typename S>
 double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, int64_t data_step,
                 int adam_t, bool zero_grads = true);
 
+// The point-to-point payload per step of pipeline rank pipe.rank (dim "pp", kinds send and
+// recv), from the plan: per boundary between virtual stages and per micro-batch one
+// activation and one gradient of `message_bytes` (b x s x h values); a virtual stage sends
+// its output activations unless it is the last and its input gradient unless it is the
+// first, and receives the same. Over a pipeline: 2 m (P V - 1) messages each way. With a
+// tied head, the embedding group's all-reduce of wte (`embedding_bytes`, dim "embedding").
+std::vector<AnalyticBytes> pipeline_analytic(const PipeEnv& pipe, int micro_batches, uint64_t message_bytes,
+                                             uint64_t embedding_bytes);
+
 // The first sample of micro-batch `micro` of dp rank `dp_rank` in the global batch.
 int64_t first_sample(const Plan& plan, int dp_rank, int micro);
 

@@ -24,7 +24,7 @@ inline constexpr std::array<const char*, 4> kPhaseNames = {"forward", "backward"
 // One rank's communication of one (dim, kind), summed over the timed steps.
 struct CommRow {
   int32_t rank = 0;
-  char dim[8] = {};
+  char dim[16] = {};  // dp, pp, embedding, ...
   char kind[24] = {};
   uint64_t calls = 0, bytes = 0;  // bytes: payload S summed over calls
   double wire_bytes = 0, busy_s = 0, exposed_s = 0;

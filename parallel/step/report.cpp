@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,42 @@ std::vector<double> column(const std::vector<std::vector<double>>& m, size_t r) 
   return v;
 }
 }  // namespace
+
+uint64_t expected_bytes(const AnalyticBytes& a, int steps, int ranks) {
+  const uint64_t per_step = a.all_ranks > 0 ? a.all_ranks : a.payload * static_cast<uint64_t>(ranks);
+  return per_step * static_cast<uint64_t>(steps);
+}
+
+std::vector<AnalyticBytes> sum_over_ranks(const std::vector<AnalyticBytes>& local, int ranks, MPI_Comm world) {
+  struct Row {
+    char dim[16], kind[24];
+    uint64_t payload;
+    double wire;
+  };
+  std::vector<Row> mine;
+  for (const AnalyticBytes& a : local) {
+    Row r{};
+    std::snprintf(r.dim, sizeof r.dim, "%s", a.dim.c_str());
+    std::snprintf(r.kind, sizeof r.kind, "%s", a.kind.c_str());
+    r.payload = a.payload;
+    r.wire = a.wire;
+    mine.push_back(r);
+  }
+  std::map<std::pair<std::string, std::string>, AnalyticBytes> sum;
+  for (const Row& r : gather_rows(mine, world)) {
+    AnalyticBytes& a = sum[{r.dim, r.kind}];
+    a.dim = r.dim;
+    a.kind = r.kind;
+    a.all_ranks += r.payload;
+    a.wire += r.wire / ranks;  // per rank, the mean
+  }
+  std::vector<AnalyticBytes> out;
+  for (auto& [k, a] : sum) {
+    a.payload = a.all_ranks / static_cast<uint64_t>(ranks);
+    out.push_back(a);
+  }
+  return out;
+}
 
 StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet) {
   StepSummary s{};
@@ -75,7 +112,7 @@ StepSummary summarize(const StepRecord& r, const std::string& check, double data
     if (a.dim == "dp") s.dp_wire_bytes_analytic += a.wire;
     auto it = payload.find({a.dim, a.kind});
     const uint64_t got = it == payload.end() ? 0 : it->second;
-    if (got != a.payload * static_cast<uint64_t>(r.steps) * static_cast<uint64_t>(r.ranks)) s.bytes_match = false;
+    if (got != expected_bytes(a, r.steps, r.ranks)) s.bytes_match = false;
     if (it != payload.end()) payload.erase(it);
   }
   for (const auto& [key, bytes] : payload)
@@ -121,8 +158,7 @@ void print_step_report(const core::Log& out, const StepRecord& r, const StepSumm
       const AnalyticBytes* want = nullptr;
       for (const AnalyticBytes& x : r.analytic)
         if (x.dim == key.first && x.kind == key.second) want = &x;
-      const bool match =
-          want && a.bytes == want->payload * static_cast<uint64_t>(r.steps) * static_cast<uint64_t>(r.ranks);
+      const bool match = want && a.bytes == expected_bytes(*want, r.steps, r.ranks);
       out.out("  {:>36} {:<14} {:>6.1f} {:>12.0f} {:>12.0f} {:>12} {:>10.3f} {:>10.3f} {:>7.1f}%{}\n", key.first,
               key.second, static_cast<double>(a.calls) * per, static_cast<double>(a.bytes) * per, a.wire_bytes * per,
               want ? fmt::format("{:.0f}", want->wire) : std::string("-"), a.busy_s * per * 1e3,

@@ -32,6 +32,12 @@ struct StepRecord {
 
 StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet_peak);
 
+// The bytes the plan moves in (dim, kind) over `steps` steps and `ranks` ranks.
+uint64_t expected_bytes(const AnalyticBytes& a, int steps, int ranks);
+// Every rank's analytic rows summed per (dim, kind) on rank 0 (collective over `world`):
+// all_ranks the total payload, wire the mean per rank.
+std::vector<AnalyticBytes> sum_over_ranks(const std::vector<AnalyticBytes>& local, int ranks, MPI_Comm world);
+
 // Console: the per-rank table, the communication table with the analytic bytes beside the
 // measured ones (a mismatch is flagged), and the summary lines.
 void print_step_report(const core::Log& out, const StepRecord& r, const StepSummary& s);

@@ -468,7 +468,15 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   rec.global_tokens = static_cast<double>(plan.global_tokens());
   rec.flops_per_step = step_flops(o.model).total() * plan.micro_batches * plan.degrees.dp;
   rec.loss = losses;
-  if (st.sync) rec.analytic = st.sync->analytic();
+  std::vector<AnalyticBytes> analytic;  // this rank's, from the plan; summed over ranks below
+  if (st.sync) analytic = st.sync->analytic();
+  if (st.pipe) {
+    const GptConfig& c = plan.model;
+    const uint64_t msg = uint64_t(c.micro_batch) * uint64_t(c.seq) * uint64_t(c.hidden) * sizeof(float);
+    const uint64_t wte = uint64_t(c.vocab) * uint64_t(c.hidden) * sizeof(float);
+    for (const AnalyticBytes& a : pipeline_analytic(*st.pipe, plan.micro_batches, msg, wte)) analytic.push_back(a);
+  }
+  rec.analytic = sum_over_ranks(analytic, world, MPI_COMM_WORLD);
   const int n = rec.steps;
   std::vector<double> times(static_cast<size_t>(n) * world), ph(static_cast<size_t>(n) * world * 4), mine;
   for (const auto& p : rm.phases) mine.insert(mine.end(), p.begin(), p.end());

@@ -127,9 +127,9 @@ void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
 
 void StepH5::write_comm(const std::vector<CommRow>& rows) {
   H5Id ct(H5Tcreate(H5T_COMPOUND, sizeof(CommRow)), H5Tclose);
-  H5Id s8 = results::string_type(8), s24 = results::string_type(24);
+  H5Id s16 = results::string_type(16), s24 = results::string_type(24);
   H5Tinsert(ct.get(), "rank", HOFFSET(CommRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(ct.get(), "dim", HOFFSET(CommRow, dim), s8.get());
+  H5Tinsert(ct.get(), "dim", HOFFSET(CommRow, dim), s16.get());
   H5Tinsert(ct.get(), "kind", HOFFSET(CommRow, kind), s24.get());
   H5Tinsert(ct.get(), "calls", HOFFSET(CommRow, calls), H5T_NATIVE_UINT64);
   H5Tinsert(ct.get(), "bytes", HOFFSET(CommRow, bytes), H5T_NATIVE_UINT64);
@@ -267,14 +267,14 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
 
 void StepH5::write_events(const std::vector<EventRow>& local) {
   H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose);
-  H5Id s24 = results::string_type(24), s8 = results::string_type(8), s4 = results::string_type(4);
+  H5Id s24 = results::string_type(24), s16 = results::string_type(16), s4 = results::string_type(4);
   H5Tinsert(t.get(), "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "step", HOFFSET(EventRow, step), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "microbatch", HOFFSET(EventRow, microbatch), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "chunk", HOFFSET(EventRow, chunk), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "layer", HOFFSET(EventRow, layer), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "kind", HOFFSET(EventRow, kind), s24.get());
-  H5Tinsert(t.get(), "dim", HOFFSET(EventRow, dim), s8.get());
+  H5Tinsert(t.get(), "dim", HOFFSET(EventRow, dim), s16.get());
   H5Tinsert(t.get(), "phase", HOFFSET(EventRow, phase), s4.get());
   H5Tinsert(t.get(), "group", HOFFSET(EventRow, group), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "bytes", HOFFSET(EventRow, bytes), H5T_NATIVE_UINT64);

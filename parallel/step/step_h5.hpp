@@ -43,7 +43,7 @@ struct StepSummary {
 // One trace event as stored in step/events (compute ops and communication calls).
 struct EventRow {
   int32_t rank, step, microbatch, chunk, layer;
-  char kind[24], dim[8], phase[4];
+  char kind[24], dim[16], phase[4];
   int32_t group;
   uint64_t bytes;
   double flops, t_post, t_start, t_end;  // seconds since the run's origin, rank 0's clock
