@@ -137,9 +137,12 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
       tr.slots.push_back({step, t, env.model.slots_held(),
                           env.model.memory().now[static_cast<int>(MemCat::kActivations)]});
   };
-  // Ops the model records during one chunk's pass carry that chunk.
-  auto tag_ops = [&](size_t from, int chunk) {
-    for (size_t k = from; k < tr.ops.size(); ++k) tr.ops[k].chunk = chunk;
+  // Ops the model records during one chunk's pass carry that chunk; the pass is a span.
+  auto end_pass = [&](size_t from, const Action& a, char ph, double t0) {
+    for (size_t k = from; k < tr.ops.size(); ++k) tr.ops[k].chunk = a.chunk;
+    const double t1 = core::now_seconds();
+    if (tr.on && env.pipe) tr.passes.push_back({step, a.micro, a.chunk, ph, t0, t1});
+    sample_slots(t1);
   };
   double loss_sum = 0;
   // The phases partition the step: each action's span starts where the previous one ended.
@@ -169,6 +172,7 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
         if (env.sync) env.sync->begin_forward(a.micro);
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
         const size_t first_op = tr.ops.size();
+        const double tp0 = core::now_seconds();
         const bool has_loss = !env.pipe || (env.model.last_stage() && a.chunk + 1 == env.model.num_chunks());
         const S loss = env.model.forward_chunk(a.chunk, env.pipe ? a.micro : 0, tok.data() + a.micro * n,
                                                tgt.data() + a.micro * n);
@@ -176,8 +180,7 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
           loss_sum += static_cast<double>(loss);
           ++losses;
         }
-        tag_ops(first_op, a.chunk);
-        sample_slots(core::now_seconds());
+        end_pass(first_op, a, 'F', tp0);
         break;
       }
       case ActionKind::kRecvGradient:
@@ -195,12 +198,12 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
         if (env.sync) env.sync->begin_backward(a.micro, a.micro == m - 1);
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
         const size_t first_op = tr.ops.size();
+        const double tp0 = core::now_seconds();
         if (pipe)  // the last micro-batch syncs SP's norm gradients
           pipe->backward(a, scale, a.micro == m - 1);
         else
           env.model.backward(scale, a.micro == m - 1);
-        tag_ops(first_op, a.chunk);
-        sample_slots(core::now_seconds());
+        end_pass(first_op, a, 'B', tp0);
         break;
       }
       case ActionKind::kGradSync:

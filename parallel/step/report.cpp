@@ -73,8 +73,12 @@ StepSummary summarize(const StepRecord& r, const std::string& check, double data
   s.mfu_measured_peak = s.model_flops_per_s / peak_sum;
   s.peak_datasheet_flops = datasheet * r.ranks;
   s.mfu_datasheet = s.model_flops_per_s / s.peak_datasheet_flops;  // NaN without an entry
-  s.bubble_measured = 0;
+  s.bubble_measured = 0;  // pipeline parallel: the mean over ranks (metrics.hpp PipelineRow)
   s.bubble_theory = 0;
+  for (const PipelineRow& p : r.pipeline) {
+    s.bubble_measured += p.bubble / double(r.pipeline.size());
+    s.bubble_theory = p.bubble_theory;
+  }
   s.loss_first = r.loss.empty() ? NAN : r.loss.front();
   s.loss_last = r.loss.empty() ? NAN : r.loss.back();
   // The straggler: the rank with the most compute (forward + backward + optimizer) per step.
@@ -165,6 +169,14 @@ void print_step_report(const core::Log& out, const StepRecord& r, const StepSumm
               a.exposed_s * per * 1e3, a.busy_s > 0 ? 100 * a.exposed_s / a.busy_s : 0.0,
               match ? "" : "  MISMATCH: measured payload differs from the plan's");
     }
+  }
+  if (!r.pipeline.empty()) {
+    out.out("  pipeline per rank: {:>4} {:>10} {:>14} {:>8} {:>8} {:>8} {:>10} {:>12}\n", "rank", "peak held",
+            "peak act. MiB", "bubble", "window", "theory", "recv wait", "recv xfer ms");
+    for (const PipelineRow& p : r.pipeline)
+      out.out("  {:>23} {:>10} {:>14.2f} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>8.3f}ms {:>12.3f}\n", p.rank, p.peak_held,
+              double(p.peak_activation_bytes) / (1024.0 * 1024.0), 100 * p.bubble, 100 * p.bubble_window,
+              100 * p.bubble_theory, p.recv_wait_s * 1e3, p.recv_transfer_s * 1e3);
   }
   out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",
           s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,

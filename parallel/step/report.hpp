@@ -28,6 +28,7 @@ struct StepRecord {
   std::vector<double> peak;                                  // [ranks] measured GEMM peak
   std::vector<CommRow> comm;                                 // every rank's rows
   std::vector<AnalyticBytes> analytic;  // per (dim, kind), per rank and step, from the plan
+  std::vector<PipelineRow> pipeline;    // pipeline parallel: every rank's row
 };
 
 StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet_peak);

@@ -208,7 +208,7 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
   };
   if (st.sync) add(mb::comm::GroupKind::kDpCp, "dp");
   if (st.pipe) add(mb::comm::GroupKind::kPp, "pp");
-  if (st.embedding_comm) add(mb::comm::GroupKind::kEmbedding, "embedding");
+  if (st.pipe && st.model->config().tied) add(mb::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
   return g;
 }
 
@@ -508,20 +508,43 @@ std::vector<std::pair<std::string, double>> print_profile(const mb::core::Log& o
 }
 
 // --trace: every rank's events, on rank 0's clock, into one Perfetto file.
-void write_trace(const Options& o, const std::vector<EventRow>& events, const mb::comm::ClockOffset& clock,
+void write_trace(const Options& o, const std::vector<EventRow>& events, const std::vector<SlotRow>& slots,
+                 const std::vector<PassRow>& passes, const mb::comm::ClockOffset& clock,
                  const mb::comm::Topology& topo, const mb::core::Log& out, int rank, int world) {
   const std::vector<EventRow> all = gather_rows(events, MPI_COMM_WORLD);
+  const std::vector<SlotRow> all_slots = gather_rows(slots, MPI_COMM_WORLD);
+  const std::vector<PassRow> all_passes = gather_rows(passes, MPI_COMM_WORLD);
   std::vector<mb::comm::ClockOffset> offsets(static_cast<size_t>(world));
   MPI_Gather(&clock, 2, MPI_DOUBLE, offsets.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   std::vector<std::string> hosts;
   for (const auto& p : topo.ranks) hosts.push_back(p.host);
-  write_perfetto(o.trace_file, all, offsets, hosts);
+  write_perfetto(o.trace_file, all, offsets, hosts, all_slots, all_passes);
   out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
+}
+
+// Pipeline parallel: this rank's stored activations and bubble (metrics.hpp), the steps'
+// pipeline spans and the senders' post times exchanged over the world first.
+PipelineRow pipeline_metrics(const Setup& st, const Plan& plan, double offset) {
+  std::vector<Interval> span = pass_windows(st.trace, offset);
+  std::vector<double> lo, hi;
+  for (const Interval& w : span) {
+    lo.push_back(w.a);
+    hi.push_back(w.b);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(lo.size()), MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(hi.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  for (size_t s = 0; s < span.size(); ++s) span[s] = {lo[s], hi[s]};
+  const std::vector<SendPost> sends = allgather_rows(send_posts(st.trace, offset), MPI_COMM_WORLD);
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  return pipeline_row(st.trace, world_rank, offset, span, sends,
+                      bubble_theory(plan.degrees.pp, plan.micro_batches, plan.vpp));
 }
 
 // What a run produced, handed to the reporters.
 struct Outcome {
+  PipelineRow pipe;  // pipeline parallel: this rank's row
   StepRecord rec;
   StepSummary sum;
   std::vector<MemoryRow> mem;
@@ -539,7 +562,9 @@ void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, con
   if (o.profile) ops = print_profile(out, *st.model, r.rec.steps, r.sum.step_time_median);
   std::vector<EventRow> events;
   if (o.profile || !o.trace_file.empty()) events = event_rows(st.trace, rank, t_origin, clock.offset_s);
-  if (!o.trace_file.empty()) write_trace(o, events, clock, topo, out, rank, r.rec.ranks);
+  if (!o.trace_file.empty())
+    write_trace(o, events, slot_rows(st.trace, rank, t_origin, clock.offset_s), pass_rows(st.trace, rank, t_origin, clock.offset_s),
+                clock, topo, out, rank, r.rec.ranks);
   double clock_err = clock.error_s;
   MPI_Allreduce(MPI_IN_PLACE, &clock_err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (h5) {
@@ -549,6 +574,9 @@ void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, con
     h5->write_summary(r.sum);
     if (o.profile) h5->write_op_profile(ops);
     h5->write_events(events);
+    if (st.pipe)
+      h5->write_pipeline(r.pipe, slot_rows(st.trace, rank, t_origin, clock.offset_s),
+                         pass_rows(st.trace, rank, t_origin, clock.offset_s));
     h5->write_step_attrs({{"clock_offset_error_max_s", clock_err}});
     h5->finish(!r.finished ? "timeout" : (r.check == "fail" ? "failed" : "ok"));
     if (rank == 0 && r.rec.steps > 0)
@@ -642,6 +670,10 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   const RankMetrics rm = rank_metrics(st.trace, world_rank);
   r.comm = rm.comm;  // this rank's rows, for the HDF5 table
   r.rec = gather_record(o, plan, st, rm, losses, peak_used);
+  if (st.pipe) {
+    r.pipe = pipeline_metrics(st, plan, clock.offset_s);
+    r.rec.pipeline = gather_rows(std::vector<PipelineRow>{r.pipe}, MPI_COMM_WORLD);
+  }
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);

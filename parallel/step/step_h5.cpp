@@ -285,6 +285,51 @@ void StepH5::write_events(const std::vector<EventRow>& local) {
   write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "events", t.get(), local);
 }
 
+std::vector<SlotRow> slot_rows(const Trace& tr, int rank, double t_origin, double offset) {
+  std::vector<SlotRow> v;
+  for (const SlotSample& s : tr.slots) v.push_back({rank, s.step, s.held, s.bytes, s.t - offset - t_origin});
+  return v;
+}
+
+std::vector<PassRow> pass_rows(const Trace& tr, int rank, double t_origin, double offset) {
+  std::vector<PassRow> v;
+  for (const PassSpan& p : tr.passes) {
+    PassRow r{rank, p.step, p.micro, p.chunk, {p.phase, 0, 0, 0}, p.t0 - offset - t_origin, p.t1 - offset - t_origin};
+    v.push_back(r);
+  }
+  return v;
+}
+
+void StepH5::write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& slots,
+                            const std::vector<PassRow>& passes) {
+  hid_t loc = impl_->step.get();
+  H5Id pt(H5Tcreate(H5T_COMPOUND, sizeof(PipelineRow)), H5Tclose);
+  H5Tinsert(pt.get(), "rank", HOFFSET(PipelineRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(pt.get(), "peak_held", HOFFSET(PipelineRow, peak_held), H5T_NATIVE_INT32);
+  H5Tinsert(pt.get(), "peak_activation_bytes", HOFFSET(PipelineRow, peak_activation_bytes), H5T_NATIVE_INT64);
+#define MB_F(f) H5Tinsert(pt.get(), #f, HOFFSET(PipelineRow, f), H5T_NATIVE_DOUBLE)
+  MB_F(bubble); MB_F(bubble_window); MB_F(bubble_theory); MB_F(recv_wait_s); MB_F(recv_transfer_s);
+#undef MB_F
+  write_all_ranks(loc, impl_->world, impl_->rank, "pipeline", pt.get(), std::vector<PipelineRow>{row});
+  H5Id st(H5Tcreate(H5T_COMPOUND, sizeof(SlotRow)), H5Tclose);
+  H5Tinsert(st.get(), "rank", HOFFSET(SlotRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(st.get(), "step", HOFFSET(SlotRow, step), H5T_NATIVE_INT32);
+  H5Tinsert(st.get(), "held", HOFFSET(SlotRow, held), H5T_NATIVE_INT32);
+  H5Tinsert(st.get(), "bytes", HOFFSET(SlotRow, bytes), H5T_NATIVE_INT64);
+  H5Tinsert(st.get(), "t", HOFFSET(SlotRow, t), H5T_NATIVE_DOUBLE);
+  write_all_ranks(loc, impl_->world, impl_->rank, "activation_slots", st.get(), slots);
+  H5Id ps(H5Tcreate(H5T_COMPOUND, sizeof(PassRow)), H5Tclose);
+  H5Id s4 = results::string_type(4);
+  H5Tinsert(ps.get(), "rank", HOFFSET(PassRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "step", HOFFSET(PassRow, step), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "microbatch", HOFFSET(PassRow, microbatch), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "chunk", HOFFSET(PassRow, chunk), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "phase", HOFFSET(PassRow, phase), s4.get());
+  H5Tinsert(ps.get(), "t_start", HOFFSET(PassRow, t_start), H5T_NATIVE_DOUBLE);
+  H5Tinsert(ps.get(), "t_end", HOFFSET(PassRow, t_end), H5T_NATIVE_DOUBLE);
+  write_all_ranks(loc, impl_->world, impl_->rank, "passes", ps.get(), passes);
+}
+
 void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {
   results::write_attrs(impl_->step.get(), attrs);
 }

@@ -51,6 +51,21 @@ struct EventRow {
 // This rank's trace as rows; times on rank 0's clock (local - offset, comm/clock_sync.hpp) minus t_origin.
 std::vector<EventRow> event_rows(const Trace& trace, int rank, double t_origin, double offset);
 
+// Pipeline parallel rows: the stored activations after each pass, and each pass (forward or
+// backward of a chunk for a micro-batch); times since the run's origin on rank 0's clock.
+struct SlotRow {
+  int32_t rank, step, held;
+  int64_t bytes;
+  double t;
+};
+struct PassRow {
+  int32_t rank, step, microbatch, chunk;
+  char phase[4];
+  double t_start, t_end;
+};
+std::vector<SlotRow> slot_rows(const Trace& trace, int rank, double t_origin, double offset);
+std::vector<PassRow> pass_rows(const Trace& trace, int rank, double t_origin, double offset);
+
 class StepH5 {
  public:
   // Creates (or with append opens) the file on `world`, writes the root and run attributes
@@ -68,6 +83,8 @@ class StepH5 {
   void write_memory(const std::vector<MemoryRow>& rows);
   void write_comm(const std::vector<CommRow>& rows);
   void write_events(const std::vector<EventRow>& rows);
+  // Pipeline parallel: step/pipeline (one row per rank), step/activation_slots, step/passes.
+  void write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& slots, const std::vector<PassRow>& passes);
   void write_check(const std::vector<CheckRow>& rows);
   void write_summary(const StepSummary& s);
   void write_op_profile(const std::vector<std::pair<std::string, double>>& op_seconds);

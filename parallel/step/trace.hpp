@@ -49,6 +49,13 @@ struct SlotSample {
   int64_t bytes;
 };
 
+// One forward or backward of a model chunk for a micro-batch (pipeline timelines).
+struct PassSpan {
+  int step, micro, chunk;
+  char phase;  // 'F' or 'B'
+  double t0, t1;
+};
+
 struct PhaseSpan {
   int step;
   std::string name;  // forward, backward, grad_sync, optimizer
@@ -62,6 +69,7 @@ struct Trace {
   std::vector<CommEvent> comms;
   std::vector<PhaseSpan> phases;
   std::vector<SlotSample> slots;  // pipeline parallel only
+  std::vector<PassSpan> passes;   // pipeline parallel only
   std::vector<double> step_start, step_end;  // per timed step, this rank's clock
 
   void phase(const std::string& name, double t0, double t1) {
