@@ -48,6 +48,7 @@ void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
                   {"dur", (e.t_end - e.t_start) * 1e6}, {"args", args}});
   }
   for (const PassRow& p : passes) {
+    if (p.phase[0] != 'F' && p.phase[0] != 'B') continue;  // the sends and receives are on the pp track
     const std::string name = fmt::format("{}{}{}", p.phase, p.microbatch, p.chunk > 0 ? fmt::format("c{}", p.chunk) : "");
     ev.push_back({{"ph", "X"}, {"name", name}, {"cat", "pipeline"}, {"pid", p.rank}, {"tid", tid(p.rank, "pipeline")},
                   {"ts", p.t_start * 1e6}, {"dur", (p.t_end - p.t_start) * 1e6},

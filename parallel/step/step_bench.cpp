@@ -651,7 +651,13 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   if (h5) watch_with(o.output, h5->run_id());
 
   // Clock offsets against rank 0, for the trace's aligned timelines.
-  const mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
+  // On one host every rank reads the same monotonic clock: the offset is exactly 0 (the
+  // ping-pong estimate's error grows to milliseconds when the cores are oversubscribed).
+  const bool one_host = std::all_of(topo.ranks.begin(), topo.ranks.end(),
+                                    [&](const auto& p) { return p.host == topo.ranks.front().host; });
+  mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
+  if (one_host) clock = {};
+  if (h5) h5->write_step_attrs({{"clock_shared_host", one_host}});
   double t_origin = mb::core::now_seconds() - clock.offset_s;  // on rank 0's clock
   MPI_Bcast(&t_origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   st.model->set_profiling(o.profile);

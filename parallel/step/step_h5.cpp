@@ -297,6 +297,12 @@ std::vector<PassRow> pass_rows(const Trace& tr, int rank, double t_origin, doubl
     PassRow r{rank, p.step, p.micro, p.chunk, {p.phase, 0, 0, 0}, p.t0 - offset - t_origin, p.t1 - offset - t_origin};
     v.push_back(r);
   }
+  for (const CommEvent& e : tr.comms)  // the pipeline's sends 'S' and receives 'R', posted to completion
+    if (e.p2p != 0) {
+      PassRow r{rank, e.tags.step, e.tags.micro, e.tags.chunk, {e.p2p == 's' ? 'S' : 'R', 0, 0, 0},
+                e.t_post - offset - t_origin, e.t_end - offset - t_origin};
+      v.push_back(r);
+    }
   return v;
 }
 

@@ -51,8 +51,9 @@ struct EventRow {
 // This rank's trace as rows; times on rank 0's clock (local - offset, comm/clock_sync.hpp) minus t_origin.
 std::vector<EventRow> event_rows(const Trace& trace, int rank, double t_origin, double offset);
 
-// Pipeline parallel rows: the stored activations after each pass, and each pass (forward or
-// backward of a chunk for a micro-batch); times since the run's origin on rank 0's clock.
+// Pipeline parallel rows: the stored activations after each pass, and each pass (phase F or
+// B: a forward or backward of a chunk for a micro-batch; S or R: a send or receive, from its
+// posting to its completion); times since the run's origin on rank 0's clock.
 struct SlotRow {
   int32_t rank, step, held;
   int64_t bytes;

@@ -63,8 +63,9 @@ for path, V in ((sys.argv[1], 1), (sys.argv[2], 1), (sys.argv[3], 2)):
         pp = ev[ev["dim"] == b"pp"]
         assert set(pp["rank"]) == {0, 1} and set(pp["kind"]) == {b"send", b"recv"}
         assert (pp["t_end"] >= pp["t_post"]).all()
-    ps = s["passes"][:]  # every forward and backward of every rank: m x V each
-    assert len(ps) == steps * P * 2 * m * V, len(ps)
+    ps = s["passes"][:]  # every forward and backward of every rank: m x V each; the sends and receives
+    assert (ps["phase"] == b"F").sum() == (ps["phase"] == b"B").sum() == steps * P * m * V, ps["phase"]
+    assert (ps["phase"] == b"S").sum() == (ps["phase"] == b"R").sum() == steps * 2 * m * (P * V - 1)
     # stored activations: samples per rank, peak held GPipe m, 1F1B min(P - r, m)
     pipe = s["pipeline"][:]
     assert sorted(pipe["rank"]) == [0, 1], pipe
@@ -84,4 +85,8 @@ assert any(e.get("ph") == "C" for e in t["traceEvents"]), "no stored-activation 
 assert {e["pid"] for e in t["traceEvents"] if e["ph"] == "X"} == {0, 1}
 print("ok")
 PY
+# the pipeline timeline figure from the same file
+if py "$MB_SRC/scripts/plot" --timeline "$WORK/g4.h5" -o "$WORK/plots" > "$WORK/plot.out" 2>&1 &&
+   [[ -s "$WORK/plots/timeline.png" ]]; then pass "scripts/plot --timeline: timeline.png"
+else fail "scripts/plot --timeline: $(cat "$WORK/plot.out")"; fi
 finish
