@@ -155,36 +155,36 @@ void Gpt<S>::build_activations() {
   // One layout per chunk (a slot): its input at offset 0, its blocks, the head's on the last.
   la_.resize(static_cast<size_t>(L));
   for (size_t c = 0; c < chunks_.size(); ++c) {
-  Layout& al = act_layouts_.emplace_back();
-  encoded_ = al.add(embed_unit_ >= 0 && c == 0 ? "encoded" : "input", {n, C}, false);
-  for (int64_t l = chunks_[c].first; l < chunks_[c].second; ++l) {
-    const std::string p = fmt::format("h.{}.", l);
-    LayerActs a{};
-    a.ln1 = al.add(p + "ln1", {n, C}, false);
-    a.ln1_mean = al.add(p + "ln1_mean", {n}, false);
-    a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
-    if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
-    a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
-    a.att = al.add(p + "att", {B, d.heads, T, T}, false);
-    a.atty = al.add(p + "atty", {N, d.attn_width}, false);
-    a.res2 = al.add(p + "res2", {n, C}, false);
-    a.ln2 = al.add(p + "ln2", {n, C}, false);
-    a.ln2_mean = al.add(p + "ln2_mean", {n}, false);
-    a.ln2_rstd = al.add(p + "ln2_rstd", {n}, false);
-    if (keep) a.ln2_full = al.add(p + "ln2_full", {N, C}, false);
-    a.fch = al.add(p + "fch", {N, d.ffn}, false);
-    a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
-    a.res3 = al.add(p + "res3", {n, C}, false);
-    la_[static_cast<size_t>(l)] = a;
-  }
-  if (head_unit_ >= 0 && c + 1 == chunks_.size()) {
-  lnf_ = al.add("lnf", {n, C}, false);
-  lnf_mean_ = al.add("lnf_mean", {n}, false);
-  lnf_rstd_ = al.add("lnf_rstd", {n}, false);
-  if (keep) lnf_full_ = al.add("lnf_full", {N, C}, false);
-  logits_ = al.add("logits", {N, d.vocab}, false);  // probs, then dlogits, in place
-  losses_ = al.add("losses", {N}, false);
-  }
+    Layout& al = act_layouts_.emplace_back();
+    encoded_ = al.add(embed_unit_ >= 0 && c == 0 ? "encoded" : "input", {n, C}, false);
+    for (int64_t l = chunks_[c].first; l < chunks_[c].second; ++l) {
+      const std::string p = fmt::format("h.{}.", l);
+      LayerActs a{};
+      a.ln1 = al.add(p + "ln1", {n, C}, false);
+      a.ln1_mean = al.add(p + "ln1_mean", {n}, false);
+      a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
+      if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
+      a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
+      a.att = al.add(p + "att", {B, d.heads, T, T}, false);
+      a.atty = al.add(p + "atty", {N, d.attn_width}, false);
+      a.res2 = al.add(p + "res2", {n, C}, false);
+      a.ln2 = al.add(p + "ln2", {n, C}, false);
+      a.ln2_mean = al.add(p + "ln2_mean", {n}, false);
+      a.ln2_rstd = al.add(p + "ln2_rstd", {n}, false);
+      if (keep) a.ln2_full = al.add(p + "ln2_full", {N, C}, false);
+      a.fch = al.add(p + "fch", {N, d.ffn}, false);
+      a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
+      a.res3 = al.add(p + "res3", {n, C}, false);
+      la_[static_cast<size_t>(l)] = a;
+    }
+    if (head_unit_ >= 0 && c + 1 == chunks_.size()) {
+      lnf_ = al.add("lnf", {n, C}, false);
+      lnf_mean_ = al.add("lnf_mean", {n}, false);
+      lnf_rstd_ = al.add("lnf_rstd", {n}, false);
+      if (keep) lnf_full_ = al.add("lnf_full", {N, C}, false);
+      logits_ = al.add("logits", {N, d.vocab}, false);  // probs, then dlogits, in place
+      losses_ = al.add("losses", {N}, false);
+    }
   }
   if (!opts_.stage) take_slot(0, 0);  // the whole model: one slot for the model's life
 

@@ -214,8 +214,9 @@ Plan make_plan(const Options& o, int world) {
     throw UsageError(fmt::format("--export with --zero {}: exports the plain single-rank step (drop --zero)", o.zero));
   if (!o.export_dir.empty() && world > 1)
     throw UsageError(fmt::format("--export: exports the single-rank step; run it on one rank (world size {})", world));
-  if (o.inject_fault >= 0 && world == 1 && o.zero == 0)
-    throw UsageError("--inject-fault: corrupts a gradient before its reduction; a plain one-rank step has none");
+  if (o.inject_fault >= 0 && p.degrees.dp * p.degrees.cp == 1 && o.zero == 0)
+    throw UsageError(world == 1 ? "--inject-fault: corrupts a gradient before its reduction; a plain one-rank step has none"
+                                : "--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none (dp x cp = 1)");
   if (o.inject_fault >= world)
     throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
   return p;

@@ -26,7 +26,7 @@ run_check "pp=4 gpipe m=4" --mesh pp=4 --schedule gpipe --micro-batches 4
 run_check "pp=4 1f1b m=8 (m = 2P)" --mesh pp=4 --schedule 1f1b --micro-batches 8
 run_check "pp=4 interleaved V=2 m=4" --mesh pp=4 --schedule interleaved --vpp 2 --micro-batches 4
 run_check "pp=4 uneven 3,1,1,3" --mesh pp=4 --layers-per-stage 3,1,1,3 --micro-batches 4
-run_check "pp=2 x dp=2 1f1b m=2" --mesh pp=2,dp=2 --schedule 1f1b --micro-batches 2
-run_check "pp=2 x dp=2 interleaved m=4, sum, no overlap" --mesh pp=2,dp=2 --schedule interleaved --vpp 2 --micro-batches 4 --grad-reduce sum --no-overlap
+run_check "pp=2 x dp=2 1f1b m=2, no overlap" --mesh pp=2,dp=2 --schedule 1f1b --micro-batches 2 --no-overlap
+run_check "pp=2 x dp=2 interleaved m=4, sum, buckets overlapped per chunk" --mesh pp=2,dp=2 --schedule interleaved --vpp 2 --micro-batches 4 --grad-reduce sum
 expect_rc 1 4 step_bench "${tiny[@]}" --mesh pp=2,dp=2 --micro-batches 2 --inject-fault 3 && pass "pp=2 x dp=2 --inject-fault 3: exit 1"
 finish
