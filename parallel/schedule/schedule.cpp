@@ -99,6 +99,15 @@ std::vector<Action> pipeline_schedule(PipeSchedule kind, const PipeShape& s, int
   return a;
 }
 
+int64_t scheduled_activation_peak(const std::vector<Action>& actions, const std::vector<int64_t>& slot_bytes) {
+  int64_t held = 0, peak = 0;
+  for (const Action& a : actions) {
+    if (a.kind == ActionKind::kForward) peak = std::max(peak, held += slot_bytes[static_cast<size_t>(a.chunk)]);
+    if (a.kind == ActionKind::kBackward) held -= slot_bytes[static_cast<size_t>(a.chunk)];
+  }
+  return peak;
+}
+
 PipeSchedule parse_pipe_schedule(const std::string& n) {
   if (n == "gpipe") return PipeSchedule::kGpipe;
   if (n == "1f1b") return PipeSchedule::k1F1B;

@@ -23,6 +23,7 @@
 //    micro-batches.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,10 @@ std::vector<std::pair<int, int>> interleaved_table(int micro_batches, int chunks
 
 // Warm-up forwards of rank `rank` (1F1B and interleaved; GPipe: m x V).
 int warmup_forwards(PipeSchedule kind, const PipeShape& s, int rank);
+
+// The most activation bytes a list holds at once: a forward of chunk c takes slot_bytes[c],
+// its backward frees them.
+int64_t scheduled_activation_peak(const std::vector<Action>& actions, const std::vector<int64_t>& slot_bytes);
 
 PipeSchedule parse_pipe_schedule(const std::string& name);  // gpipe | 1f1b | interleaved
 const char* name(PipeSchedule kind);

@@ -267,8 +267,9 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 }
 
 // The memory of this rank per category: the peak bytes allocated during the timed steps,
-// beside the analytic value (ZeRO: the stage's formula over the padded flat array).
-std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
+// beside the analytic value (ZeRO: the stage's formula over the padded flat array; pipeline:
+// the stage's flat array, and the activation slots the schedule holds at its peak).
+std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions) {
   const GptConfig& c = plan.model;
   const MemoryTracker& t = model.memory();
   const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4);
@@ -280,11 +281,21 @@ std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
     ag = plan.zero >= 2 ? P / d : P;
     ao = 2 * P / d;
   }
+  double aa = double(ma.activations), ab = double(ma.buffers);
+  if (plan.degrees.pp > 1) {
+    const double P = double(model.layout().total()) * 4;
+    ap = ag = P;
+    ao = 2 * P;
+    std::vector<int64_t> slot;
+    for (int k = 0; k < model.num_chunks(); ++k) slot.push_back(model.slot_elements(k) * 4);
+    aa = double(scheduled_activation_peak(actions, slot));
+    ab = NAN;  // plus the pipeline's message buffers
+  }
   return {{"params", peak(MemCat::kParams), ap},
           {"grads", peak(MemCat::kGrads), ag},
           {"optimizer", peak(MemCat::kOptimizer), ao},
-          {"activations", peak(MemCat::kActivations), double(ma.activations)},
-          {"buffers", peak(MemCat::kBuffers), double(ma.buffers)},
+          {"activations", peak(MemCat::kActivations), aa},
+          {"buffers", peak(MemCat::kBuffers), ab},
           {"engine_peak", double(t.total_peak), NAN},
           {"process_peak_rss", peak_rss_bytes(), NAN}};
 }
@@ -681,7 +692,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
     r.rec.pipeline = gather_rows(std::vector<PipelineRow>{r.pipe}, MPI_COMM_WORLD);
   }
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
-  r.mem = memory_rows(*st.model, plan);
+  r.mem = memory_rows(*st.model, plan, st.actions);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
   if (watched) watch.stop();
   if (!r.finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got

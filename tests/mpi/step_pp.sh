@@ -77,6 +77,9 @@ for path, V in ((sys.argv[1], 1), (sys.argv[2], 1), (sys.argv[3], 2)):
             assert int(row["peak_held"]) == want, (sched, r, row)
         assert row["peak_activation_bytes"] > 0 and row["bubble_theory"] > 0
         assert 0 <= row["bubble"] < 1, row
+    # the measured activation peak per rank equals the schedule's (slots held at once x slot bytes)
+    mem = [r for r in s["memory"][:] if r["category"] == b"activations"]
+    assert len(mem) == P and all(r["measured_bytes"] == r["analytic_bytes"] for r in mem), mem
     sl = s["activation_slots"][:]
     assert set(sl["rank"]) == {0, 1} and (sl["held"] >= 0).all()
     assert int(sl["held"].max()) == int(pipe["peak_held"].max())

@@ -123,6 +123,15 @@ TEST(PipelineSchedule, ListsMatchAndRunWithoutDeadlock) {
     }
 }
 
+TEST(PipelineSchedule, ScheduledActivationPeak) {
+  EXPECT_EQ(scheduled_activation_peak(pipeline_schedule(PipeSchedule::kGpipe, shape(2, 8), 0), {10}), 80);
+  EXPECT_EQ(scheduled_activation_peak(pipeline_schedule(PipeSchedule::k1F1B, shape(2, 8), 0), {10}), 20);
+  EXPECT_EQ(scheduled_activation_peak(pipeline_schedule(PipeSchedule::k1F1B, shape(2, 8), 1), {10}), 10);
+  // interleaved P=2 V=2 m=4 (G=2) on rank 0: warm-up 2 + 2 = 4 forwards (micro-batches 0, 1
+  // on chunk 0, then on chunk 1), then micro-batch 2 on chunk 0 before the first backward
+  EXPECT_EQ(scheduled_activation_peak(pipeline_schedule(PipeSchedule::kInterleaved, shape(2, 4, 2), 0), {1, 100}), 203);
+}
+
 TEST(PipelineSchedule, ShapeRules) {
   EXPECT_EQ(pipeline_rule_broken(PipeSchedule::k1F1B, shape(2, 4)), "");
   EXPECT_NE(pipeline_rule_broken(PipeSchedule::k1F1B, shape(2, 0)).find("at least 1"), std::string::npos);
