@@ -4,18 +4,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/hash.hpp"
+
 namespace meshbench::collectives {
 namespace {
 
 using comm::DType;
 using comm::RedOp;
-
-std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 std::uint16_t to_half(float f) {
   std::uint32_t x = std::bit_cast<std::uint32_t>(f);
@@ -77,7 +72,7 @@ double tolerance(DType t, std::optional<RedOp> op, int ranks, double expected) {
 
 double Inputs::value(int rank, std::size_t i) const {
   int who = members ? (*members)[static_cast<std::size_t>(rank)] : rank;
-  std::uint64_t h = mix((static_cast<std::uint64_t>(who) << 40) ^ i);
+  std::uint64_t h = core::mix64((static_cast<std::uint64_t>(who) << 40) ^ i);
   if (!op) return static_cast<double>(static_cast<int>(h % 64) - 32);  // copies: [-32, 31]
   if (*op == RedOp::kProd) {
     // One rank contributes 2 and one -1, the rest 1: the product is exactly +-2.

@@ -43,12 +43,15 @@ using results::HangSite;
 using results::report_hang;
 
 std::atomic<int> g_signal{0};
+
+Layout layout_of(const PeerMatrix& m) { return {m.send.total(), m.recv.total()}; }
 extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
-// The element counts to run for one dtype: rounded down to the collective's granularity,
-// duplicates removed. Throws when every requested size rounds to nothing.
+// The element counts to run for one dtype: rounded down to the collective's granularity (and
+// to whole tokens for all-to-all-v), duplicates removed. Throws when every requested size
+// rounds to nothing.
 std::vector<std::size_t> counts_for(const Spec& spec, const Options& opt, DType t, int n, const std::string& binary) {
-  std::size_t elt = comm::size_of(t), gran = spec.granularity(n);
+  std::size_t elt = comm::size_of(t), gran = spec.granularity(n) * (spec.unit ? spec.unit(opt) : 1);
   std::vector<std::size_t> counts;
   for (std::uint64_t bytes : size_sweep(opt)) {
     std::size_t c = bytes / elt / gran * gran;
@@ -58,8 +61,9 @@ std::vector<std::size_t> counts_for(const Spec& spec, const Options& opt, DType 
   if (counts.empty())
     throw UsageError(fmt::format(
         "-b/--min-bytes {} .. -e/--max-bytes {}: every size rounds down to 0 elements for {} of {} on a group of {} "
-        "ranks (a size must hold at least {} elements = {} B)",
-        opt.min_bytes, opt.max_bytes, binary, comm::name(t), n, gran, gran * elt));
+        "ranks (a size must hold at least {} elements = {} B{})",
+        opt.min_bytes, opt.max_bytes, binary, comm::name(t), n, gran, gran * elt,
+        spec.unit ? ": one token of --top-k x --hidden elements" : ""));
   return counts;
 }
 
@@ -70,7 +74,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   std::string binary = fs::path(argv[0]).filename().string();
   core::OpWatch watch;  // outlives the communicator that reports to it
 
-  auto parsed = parse_options(binary, spec.reduces, spec.rooted, argc, argv, rank == 0);
+  auto parsed = parse_options(binary, spec.reduces, spec.rooted, argc, argv, rank == 0, spec.peers != nullptr);
   if (!parsed) return 0;
   Options opt = *parsed;
   // The watchdog covers the set-up too (topology, groups, the output file): a rank stuck
@@ -115,6 +119,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
                                           : comm::make_mpi_communicator(group_comm, group_name);
   if (spec.rooted && opt.root >= n)
     throw UsageError(fmt::format("-r/--root {} is not a rank of the {}-rank {} groups", opt.root, n, plan.dim));
+  if (spec.peers) spec.peers(opt, 0, n, 0);  // all-to-all-v: the routing fits the group (E % n)
   if (watched) comm = comm::make_watched(std::move(comm), watch);
 
   // What runs: dtype x op blocks, each with the placements the backend supports.
@@ -139,6 +144,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
       b.iters = opt.iters;
       b.warmup = opt.warmup;
       b.rank_stat = core::name(opt.rank_stat);
+      if (spec.peers) b.count_unit = "tokens";
       for (int p = 0; p < 2; ++p) {
         bool want = p == 0 ? opt.inplace != InplaceMode::kYes : opt.inplace != InplaceMode::kNo;
         auto why = comm->unsupported(spec.kind, t, op, p == 1, opt.mem);
@@ -192,6 +198,13 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   a["group_dim"] = plan.dim;
   a["groups"] = static_cast<int>(plan.run_groups.size());
   a["comm_setup_seconds"] = plan.setup_seconds;
+  if (spec.peers) {  // all_to_allv_bench: the workload behind the per-peer counts
+    a["routing"] = core::name(opt.routing);
+    a["top_k"] = opt.top_k;
+    a["experts"] = opt.experts;
+    a["hidden"] = opt.hidden;
+    a["routing_seed"] = opt.seed;
+  }
   // Window timing: every rank's clock offset against rank 0 (and its error), stored per rank.
   constexpr int kClockRounds = 20;
   comm::ClockOffset clock;
@@ -238,13 +251,19 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   if (rank == 0 && !opt.quiet) {
     for (const auto& w : plan.warnings) std::printf("# warning: %s\n", w.c_str());
     for (const auto& s : skipped) std::printf("# skipped %s\n", s.c_str());
+    if (spec.peers)
+      std::printf("# routing %s, top-k %d, %d experts (%d per rank), hidden %zu, seed %llu: count = tokens per "
+                  "rank, size = tokens x top-k x hidden x element size (each rank's send buffer); busbw = bytes "
+                  "the ranks send to other ranks / n / time\n",
+                  core::name(opt.routing).c_str(), opt.top_k, opt.experts, opt.experts / n, opt.hidden,
+                  static_cast<unsigned long long>(opt.seed));
   }
 
   // Buffers sized for the largest point.
   std::size_t max_send = 0, max_recv = 0;
   for (std::size_t k = 0; k < keys.size(); ++k) {
     std::size_t elt = comm::size_of(keys[k].first);
-    Layout l = spec.layout(counts[k].back(), n);
+    Layout l = spec.peers ? layout_of(spec.peers(opt, counts[k].back(), n, comm->rank())) : spec.layout(counts[k].back(), n);
     max_send = std::max({max_send, l.send * elt, spec.inplace_buffer(l) * elt});
     max_recv = std::max(max_recv, l.recv * elt);
   }
@@ -265,18 +284,26 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     }
     for (std::size_t ci = 0; ci < counts[k].size(); ++ci) {
       std::size_t count = counts[k][ci];
-      Inputs in{keys[k].first, keys[k].second, n, spec.rooted ? opt.root : 0, spec.layout(count, n), &plan.members};
+      std::optional<PeerMatrix> peers;
+      if (spec.peers) peers = spec.peers(opt, count, n, comm->rank());
+      Inputs in{keys[k].first, keys[k].second, n, spec.rooted ? opt.root : 0,
+                peers ? layout_of(*peers) : spec.layout(count, n), &plan.members, peers ? &*peers : nullptr};
       results::Row row;
       std::size_t elt = comm::size_of(in.dtype);
       row.sizes = {count * elt, count, in.layout.send * elt, in.layout.recv * elt,
                    spec.total_bytes(count, elt, n)};
+      // All-to-all-v: count = tokens per rank, the largest receive of any rank, and the bytes
+      // the group's ranks actually send to other ranks (busbw's W times n).
+      if (peers) row.sizes = {count * elt, count / spec.unit(opt), in.layout.send * elt, peers->max_recv() * elt,
+                              peers->off_rank() * elt};
       for (int p = 0; p < 2; ++p) {
         if (!b.runs[static_cast<std::size_t>(p)]) continue;
         std::string where = fmt::format("size {} of {} ({} B), {} {} {}", ci + 1, counts[k].size(),
                                         row.sizes.bytes, b.collective, b.dtype, b.redop);
         results::PointResult pt = runner.measure(in, static_cast<Placement>(p), bufs, where);
         pt.algbw = core::gb_per_s(static_cast<double>(row.sizes.bytes), pt.t_median);
-        pt.busbw = pt.algbw * b.bus_factor;
+        pt.busbw = peers ? core::gb_per_s(static_cast<double>(row.sizes.total_bytes) / n, pt.t_median)
+                         : pt.algbw * b.bus_factor;
         wrong_total += pt.wrong;
         row.by_placement[static_cast<std::size_t>(p)] = std::move(pt);
       }

@@ -44,7 +44,7 @@ const char* name(InplaceMode m) {
 }
 
 std::optional<Options> parse_options(const std::string& binary, bool reduces, bool rooted, int argc,
-                                     char** argv, bool print) {
+                                     char** argv, bool print, bool routed) {
   Options o;
   CLI::App app{fmt::format("{}: meshbench collective benchmark (see README.md). Every option can also be "
                            "set as MESHBENCH_<OPTION> in the environment, e.g. MESHBENCH_ITERS=50.",
@@ -101,6 +101,16 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   opt("--groups-file", o.groups_file, "custom groups: one group per line, as rank lists");
   opt("--ranks-per-node", o.ranks_per_node, "emulate nodes of N ranks in reports (testing)");
   opt("--inject-fault", o.inject_fault, "corrupt one element of this rank's result (tests)")->group("");
+  std::string routing = "balanced";
+  if (routed) {
+    opt("--routing", routing, "token-to-expert workload: balanced, hot-expert, hot-rank, zipf:S or rotating "
+                              "(README: Routing workloads)")->capture_default_str();
+    opt("--top-k", o.top_k, "experts per token (k)")->capture_default_str();
+    opt("--experts", o.experts, "experts E, spread E/n over the n ranks of the group")->capture_default_str();
+    opt("--hidden", o.hidden, "elements per token (the hidden size): a token-expert pair sends this many")
+        ->capture_default_str();
+    opt("--seed", o.seed, "seed of the routing draws")->capture_default_str();
+  }
 
   try {
     app.parse(argc, argv);
@@ -192,6 +202,17 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   if (o.timing == Timing::kWindow && o.backend != comm::Backend::kMpi)
     throw UsageError("--timing window needs --backend mpi (it times on host clocks; NCCL calls return before they finish)");
   if (o.append && o.output.empty()) throw UsageError("--append needs -O/--output FILE.h5");
+  if (routed) {
+    o.routing = core::parse_routing(routing);
+    if (o.routing.mode == core::RoutingMode::kLearned)
+      throw UsageError("--routing learned: there is no router in a collective benchmark (use balanced, hot-expert, "
+                       "hot-rank, zipf:S or rotating; step_bench's MoE layer learns its routing)");
+    if (o.hidden < 1) throw UsageError("--hidden must be at least 1 (elements per token)");
+    core::RoutingShape shape;
+    shape.experts = o.experts;
+    shape.top_k = o.top_k;
+    core::check_routing_shape(shape);  // E >= 1, 1 <= k <= E; E % ranks is checked once the group is known
+  }
   if (!o.groups_file.empty() && o.group != "world" && !o.mesh.empty())
     throw UsageError("--groups-file and --mesh/--group are alternatives: give one");
   return o;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "core/routing.hpp"
 #include "core/stats.hpp"
 #include "core/warmup.hpp"
 
@@ -49,15 +50,22 @@ struct Options {
   // Device mesh (issue 3): the group dimension the collective runs in.
   std::string mesh, order = "tp-cp-ep-dp-pp", group = "world", groups_file;
   int ranks_per_node = 0;
+
+  // all_to_allv_bench (issue 13): the routing workload that fixes the per-peer counts.
+  core::Routing routing{core::RoutingMode::kBalanced, 0};
+  int top_k = 2, experts = 8;
+  std::size_t hidden = 1024;  // elements per token
+  std::uint64_t seed = 1;
 };
 
 const char* name(Timing t);
 const char* name(InplaceMode m);
 
 // Parses argv. Returns nullopt after printing --help (on `print` ranks). Throws
-// core::UsageError with a message that names the option and the rule.
+// core::UsageError with a message that names the option and the rule. `routed`: the binary
+// takes --routing, --top-k, --experts, --hidden and --seed (all_to_allv_bench).
 std::optional<Options> parse_options(const std::string& binary, bool reduces, bool rooted, int argc,
-                                     char** argv, bool print);
+                                     char** argv, bool print, bool routed = false);
 
 // The sizes to run, in bytes before rounding: min, min*f, ... <= max (0, then 1, when min is 0).
 std::vector<std::uint64_t> size_sweep(const Options& o);

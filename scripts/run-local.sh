@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make run`: the six collective benchmarks on local ranks (8 B .. 64 MiB), into one HDF5
+# `make run`: every collective benchmark on local ranks (8 B .. 64 MiB), into one HDF5
 # file with a JSON-lines summary beside it, then a small step_bench. Prints every table and
 # where the files went. RANKS (default 2) sets the rank count; more ranks than cores is
 # allowed but flagged as oversubscribed, and its timings are not meaningful.
@@ -55,7 +55,7 @@ fi
 
 echo
 echo "make run: results in $out/"
-echo "  $h5: six collectives, every sample (h5dump -H $h5 shows the layout; results/README.md documents it)"
+echo "  $h5: every collective, every sample (h5dump -H $h5 shows the layout; results/README.md documents it)"
 echo "  ${h5%.h5}.jsonl: one JSON line per size and placement"
 [[ -z $step_note ]] || echo "$step_note"
 exit $status

@@ -50,6 +50,7 @@ def gpt_forward(p, c, tokens, targets):
     hs = C // NH
     x = p["wte"][tokens] + p["wpe"][:T].unsqueeze(0)
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    aux_total = torch.zeros(())
     for l in range(c["layers"]):
         g = lambda n: p[f"h.{l}.{n}"]
         h = F.layer_norm(x, (C,), g("ln1.weight"), g("ln1.bias"), eps=1e-5)
@@ -64,13 +65,49 @@ def gpt_forward(p, c, tokens, targets):
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + F.linear(y, g("attn.proj.weight"), g("attn.proj.bias"))
         h = F.layer_norm(x, (C,), g("ln2.weight"), g("ln2.bias"), eps=1e-5)
+        if c.get("experts", 0) > 0 and l % c["moe_every"] == 0:
+            y, aux = moe_mlp(h.reshape(B * T, C), g, c)
+            x = x + y.reshape(B, T, C)
+            aux_total = aux_total + aux
+            continue
         h = F.gelu(F.linear(h, g("mlp.fc.weight"), g("mlp.fc.bias")), approximate="tanh")
         x = x + F.linear(h, g("mlp.proj.weight"), g("mlp.proj.bias"))
     x = F.layer_norm(x, (C,), p["lnf.weight"], p["lnf.bias"], eps=1e-5)
     head = p["wte"] if c["tied"] else p["lm_head.weight"]
     logits = F.linear(x, head, p["lm_head.bias"])
-    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1)) + aux_total
     return logits, loss
+
+
+def moe_mlp(x, g, c):
+    """Mixture of experts on rows x (N, C) (issue 13): softmax router, torch.topk, gates
+    renormalised over the k, each expert keeps its first ceil(F N k / E) assignments in token
+    order (F = 0: all), out = sum of gate * expert(x) over kept assignments. Returns out and
+    the Switch aux loss coef * E * sum_e f_e P_e (f from the routed counts before drops)."""
+    N, E, k = x.shape[0], c["experts"], c["top_k"]
+    probs = F.linear(x, g("moe.router.weight")).softmax(dim=-1)
+    top, idx = torch.topk(probs, k, dim=-1)
+    gates = top / top.sum(dim=-1, keepdim=True)
+    cf = c["capacity_factor"]
+    cap = math.ceil(cf * N * k / E) if cf > 0 else N * k
+    seen, keep = [0] * E, []
+    for e in idx.reshape(-1).tolist():  # n-major, as the engine's token order
+        keep.append(seen[e] < cap)
+        seen[e] += 1
+    keep = torch.tensor(keep).reshape(N, k)
+    out = torch.zeros_like(x)
+    for e in range(E):
+        chosen = (idx == e) & keep
+        rows = chosen.any(dim=-1).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            continue
+        w = (gates * chosen).sum(dim=-1)[rows].unsqueeze(1)
+        p = f"moe.expert.{e}."
+        h = F.gelu(F.linear(x[rows], g(p + "fc.weight"), g(p + "fc.bias")), approximate="tanh")
+        out = out.index_add(0, rows, w * F.linear(h, g(p + "proj.weight"), g(p + "proj.bias")))
+    counts = torch.bincount(idx.reshape(-1), minlength=E).to(x.dtype)
+    aux = c["aux_loss_coef"] * E * ((counts / (N * k)) * probs.mean(dim=0)).sum()
+    return out, aux
 
 
 def rel(a, b):

@@ -22,6 +22,7 @@
 
 #include "compute/device.hpp"
 #include "layers.hpp"
+#include "moe_layers.hpp"
 
 namespace meshbench::parallel {
 
@@ -87,8 +88,36 @@ class Backend {
   virtual S crossentropy_finish(S* probs, S* losses, const S* sumexp, const S* tlogit, const S* rowmax,
                                 int N, int V) = 0;
   virtual void bias_residual_add(S* out, const S* x, const S* bias, int N, int C) = 0;
+  // Context parallel: attention between sequence chunks with the log-sum-exp merge, its
+  // backward, and strided 2-D copies for packing blocks (layers.hpp).
+  virtual void attention_chunk_forward(S* o, int ldo, S* lse, const S* q, int ldq, const S* k, int ldk,
+                                       const S* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs,
+                                       int q0, int k0, bool first) = 0;
+  virtual void attention_chunk_backward(S* dq, int lddq, S* dk, int lddk, S* dv, int lddv, const S* dout,
+                                        int lddo, const S* D, const S* lse, const S* q, int ldq, const S* k,
+                                        int ldk, const S* v, int ldv, int B, int Tq, int Tk, int NH, int KVH,
+                                        int hs, int q0, int k0) = 0;
+  virtual void attention_rowdot(S* D, const S* dout, int lddo, const S* o, int ldo, int B, int T, int NH,
+                                int hs) = 0;
+  virtual void copy_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) = 0;
+  virtual void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) = 0;
   virtual void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n,
                             const AdamWConfig& cfg, double weight_decay, int t) = 0;
+
+  // The mixture-of-experts ops (moe_layers.hpp; the wiring is moe.hpp). moe_plan's counts are
+  // what the host reads (download) to size the per-expert GEMMs.
+  virtual void moe_topk_forward(int32_t* idx, S* gates, S* probs, const S* logits, int N, int E,
+                                int k, bool assigned) = 0;
+  virtual void moe_topk_backward(S* dlogits, const S* dgates, const S* dprobs, const S* probs,
+                                 const S* gates, const int32_t* idx, int N, int E, int k) = 0;
+  virtual void moe_plan(int32_t* slot, int32_t* counts, S* prob_sum, const int32_t* idx,
+                        const S* probs, int N, int E, int k, int capacity) = 0;
+  virtual void moe_permute_forward(S* xp, const S* x, const int32_t* slot, int N, int C, int k) = 0;
+  virtual void moe_permute_backward(S* dx, const S* dxp, const int32_t* slot, int N, int C, int k) = 0;
+  virtual void moe_unpermute_forward(S* out, const S* yp, const S* gates, const int32_t* slot, int N,
+                                     int C, int k) = 0;
+  virtual void moe_unpermute_backward(S* dyp, S* dgates, const S* dout, const S* yp, const S* gates,
+                                      const int32_t* slot, int N, int C, int k) = 0;
 };
 
 // The CPU backend (host memory, layers.hpp). One process-wide instance per scalar type.

@@ -103,12 +103,60 @@ class CpuBackend final : public Backend<S> {
                         int V) override {
     return parallel::crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
   }
+  void attention_chunk_forward(S* o, int ldo, S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                               int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    parallel::attention_chunk_forward(o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first);
+  }
+  void attention_chunk_backward(S* dq, int lddq, S* dk, int lddk, S* dv, int lddv, const S* dout, int lddo,
+                                const S* D, const S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                                int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0) override {
+    parallel::attention_chunk_backward(dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk,
+                                  NH, KVH, hs, q0, k0);
+  }
+  void attention_rowdot(S* D, const S* dout, int lddo, const S* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    parallel::attention_rowdot(D, dout, lddo, o, ldo, B, T, NH, hs);
+  }
+  void copy_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    parallel::copy_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
+  void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    parallel::add_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
   void bias_residual_add(S* out, const S* x, const S* bias, int N, int C) override {
     parallel::bias_residual_add(out, x, bias, N, C);
   }
   void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
                     double weight_decay, int t) override {
     parallel::adamw_update(param, grad, m, v, n, cfg, weight_decay, t);
+  }
+
+  void moe_topk_forward(int32_t* idx, S* gates, S* probs, const S* logits, int N, int E, int k,
+                        bool assigned) override {
+    parallel::moe_topk_forward(idx, gates, probs, logits, N, E, k, assigned);
+  }
+  void moe_topk_backward(S* dlogits, const S* dgates, const S* dprobs, const S* probs,
+                         const S* gates, const int32_t* idx, int N, int E, int k) override {
+    parallel::moe_topk_backward(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, S* prob_sum, const int32_t* idx, const S* probs,
+                int N, int E, int k, int capacity) override {
+    parallel::moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+  }
+  void moe_permute_forward(S* xp, const S* x, const int32_t* slot, int N, int C, int k) override {
+    parallel::moe_permute_forward(xp, x, slot, N, C, k);
+  }
+  void moe_permute_backward(S* dx, const S* dxp, const int32_t* slot, int N, int C, int k) override {
+    parallel::moe_permute_backward(dx, dxp, slot, N, C, k);
+  }
+  void moe_unpermute_forward(S* out, const S* yp, const S* gates, const int32_t* slot, int N, int C,
+                             int k) override {
+    parallel::moe_unpermute_forward(out, yp, gates, slot, N, C, k);
+  }
+  void moe_unpermute_backward(S* dyp, S* dgates, const S* dout, const S* yp, const S* gates,
+                              const int32_t* slot, int N, int C, int k) override {
+    parallel::moe_unpermute_backward(dyp, dgates, dout, yp, gates, slot, N, C, k);
   }
 };
 

@@ -69,12 +69,60 @@ class EmulatedBackend final : public Backend<float> {
                             const float* rowmax, int N, int V) override {
     return cpu_.crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
   }
+  void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
+                               int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    cpu_.attention_chunk_forward(o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first);
+  }
+  void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout, int lddo,
+                                const float* D, const float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
+                                int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0) override {
+    cpu_.attention_chunk_backward(dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk,
+                                  NH, KVH, hs, q0, k0);
+  }
+  void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    cpu_.attention_rowdot(D, dout, lddo, o, ldo, B, T, NH, hs);
+  }
+  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    cpu_.copy_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
+  void add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    cpu_.add_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
   void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
     cpu_.bias_residual_add(out, x, bias, N, C);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
                     const AdamWConfig& cfg, double wd, int t) override {
     cpu_.adamw_update(p, g, m, v, n, cfg, wd, t);
+  }
+  // The MoE routing ops have no GEMM: the CPU backend's (the expert GEMMs are matmuls above).
+  void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
+                        int k, bool assigned) override {
+    cpu_.moe_topk_forward(idx, gates, probs, logits, N, E, k, assigned);
+  }
+  void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
+                         const float* gates, const int32_t* idx, int N, int E, int k) override {
+    cpu_.moe_topk_backward(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
+                const float* probs, int N, int E, int k, int capacity) override {
+    cpu_.moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+  }
+  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_permute_forward(xp, x, slot, N, C, k);
+  }
+  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_permute_backward(dx, dxp, slot, N, C, k);
+  }
+  void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
+                             int C, int k) override {
+    cpu_.moe_unpermute_forward(out, yp, gates, slot, N, C, k);
+  }
+  void moe_unpermute_backward(float* dyp, float* dgates, const float* dout, const float* yp,
+                              const float* gates, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_unpermute_backward(dyp, dgates, dout, yp, gates, slot, N, C, k);
   }
 
   // As CudaBackend::matmul_forward: bias rows first, then the plan with beta 1.

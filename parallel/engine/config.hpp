@@ -20,14 +20,23 @@ struct GptConfig {
   int vocab = 512;      // V
   int micro_batch = 4;  // B
   bool tied = true;     // LM head shares the token embedding
+  // Mixture of experts (issue 13; moe.hpp): experts 0 is the dense model. Otherwise the MLP
+  // of block l is E experts (each an MLP of width F) when l % moe_every == 0, routed top-k.
+  int experts = 0;               // E
+  int top_k = 2;                 // k <= E experts per token
+  int moe_every = 1;             // every N-th block is MoE (blocks 0, N, 2N, ...)
+  double capacity_factor = 0.0;  // 0: dropless; else capacity ceil(F * N * k / E) per expert
+  double aux_loss_coef = 0.01;   // weight of the load-balancing loss (added to the loss)
 
   int head_size() const { return hidden / heads; }
   int qkv_width() const { return (heads + 2 * kv_heads) * head_size(); }
   int64_t tokens() const { return static_cast<int64_t>(micro_batch) * seq; }
+  bool is_moe(int layer) const { return experts > 0 && layer % moe_every == 0; }
+  int moe_blocks() const;
 };
 
 // Presets by name: tiny, small (issue 4's first benchmark shape), medium (its second),
-// gpt2-124m. Throws UsageError for an unknown name (listing the known ones).
+// gpt2-124m, and small-moe (small with 8 experts, top-2, dropless, in every block). Throws UsageError for an unknown name (listing the known ones).
 GptConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 

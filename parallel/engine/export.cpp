@@ -45,7 +45,9 @@ void write_export(const std::string& dir, const Gpt<float>& model, const Exporte
   j["config"] = {{"layers", c.layers},     {"hidden", c.hidden}, {"heads", c.heads},
                  {"kv_heads", c.kv_heads}, {"ffn", c.ffn},       {"seq", c.seq},
                  {"max_seq", c.max_seq},   {"vocab", c.vocab},   {"micro_batch", c.micro_batch},
-                 {"tied", c.tied}};
+                 {"tied", c.tied},         {"experts", c.experts}, {"top_k", c.top_k},
+                 {"moe_every", c.moe_every}, {"capacity_factor", c.capacity_factor},
+                 {"aux_loss_coef", c.aux_loss_coef}};
   j["adamw"] = {{"lr", adam.lr},
                 {"beta1", adam.beta1},
                 {"beta2", adam.beta2},

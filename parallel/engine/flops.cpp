@@ -6,13 +6,20 @@ namespace meshbench::parallel {
 
 std::vector<GemmShape> forward_gemms(const GptConfig& c) {
   const int N = c.micro_batch * c.seq, C = c.hidden, F = c.ffn, V = c.vocab, L = c.layers;
-  return {
+  const int moe = c.moe_blocks(), dense = L - moe;
+  std::vector<GemmShape> g{
       {"attn.qkv", N, c.qkv_width(), C, L},
       {"attn.proj", N, C, C, L},
-      {"mlp.fc", N, F, C, L},
-      {"mlp.proj", N, C, F, L},
+      {"mlp.fc", N, F, C, dense},
+      {"mlp.proj", N, C, F, dense},
       {"lm_head", N, V, C, 1},
   };
+  if (moe > 0) {  // MoE blocks: the router, and the k experts each token is routed to
+    g.push_back({"moe.router", N, c.experts, C, moe});
+    g.push_back({"moe.expert.fc", N * c.top_k, F, C, moe});
+    g.push_back({"moe.expert.proj", N * c.top_k, C, F, moe});
+  }
+  return g;
 }
 
 StepFlops step_flops(const GptConfig& c) {
@@ -31,7 +38,7 @@ StepFlops step_flops(const GptConfig& c) {
 GemmShape largest_gemm(const GptConfig& c) {
   GemmShape best = forward_gemms(c).front();
   for (const auto& g : forward_gemms(c))
-    if (static_cast<double>(g.M) * g.N * g.K > static_cast<double>(best.M) * best.N * best.K)
+    if (g.count > 0 && static_cast<double>(g.M) * g.N * g.K > static_cast<double>(best.M) * best.N * best.K)
       best = g;
   return best;
 }

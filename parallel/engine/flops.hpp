@@ -4,6 +4,9 @@
 // (dinput and dweight, 2x forward), and the attention score (Q K^T) and value (P V) products
 // as executed in causal row blocks (forward 2 products, backward 4). Not counted: layernorm,
 // softmax, GELU, cross-entropy, AdamW, embedding (O(N*C) or O(N*V) elementwise work).
+// A MoE block (issue 13) counts its router (N x E x C) and its experts on N*k rows: the k
+// experts each token is routed to, before capacity drops (the drops the run records lower
+// the work actually done; Gpt's trace counts the kept rows).
 #pragma once
 
 #include <cstdint>

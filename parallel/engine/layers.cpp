@@ -464,6 +464,139 @@ void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWCon
   }
 }
 
+template <typename S>
+void attention_chunk_forward(S* o, int ldo, S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                             int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0, bool first) {
+  const int group = NH / KVH;
+  const S scale = S(1) / std::sqrt(S(hs));
+  const S ninf = -std::numeric_limits<S>::infinity();
+  compute::BlasSingleThreaded one_thread;
+#pragma omp parallel
+  {
+    std::vector<S> sc(static_cast<size_t>(Tq) * Tk), ob(static_cast<size_t>(Tq) * hs);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH, kvh = h / group;
+      const S* qb = q + static_cast<int64_t>(b) * Tq * ldq + h * hs;
+      const S* kb = k + static_cast<int64_t>(b) * Tk * ldk + kvh * hs;
+      const S* vb = v + static_cast<int64_t>(b) * Tk * ldv + kvh * hs;
+      S* obh = o + static_cast<int64_t>(b) * Tq * ldo + h * hs;
+      S* l = lse + static_cast<int64_t>(bh) * Tq;
+      gemm<S>(Trans::kNo, Trans::kYes, Tq, Tk, hs, scale, qb, ldq, kb, ldk, S(0), sc.data(), Tk);
+      std::vector<S> cl(static_cast<size_t>(Tq));  // this chunk's log-sum-exp per row
+      for (int i = 0; i < Tq; ++i) {
+        S* row = sc.data() + static_cast<int64_t>(i) * Tk;
+        const int vis = std::min(Tk, q0 + i - k0 + 1);  // keys j < vis are visible
+        if (vis <= 0) {
+          cl[size_t(i)] = ninf;
+          for (int j = 0; j < Tk; ++j) row[j] = S(0);
+          continue;
+        }
+        S mx = row[0];
+        for (int j = 1; j < vis; ++j) mx = std::max(mx, row[j]);
+        S sum = 0;
+        for (int j = 0; j < vis; ++j) {
+          row[j] = exp_(row[j] - mx);
+          sum += row[j];
+        }
+        const S inv = S(1) / sum;
+        for (int j = 0; j < vis; ++j) row[j] *= inv;
+        for (int j = vis; j < Tk; ++j) row[j] = S(0);
+        cl[size_t(i)] = mx + std::log(sum);
+      }
+      gemm<S>(Trans::kNo, Trans::kNo, Tq, hs, Tk, S(1), sc.data(), Tk, vb, ldv, S(0), ob.data(), hs);
+      for (int i = 0; i < Tq; ++i) {
+        S* out = obh + static_cast<int64_t>(i) * ldo;
+        const S* part = ob.data() + static_cast<int64_t>(i) * hs;
+        const S c = cl[size_t(i)];
+        if (first) {
+          for (int d = 0; d < hs; ++d) out[d] = part[d];
+          l[i] = c;
+          continue;
+        }
+        if (c == ninf) continue;
+        const S old = l[i], m = std::max(old, c);
+        const S wo = old == ninf ? S(0) : exp_(old - m), wc = exp_(c - m), tot = wo + wc;
+        for (int d = 0; d < hs; ++d) out[d] = (out[d] * wo + part[d] * wc) / tot;
+        l[i] = m + std::log(tot);
+      }
+    }
+  }
+}
+
+template <typename S>
+void attention_chunk_backward(S* dq, int lddq, S* dk, int lddk, S* dv, int lddv, const S* dout, int lddo,
+                              const S* D, const S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                              int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0) {
+  const int group = NH / KVH;
+  const S scale = S(1) / std::sqrt(S(hs));
+  compute::BlasSingleThreaded one_thread;
+  // Parallel over (b, kv head): a group's query heads accumulate into the same dK, dV.
+#pragma omp parallel
+  {
+    std::vector<S> p(static_cast<size_t>(Tq) * Tk), ds(p.size());
+#pragma omp for schedule(static)
+    for (int bg = 0; bg < B * KVH; ++bg) {
+      const int b = bg / KVH, kvh = bg % KVH;
+      const S* kb = k + static_cast<int64_t>(b) * Tk * ldk + kvh * hs;
+      const S* vb = v + static_cast<int64_t>(b) * Tk * ldv + kvh * hs;
+      S* dkb = dk + static_cast<int64_t>(b) * Tk * lddk + kvh * hs;
+      S* dvb = dv + static_cast<int64_t>(b) * Tk * lddv + kvh * hs;
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        const int64_t bh = static_cast<int64_t>(b) * NH + h;
+        const S* qb = q + static_cast<int64_t>(b) * Tq * ldq + h * hs;
+        const S* dyb = dout + static_cast<int64_t>(b) * Tq * lddo + h * hs;
+        S* dqb = dq + static_cast<int64_t>(b) * Tq * lddq + h * hs;
+        const S* l = lse + bh * Tq;
+        const S* Dr = D + bh * Tq;
+        gemm<S>(Trans::kNo, Trans::kYes, Tq, Tk, hs, scale, qb, ldq, kb, ldk, S(0), p.data(), Tk);
+        gemm<S>(Trans::kNo, Trans::kYes, Tq, Tk, hs, S(1), dyb, lddo, vb, ldv, S(0), ds.data(), Tk);
+        for (int i = 0; i < Tq; ++i) {
+          S* pr = p.data() + static_cast<int64_t>(i) * Tk;
+          S* dr = ds.data() + static_cast<int64_t>(i) * Tk;
+          const int vis = std::max(0, std::min(Tk, q0 + i - k0 + 1));
+          for (int j = 0; j < vis; ++j) {
+            pr[j] = exp_(pr[j] - l[i]);
+            dr[j] = pr[j] * (dr[j] - Dr[i]);
+          }
+          for (int j = vis; j < Tk; ++j) pr[j] = dr[j] = S(0);
+        }
+        gemm<S>(Trans::kNo, Trans::kNo, Tq, hs, Tk, scale, ds.data(), Tk, kb, ldk, S(1), dqb, lddq);
+        gemm<S>(Trans::kYes, Trans::kNo, Tk, hs, Tq, scale, ds.data(), Tk, qb, ldq, S(1), dkb, lddk);
+        gemm<S>(Trans::kYes, Trans::kNo, Tk, hs, Tq, S(1), p.data(), Tk, dyb, lddo, S(1), dvb, lddv);
+      }
+    }
+  }
+}
+
+template <typename S>
+void attention_rowdot(S* D, const S* dout, int lddo, const S* o, int ldo, int B, int T, int NH, int hs) {
+#pragma omp parallel for schedule(static)
+  for (int bh = 0; bh < B * NH; ++bh) {
+    const int b = bh / NH, h = bh % NH;
+    for (int i = 0; i < T; ++i) {
+      const S* a = dout + (static_cast<int64_t>(b) * T + i) * lddo + h * hs;
+      const S* c = o + (static_cast<int64_t>(b) * T + i) * ldo + h * hs;
+      S acc = 0;
+      for (int d = 0; d < hs; ++d) acc += a[d] * c[d];
+      D[static_cast<int64_t>(bh) * T + i] = acc;
+    }
+  }
+}
+
+template <typename S>
+void copy_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + r * ld_dst, src + r * ld_src, sizeof(S) * cols);
+}
+
+template <typename S>
+void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[r * ld_dst + c] += src[r * ld_src + c];
+}
+
 #define MB_INSTANTIATE(S)                                                                     \
   template void embedding_forward<S>(S*, const int32_t*, const S*, const S*, int, int, int);  \
   template void embedding_backward<S>(S*, S*, const S*, const int32_t*, int, int, int);       \
@@ -487,6 +620,14 @@ void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWCon
                                         int, int);                                            \
   template S crossentropy_finish<S>(S*, S*, const S*, const S*, const S*, int, int);          \
   template void bias_residual_add<S>(S*, const S*, const S*, int, int);                       \
+  template void attention_chunk_forward<S>(S*, int, S*, const S*, int, const S*, int, const S*, int, int, \
+                                           int, int, int, int, int, int, int, bool);              \
+  template void attention_chunk_backward<S>(S*, int, S*, int, S*, int, const S*, int, const S*,     \
+                                            const S*, const S*, int, const S*, int, const S*, int,  \
+                                            int, int, int, int, int, int, int, int);                \
+  template void attention_rowdot<S>(S*, const S*, int, const S*, int, int, int, int, int);        \
+  template void copy_2d<S>(S*, int64_t, const S*, int64_t, int64_t, int64_t);                    \
+  template void add_2d<S>(S*, int64_t, const S*, int64_t, int64_t, int64_t);                     \
   template void adamw_update<S>(S*, const S*, S*, S*, int64_t, const AdamWConfig&, double, int);
 
 MB_INSTANTIATE(float)

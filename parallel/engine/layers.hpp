@@ -75,6 +75,32 @@ template <typename S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B,
                         int T, int NH, int KVH, int hs);
 
+// Attention between chunks of the sequence (context parallel: ring, all-gather), with the
+// online-softmax merge. Queries of one chunk hold positions [q0, q0 + Tq) of each sample,
+// keys and values [k0, k0 + Tk); query i sees key j when k0 + j <= q0 + i. Arrays are per
+// sample b (B of them) row-major with a row stride (ld), head h at columns h*hs (q, o) or
+// kv head h / (NH / KVH) (k, v). o (B, Tq, ldo) and lse (B, NH, Tq) hold the running result:
+// `first` starts it (o = softmax(S) V over this chunk, lse its log-sum-exp), otherwise this
+// chunk's part is merged in (lse = log(e^lse + e^lse_chunk), o weighted accordingly). A query
+// row with no visible key in the chunk is left unchanged (first: o = 0, lse = -inf).
+template <typename S>
+void attention_chunk_forward(S* o, int ldo, S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                             int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0, bool first);
+// The backward of one chunk pair from the final lse and D = rowsum(dO * O) (attention_rowdot):
+// P = exp(S - lse), dV += P^T dO, dS = P (dO V^T - D), dQ += scale dS K, dK += scale dS^T Q.
+template <typename S>
+void attention_chunk_backward(S* dq, int lddq, S* dk, int lddk, S* dv, int lddv, const S* dout, int lddo,
+                              const S* D, const S* lse, const S* q, int ldq, const S* k, int ldk, const S* v,
+                              int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0);
+// D (B, NH, T) = sum over each head's hs columns of dout * o.
+template <typename S>
+void attention_rowdot(S* D, const S* dout, int lddo, const S* o, int ldo, int B, int T, int NH, int hs);
+// dst rows (ld_dst apart) = src rows (ld_src apart), `cols` elements each; add_2d adds instead.
+template <typename S>
+void copy_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols);
+template <typename S>
+void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols);
+
 // GELU, tanh approximation (GPT-2; torch gelu(approximate="tanh")). out, inp (N).
 template <typename S>
 void gelu_forward(S* out, const S* inp, int64_t N);

@@ -9,6 +9,7 @@
 
 #include <fmt/core.h>
 
+#include "core/error.hpp"
 #include "core/timer.hpp"
 #include "sharding.hpp"
 
@@ -24,6 +25,8 @@ const char* op_name(Op op) {
     case Op::kResidual: return "residual";
     case Op::kLoss: return "crossentropy";
     case Op::kAdamW: return "adamw";
+    case Op::kRouter: return "router";
+    case Op::kPermute: return "permute";
     case Op::kCount: break;
   }
   return "?";
@@ -91,10 +94,14 @@ typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptO
     o.qkv_b = lay.add(p + "attn.qkv.bias", {d.qkv}, false, rows(qkv_parts)) - u;
     o.proj_w = lay.add(p + "attn.proj.weight", {C, d.attn_width}, true, cols) - u;
     o.proj_b = lay.add(p + "attn.proj.bias", {C}, false) - u;
-    o.fc_w = lay.add(p + "mlp.fc.weight", {d.ffn, C}, true, rows()) - u;
-    o.fc_b = lay.add(p + "mlp.fc.bias", {d.ffn}, false, rows()) - u;
-    o.fcproj_w = lay.add(p + "mlp.proj.weight", {C, d.ffn}, true, cols) - u;
-    o.fcproj_b = lay.add(p + "mlp.proj.bias", {C}, false) - u;
+    if (cfg.is_moe(static_cast<int>(l))) {
+      moe_add_params(lay, cfg, p);  // the router and E experts (moe.hpp)
+    } else {
+      o.fc_w = lay.add(p + "mlp.fc.weight", {d.ffn, C}, true, rows()) - u;
+      o.fc_b = lay.add(p + "mlp.fc.bias", {d.ffn}, false, rows()) - u;
+      o.fcproj_w = lay.add(p + "mlp.proj.weight", {C, d.ffn}, true, cols) - u;
+      o.fcproj_b = lay.add(p + "mlp.proj.bias", {C}, false) - u;
+    }
     pt.lo[static_cast<size_t>(l)] = o;
     pt.bu[static_cast<size_t>(l)] = static_cast<int>(pt.units.size());
     close_unit(fmt::format("h.{}", l), u);
@@ -120,7 +127,9 @@ Layout Gpt<S>::full_layout(const GptConfig& cfg) {
 
 template <typename S>
 Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
-    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp)) {
+    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp)), moe_(cfg) {
+  if (cfg.moe_blocks() > 0 && opts.tp.size > 1)
+    throw core::UsageError("--experts with tensor parallel: not available (the plan refuses it)");
   ParamTable pt = param_table(cfg, opts);
   layout_ = std::move(pt.layout);
   units_ = std::move(pt.units);
@@ -139,6 +148,8 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
   token_slots_ = opts.stage ? std::max(1, opts.stage->micro_batches) : 1;
   chunk_start_.assign(static_cast<size_t>(cfg.layers) + 1, 0);
   for (const auto& [lb, le] : chunks_) chunk_start_[static_cast<size_t>(lb)] = 1;
+  for (int l = 0; l < cfg.layers; ++l)
+    if (cfg.is_moe(l) && bu_[static_cast<size_t>(l)] >= 0) moe_.bind(l, layout_, units_[static_cast<size_t>(bu_[static_cast<size_t>(l)])].lo);
   const int64_t P = layout_.total();
   if (opts.own_params) params_ = BackendArray<S, S>(be, P, &mem_, MemCat::kParams);
   if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
@@ -172,8 +183,12 @@ void Gpt<S>::build_activations() {
       a.ln2_mean = al.add(p + "ln2_mean", {n}, false);
       a.ln2_rstd = al.add(p + "ln2_rstd", {n}, false);
       if (keep) a.ln2_full = al.add(p + "ln2_full", {N, C}, false);
-      a.fch = al.add(p + "fch", {N, d.ffn}, false);
-      a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
+      if (cfg_.is_moe(static_cast<int>(l))) {
+        moe_.add_acts(static_cast<int>(l), al, p);
+      } else {
+        a.fch = al.add(p + "fch", {N, d.ffn}, false);
+        a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
+      }
       a.res3 = al.add(p + "res3", {n, C}, false);
       la_[static_cast<size_t>(l)] = a;
     }
@@ -197,6 +212,7 @@ void Gpt<S>::build_activations() {
   dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
   tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
   targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
+  moe_.allocate(*be_, &mem_);
   if (tp) {
     row_scratch_ = BackendArray<S, S>(*be_, (N + n) * C, &mem_, kBuf);
     ce_stats_ = BackendArray<S, S>(*be_, 3 * N, &mem_, kBuf);
@@ -287,6 +303,11 @@ void Gpt<S>::timed(Op op, F&& f, double flops) {
 }
 
 template <typename S>
+typename MoeMlp<S>::Timed Gpt<S>::moe_timed() {
+  return [this](Op op, const std::function<void()>& f, double flops) { timed(op, f, flops); };
+}
+
+template <typename S>
 const S* Gpt<S>::res_in(int l) const {
   return a_ + (chunk_start_[static_cast<size_t>(l)] ? encoded_ : la_[static_cast<size_t>(l) - 1].res3);
 }
@@ -373,6 +394,11 @@ void Gpt<S>::block_forward(int l) {
   timed(Op::kLayerNorm, [&] {
     be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w, p + w.ln2_b, n, C);
   });
+  if (cfg_.is_moe(l)) {  // res3 = res2 + MoE(ln2) (moe.hpp)
+    timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
+    moe_aux_ += moe_.forward(l, p, a, a + x.ln2, a + x.res3, moe_timed());
+    return;
+  }
   column_forward(be, matmul_op_, tp_, mode, a + x.fch, a + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
   timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * d.ffn); });
   timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
@@ -427,6 +453,7 @@ S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32
   const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
   trace_phase_ = 'F';
   trace_layer_ = -1;
+  moe_aux_ = 0;
   if (tp_) tp_->set_layer(-1);
   if (opts_.tp.size > 1) {  // token ids as rows of this rank's vocabulary slice, -1 elsewhere
     std::vector<int32_t> tok(tokens, tokens + N), tgt(targets, targets + N);
@@ -461,7 +488,7 @@ S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32
   const S loss = head_forward(logits_out);
   release(hu, 'F');
   if (tied_embed_) release(embed_unit_, 'F');
-  return loss;
+  return loss + static_cast<S>(moe_aux_);
 }
 
 template <typename S>
@@ -516,11 +543,15 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
   const LayerOffsets& w = lo_[l];
   const LayerActs& x = la_[l];
   const double attn_bwd_flops = 8.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
-  row_backward(be, matmul_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
-               a + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
-  timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * d.ffn); });
-  column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
-                  gathered(l, 1), p + w.fc_w, N, C, d.ffn);
+  if (cfg_.is_moe(l)) {  // dln = d(ln2) through the MoE MLP (moe.hpp)
+    moe_.backward(l, p, g, a, a + x.ln2, dresid, dln, loss_scale_, moe_timed());
+  } else {
+    row_backward(be, matmul_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
+                 a + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
+    timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * d.ffn); });
+    column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
+                    gathered(l, 1), p + w.fc_w, N, C, d.ffn);
+  }
   timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
     be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w, a + x.ln2_mean,
                           a + x.ln2_rstd, n, C);
@@ -563,6 +594,7 @@ void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S
   const int64_t rows_c = int64_t{dims_.rows} * cfg_.hidden;
   trace_phase_ = 'B';
   trace_layer_ = -1;
+  loss_scale_ = loss_scale;
   if (tp_) tp_->set_layer(-1);
   if (heads)
     head_backward(loss_scale, sync_replicated);
@@ -653,6 +685,12 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   m.buffers = (n * C + N * C + N * Ca + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
   if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
   if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
+  const MoeMemory moe = moe_memory(c, sb);  // the MoE blocks against the dense MLPs
+  m.params += moe.param_elements * sb;
+  m.grads += moe.param_elements * sb;
+  m.optimizer += 2 * moe.param_elements * sb;
+  m.activations += moe.activation_bytes;
+  m.buffers += moe.buffer_bytes;
   return m;
 }
 

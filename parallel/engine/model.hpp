@@ -21,6 +21,7 @@
 #include "config.hpp"
 #include "layers.hpp"
 #include "layout.hpp"
+#include "moe.hpp"
 #include "tp_layers.hpp"
 #include <string>
 
@@ -28,7 +29,7 @@ namespace meshbench::parallel {
 
 // Time spent per kind of op when profiling is on (seconds, summed over calls).
 enum class Op { kEmbedding, kLayerNorm, kMatmul, kAttention, kGelu, kResidual, kLoss, kAdamW,
-                kCount };
+                kRouter, kPermute, kCount };  // kRouter, kPermute: the MoE blocks (moe.hpp)
 const char* op_name(Op op);
 
 // One op call in the trace (--profile): what ran, where, its FLOPs (GEMMs and attention
@@ -137,7 +138,7 @@ class Gpt {
   int64_t num_params() const;  // without padding
   const std::vector<Unit>& units() const { return units_; }
   void set_residency(Residency<S>* r) { residency_ = r; }
-  void set_tp_comm(TpComm<S>* tp) { tp_ = tp; }
+  void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
   const TpSpec& tp() const { return opts_.tp; }
   const TpDims& tp_dims() const { return dims_; }
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
@@ -151,7 +152,8 @@ class Gpt {
   // 1/sqrt(2L), norm weights 1, biases 0. Deterministic in seed; the Adam moments restart.
   void init_weights(uint64_t seed);
 
-  // tokens, targets: host (B,T) in [0,V). Returns the mean loss. logits_out (host, B,T,V),
+  // tokens, targets: host (B,T) in [0,V). Returns the mean loss plus the MoE blocks' aux
+  // losses (moe.hpp; 0 for a dense model). logits_out (host, B,T,V),
   // when given, receives the logits before the softmax overwrites them.
   S forward(const int32_t* tokens, const int32_t* targets, S* logits_out = nullptr);
   void zero_grad();
@@ -212,6 +214,9 @@ class Gpt {
     trace_micro_ = micro;
   }
   const std::array<double, static_cast<int>(Op::kCount)>& op_seconds() const { return op_s_; }
+  // The MoE blocks (routing statistics of the last forward, a fixed assignment).
+  MoeMlp<S>& moe() { return moe_; }
+  const MoeMlp<S>& moe() const { return moe_; }
 
  private:
   // The norm parameters lead each block, so sequence parallel all-reduces them as one range.
@@ -271,7 +276,7 @@ class Gpt {
   Backend<S>* be_;
   GptOptions opts_;
   TpDims dims_;
-  TpComm<S>* tp_ = nullptr;
+  GroupComm<S>* tp_ = nullptr;
   MemoryTracker mem_;
   Residency<S>* residency_ = nullptr;
   std::vector<Unit> units_;
@@ -308,6 +313,10 @@ class Gpt {
   BackendArray<S, S> row_scratch_, dxfull_, dyfull_, gather_, ce_stats_;
   BackendArray<int32_t, S> tokens_, targets_;
   BackwardHooks hooks_;
+  MoeMlp<S> moe_;
+  double moe_aux_ = 0;  // the MoE blocks' aux losses of the current forward
+  S loss_scale_ = S(1);  // the current backward's (the MoE aux loss's gradient)
+  typename MoeMlp<S>::Timed moe_timed();
 
   bool profiling_ = false;
   std::vector<OpEvent>* trace_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "layers.hpp"
+#include "moe_layers.hpp"
 #include "model.hpp"
 
 namespace meshbench::parallel {
@@ -41,6 +42,18 @@ double parity_tolerance(const std::string& op, Precision p) {
       {"embedding_backward.dwte", {1e-5, 1e-5}},
       {"embedding_backward.dwpe", {1e-5, 1e-5}},
       {"copy", {0.0, 0.0}},
+      {"moe_topk_forward.idx", {0.0, 0.0}},  // mismatched choices / all (exact)
+      {"moe_topk_forward.probs", {1e-6, 1e-6}},
+      {"moe_topk_forward.gates", {1e-6, 1e-6}},
+      {"moe_topk_backward", {1e-5, 1e-5}},
+      {"moe_plan.slot", {0.0, 0.0}},
+      {"moe_plan.counts", {0.0, 0.0}},
+      {"moe_plan.prob_sum", {1e-6, 1e-6}},
+      {"moe_permute_forward", {0.0, 0.0}},
+      {"moe_permute_backward", {1e-6, 1e-6}},
+      {"moe_unpermute_forward", {1e-6, 1e-6}},
+      {"moe_unpermute_backward.dyp", {1e-6, 1e-6}},
+      {"moe_unpermute_backward.dgates", {1e-5, 1e-5}},
       {"scale", {1e-6, 1e-6}},
       {"loss", {1e-5, 2.5e-5}},                        // 8.23e-6
       {"logits", {1e-5, 1e-2}},                         // 3.14e-3
@@ -211,6 +224,56 @@ std::vector<ParityRow> layer_parity(Backend<float>& be, Precision p, unsigned se
     row("embedding_forward", rel_error(get(be, O), out));
     row("embedding_backward.dwte", rel_error(get(be, DE), dwte));
     row("embedding_backward.dwpe", rel_error(get(be, DP), dwpe));
+  }
+  {  // MoE routing (moe_layers.hpp): 8 experts, top-2, capacity 30 of the 35 rows per expert
+     // on average, so some are dropped; the plan and permutes take the reference's routing
+    const int E = 8, k = 2, cap = 30;
+    auto z = randn(size_t(N) * E, g, 2.f), dg = randn(size_t(N) * k, g), dp = randn(E, g),
+         x = randn(size_t(N) * C, g), dout = randn(size_t(N) * C, g), base = randn(size_t(N) * C, g);
+    std::vector<int32_t> idx(size_t(N) * k), slot(idx.size()), counts(2 * E + 1);
+    std::vector<float> probs(z.size()), gates(idx.size()), dz(z.size()), psum(E);
+    moe_topk_forward(idx.data(), gates.data(), probs.data(), z.data(), N, E, k, false);
+    moe_topk_backward(dz.data(), dg.data(), dp.data(), probs.data(), gates.data(), idx.data(), N, E, k);
+    moe_plan(slot.data(), counts.data(), psum.data(), idx.data(), probs.data(), N, E, k, cap);
+    const int R = counts[2 * E];
+    auto yp = randn(size_t(R) * C, g), dxp = randn(size_t(R) * C, g);
+    std::vector<float> xp(size_t(R) * C), dx(x.size()), out = base, dyp(size_t(R) * C), dgt(idx.size());
+    moe_permute_forward(xp.data(), x.data(), slot.data(), N, C, k);
+    moe_permute_backward(dx.data(), dxp.data(), slot.data(), N, C, k);
+    moe_unpermute_forward(out.data(), yp.data(), gates.data(), slot.data(), N, C, k);
+    moe_unpermute_backward(dyp.data(), dgt.data(), dout.data(), yp.data(), gates.data(), slot.data(), N, C, k);
+    auto Z = put(be, z), DG = put(be, dg), DP = put(be, dp), X = put(be, x), DO = put(be, dout),
+         OUT = put(be, base), YP = put(be, yp), DXP = put(be, dxp), P = put(be, probs), G = put(be, gates);
+    auto ID = put(be, idx);
+    BackendArray<int32_t, float> I(be, int64_t(idx.size())), SL(be, int64_t(idx.size())), CN(be, 2 * E + 1);
+    BackendArray<float, float> PR(be, int64_t(z.size())), GT(be, int64_t(idx.size())), DZ(be, int64_t(z.size())),
+        PS(be, E), XP(be, int64_t(xp.size())), DX(be, int64_t(dx.size())), DYP(be, int64_t(dyp.size())),
+        DGT(be, int64_t(idx.size()));
+    be.moe_topk_forward(I.data(), GT.data(), PR.data(), Z.data(), N, E, k, false);
+    be.moe_topk_backward(DZ.data(), DG.data(), DP.data(), P.data(), G.data(), ID.data(), N, E, k);
+    be.moe_plan(SL.data(), CN.data(), PS.data(), ID.data(), P.data(), N, E, k, cap);
+    auto S = put(be, slot);
+    be.moe_permute_forward(XP.data(), X.data(), S.data(), N, C, k);
+    be.moe_permute_backward(DX.data(), DXP.data(), S.data(), N, C, k);
+    be.moe_unpermute_forward(OUT.data(), YP.data(), G.data(), S.data(), N, C, k);
+    be.moe_unpermute_backward(DYP.data(), DGT.data(), DO.data(), YP.data(), G.data(), S.data(), N, C, k);
+    auto mismatch = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+      size_t n = 0;
+      for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i] ? 1 : 0;
+      return double(n) / double(a.size());
+    };
+    row("moe_topk_forward.idx", mismatch(get(be, I), idx));
+    row("moe_topk_forward.probs", rel_error(get(be, PR), probs));
+    row("moe_topk_forward.gates", rel_error(get(be, GT), gates));
+    row("moe_topk_backward", rel_error(get(be, DZ), dz));
+    row("moe_plan.slot", mismatch(get(be, SL), slot));
+    row("moe_plan.counts", mismatch(get(be, CN), counts));
+    row("moe_plan.prob_sum", rel_error(get(be, PS), psum));
+    row("moe_permute_forward", rel_error(get(be, XP), xp));
+    row("moe_permute_backward", rel_error(get(be, DX), dx));
+    row("moe_unpermute_forward", rel_error(get(be, OUT), out));
+    row("moe_unpermute_backward.dyp", rel_error(get(be, DYP), dyp));
+    row("moe_unpermute_backward.dgates", rel_error(get(be, DGT), dgt));
   }
   {  // copy and scale
     const size_t n = 1001;

@@ -12,7 +12,7 @@ void call(const ComputeOp& run, const std::function<void()>& op, double flops) {
 }  // namespace
 
 template <typename S>
-void column_forward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* out, const S* x,
+void column_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* out, const S* x,
                     S* xfull, const S* w, const S* b, int N, int C, int OC) {
   const S* in = x;
   if (tp && m.sp) {  // f under SP: gather the sequence shards
@@ -23,7 +23,7 @@ void column_forward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const T
 }
 
 template <typename S>
-void column_backward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* dx, S* dxfull,
+void column_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* dx, S* dxfull,
                      S* dw, S* db, const S* dout, const S* x, S* xfull, const S* w, int N, int C, int OC) {
   const double gemm = 2.0 * N * C * OC;
   if (tp == nullptr) {
@@ -63,7 +63,7 @@ void column_backward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const 
 }
 
 template <typename S>
-void row_forward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* y, const S* x,
+void row_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* y, const S* x,
                  const S* w, const S* b, int N, int C, int OC, S* scratch) {
   const double gemm = 2.0 * N * C * OC;
   if (tp == nullptr) {  // the bias and the residual fused into the GEMM's output
@@ -85,7 +85,7 @@ void row_forward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMo
 }
 
 template <typename S>
-void row_backward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* dx, S* dw, S* db,
+void row_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* dx, S* dw, S* db,
                   const S* dy, S* dyfull, const S* x, const S* w, int N, int C, int OC) {
   const S* d = dy;
   if (tp && m.sp) {  // g's backward under SP: gather the output gradient's shards
@@ -96,13 +96,13 @@ void row_backward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpM
 }
 
 #define MB_TP_INSTANTIATE(S)                                                                                  \
-  template void column_forward<S>(Backend<S>&, const ComputeOp&, TpComm<S>*, const TpMode&, S*, const S*,   \
+  template void column_forward<S>(Backend<S>&, const ComputeOp&, GroupComm<S>*, const TpMode&, S*, const S*,   \
                                   S*, const S*, const S*, int, int, int);                                   \
-  template void column_backward<S>(Backend<S>&, const ComputeOp&, TpComm<S>*, const TpMode&, S*, S*, S*,    \
+  template void column_backward<S>(Backend<S>&, const ComputeOp&, GroupComm<S>*, const TpMode&, S*, S*, S*,    \
                                    S*, const S*, const S*, S*, const S*, int, int, int);                    \
-  template void row_forward<S>(Backend<S>&, const ComputeOp&, TpComm<S>*, const TpMode&, S*, const S*,      \
+  template void row_forward<S>(Backend<S>&, const ComputeOp&, GroupComm<S>*, const TpMode&, S*, const S*,      \
                                const S*, const S*, int, int, int, S*);                                      \
-  template void row_backward<S>(Backend<S>&, const ComputeOp&, TpComm<S>*, const TpMode&, S*, S*, S*,       \
+  template void row_backward<S>(Backend<S>&, const ComputeOp&, GroupComm<S>*, const TpMode&, S*, S*, S*,       \
                                 const S*, S*, const S*, const S*, int, int, int);
 MB_TP_INSTANTIATE(float)
 MB_TP_INSTANTIATE(double)

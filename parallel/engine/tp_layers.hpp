@@ -25,13 +25,15 @@
 
 namespace meshbench::parallel {
 
-// The tensor-parallel group as the model sees it. Calls are collective over the group and
-// ordered after the backend's queued work; a blocking call's result is ready for the
-// backend's next op. post_* return a handle for wait(); buffers stay untouched until then.
+// A communication group as the model sees it (tensor parallel's, context parallel's).
+// Calls are collective over the group and ordered after the backend's queued work; a
+// blocking call's result is ready for the backend's next op. post_* return a handle for
+// wait(); the buffers stay untouched until then. strategies/comm_group.hpp implements it over
+// a recording Communicator.
 template <typename S>
-class TpComm {
+class GroupComm {
  public:
-  virtual ~TpComm() = default;
+  virtual ~GroupComm() = default;
   virtual int size() const = 0;
   virtual int rank() const = 0;
   virtual void set_layer(int layer) = 0;  // the layer tag of the calls that follow (-1: none)
@@ -39,9 +41,12 @@ class TpComm {
   virtual void all_reduce_max(S* x, int64_t n) = 0;      // max, in place
   virtual void all_gather(S* full, const S* part, int64_t n_part) = 0;   // full = [part_0 | ...]
   virtual void reduce_scatter(S* part, const S* full, int64_t n_part) = 0;  // sum
+  virtual void all_to_all(S* recv, const S* send, int64_t n_block) = 0;     // block j to rank j
   virtual int post_all_reduce(S* x, int64_t n) = 0;
   virtual int post_all_gather(S* full, const S* part, int64_t n_part) = 0;
   virtual int post_reduce_scatter(S* part, const S* full, int64_t n_part) = 0;
+  // Sends n elements to rank `to` while receiving n from rank `from` (a ring step).
+  virtual int post_exchange(const S* send, int to, S* recv, int from, int64_t n) = 0;
   virtual void wait(int handle) = 0;
 };
 
@@ -59,24 +64,24 @@ struct TpMode {
 // out (N, OC) = X W^T + b. AR or tp null: x is X (N, C). SP: x holds this rank's N / t rows and
 // is gathered into xfull (N, C), which the backward reads again unless it re-gathers.
 template <typename S>
-void column_forward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* out, const S* x, S* xfull,
+void column_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* out, const S* x, S* xfull,
                     const S* w, const S* b, int N, int C, int OC);
 // dx = the input gradient: (N, C) written (AR, tp null) or this rank's N / t rows written (SP,
 // reduced from dxfull (N, C), a scratch). dw, db +=. xfull: SP, the gathered input (re-gathered
 // first when m.regather).
 template <typename S>
-void column_backward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* dx, S* dxfull, S* dw, S* db,
+void column_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* dx, S* dxfull, S* dw, S* db,
                      const S* dout, const S* x, S* xfull, const S* w, int N, int C, int OC);
 
 // y += g(x W^T) + b with x (N, C) this rank's input columns. y: AR or tp null, (N, OC); SP, this
 // rank's N / t rows. scratch: (N + N / t) x OC (unused without a group).
 template <typename S>
-void row_forward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* y, const S* x, const S* w,
+void row_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* y, const S* x, const S* w,
                  const S* b, int N, int C, int OC, S* scratch);
 // dx (N, C) written, dw, db +=. dy: AR or tp null, (N, OC); SP, this rank's rows, gathered into
 // dyfull (N, OC).
 template <typename S>
-void row_backward(Backend<S>& be, const ComputeOp& run, TpComm<S>* tp, const TpMode& m, S* dx, S* dw, S* db, const S* dy,
+void row_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* dx, S* dw, S* db, const S* dy,
                   S* dyfull, const S* x, const S* w, int N, int C, int OC);
 
 }  // namespace meshbench::parallel

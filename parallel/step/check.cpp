@@ -4,6 +4,8 @@
 #include <cmath>
 #include <map>
 
+#include <fmt/core.h>
+
 #include "core/error.hpp"
 #include "sharding.hpp"
 
@@ -86,6 +88,7 @@ void merge_worst(std::map<std::string, CheckRow>& worst, std::vector<std::string
 struct Reference {
   double loss = 0;
   std::vector<float> grads, params;
+  std::vector<std::vector<float>> first_logits;  // per dp rank: the logits of its first micro-batch
 };
 
 Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
@@ -99,10 +102,16 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
       static_cast<float>(plan.grad_reduce == GradReduce::kAvg ? 1.0 / mb : 1.0 / plan.micro_batches);
   std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
   ref.zero_grad();
+  out.first_logits.resize(static_cast<size_t>(plan.degrees.dp * plan.degrees.cp));
   for (int j = 0; j < mb; ++j) {
     synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, 0, int64_t{j} * c.micro_batch, c.micro_batch,
                     c.seq, c.vocab);
-    out.loss += ref.forward(tok.data(), tgt.data());
+    std::vector<float>* logits = nullptr;
+    if (j % plan.micro_batches == 0) {  // the first micro-batch of dp rank j / m
+      logits = &out.first_logits[static_cast<size_t>(j / plan.micro_batches)];
+      logits->resize(static_cast<size_t>(c.tokens() * c.vocab));
+    }
+    out.loss += ref.forward(tok.data(), tgt.data(), logits ? logits->data() : nullptr);
     ref.backward(scale);
   }
   out.loss /= mb;
@@ -110,6 +119,48 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
   ref.update(env.adam, 1);
   out.params = ref.download_params();
   return out;
+}
+
+// The logits of this rank's first micro-batch before the step (its vocabulary columns
+// [first, first + valid) under tensor parallel). ZeRO's strategies prepare their gathers per
+// step, so with --zero no extra forward is run and no logits are compared; nor with pipeline
+// parallel, where no rank holds the whole forward (the loss and every gradient are compared).
+struct Logits {
+  int dp_rank = 0, first = 0, valid = 0;
+  std::vector<float> values;  // tokens x valid
+};
+
+Logits first_logits(StepEnv<float>& env) {
+  Logits l;
+  if (env.plan.zero > 0 || env.pipe) return l;
+  Gpt<float>& m = env.model;
+  const GptConfig& c = m.config();
+  const TpDims& d = m.tp_dims();
+  std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
+  synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, 0, first_sample(env.plan, env.dp_rank, 0), c.micro_batch,
+                  c.seq, c.vocab);
+  std::vector<float> all(static_cast<size_t>(c.tokens()) * d.vocab);
+  m.forward(tok.data(), tgt.data(), all.data());
+  l.dp_rank = env.dp_rank;
+  l.first = d.vocab_first;
+  l.valid = d.vocab_valid;
+  for (int64_t i = 0; i < c.tokens(); ++i)
+    l.values.insert(l.values.end(), all.begin() + i * d.vocab, all.begin() + i * d.vocab + d.vocab_valid);
+  return l;
+}
+
+void send_logits(const Logits& l, MPI_Comm world) {
+  int head[4] = {l.dp_rank, l.first, l.valid, static_cast<int>(l.values.size())};
+  MB_CHECK_MPI(MPI_Send(head, 4, MPI_INT, 0, 900, world), "world");
+  MB_CHECK_MPI(MPI_Send(l.values.data(), head[3], MPI_FLOAT, 0, 904, world), "world");
+}
+
+Logits recv_logits(int from, MPI_Comm world) {
+  int head[4];
+  MB_CHECK_MPI(MPI_Recv(head, 4, MPI_INT, from, 900, world, MPI_STATUS_IGNORE), "world");
+  Logits l{head[0], head[1], head[2], std::vector<float>(static_cast<size_t>(head[3]))};
+  MB_CHECK_MPI(MPI_Recv(l.values.data(), head[3], MPI_FLOAT, from, 904, world, MPI_STATUS_IGNORE), "world");
+  return l;
 }
 
 // Every rank learns the verdict (and the rows, for its exit code and output).
@@ -154,6 +205,18 @@ std::vector<CheckRow> check_against_fp64(Gpt<float>& m32, const int32_t* tok, co
   std::vector<CheckRow> rows;
   rows.push_back(compare("loss", &loss32, &loss64, 1, kFp64Tolerance));
   rows.push_back(compare("logits", logits32.data(), logits64.data(), NV, kFp64Tolerance));
+  // MoE: float32 routed as float64 did (counts and kept rows per expert, exactly), so a
+  // near tie that flipped a choice is named instead of showing up as a gradient error.
+  auto counts = [](const MoeRouting& r) {
+    std::vector<double> v(r.routed.begin(), r.routed.end());
+    v.insert(v.end(), r.offsets.begin(), r.offsets.end());
+    return v;
+  };
+  for (int l = 0; l < c.layers; ++l)
+    if (c.is_moe(l)) {
+      const std::vector<double> a = counts(m32.moe().routing(l)), b = counts(m64.moe().routing(l));
+      rows.push_back(compare(fmt::format("moe routing h.{}", l), a.data(), b.data(), int64_t(a.size()), 0.0));
+    }
   rows.push_back(compare("grads", g32.data(), m64.grads(), P, kFp64Tolerance));
   for (const auto& e : m32.layout().entries())
     rows.push_back(compare("grad:" + e.name, g32.data() + e.offset, m64.grads() + e.offset, e.numel,
@@ -179,6 +242,7 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
                               [](const Action& a) { return a.kind == ActionKind::kOptimizer; }),
                before.end());
   opt.push_back({ActionKind::kOptimizer, 0, 0});
+  const Logits mine_logits = first_logits(env);
   double loss = run_step(env, before, 0, 0, 1, true);
   // Every rank's gradients after the reduction (ZeRO: gathered from the shards), then its
   // parameters after the optimizer, both in the full layout.
@@ -198,6 +262,16 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
     std::map<std::string, CheckRow> worst;
     std::vector<std::string> order;
     merge_worst(worst, order, compare("loss", &loss, &ref.loss, 1, kParallelTolerance));
+    for (int r = 0; r < size; ++r) {
+      const Logits l = r == 0 ? mine_logits : recv_logits(r, world);
+      if (l.values.empty()) continue;
+      const GptConfig& c = model.config();
+      std::vector<float> want;
+      const std::vector<float>& whole = ref.first_logits.at(static_cast<size_t>(l.dp_rank));
+      for (int64_t i = 0; i < c.tokens(); ++i)
+        want.insert(want.end(), whole.begin() + i * c.vocab + l.first, whole.begin() + i * c.vocab + l.first + l.valid);
+      merge_worst(worst, order, compare("logits", l.values.data(), want.data(), int64_t(want.size()), kParallelTolerance));
+    }
     std::vector<uint8_t> covered(static_cast<size_t>(Pf), 0);
     std::vector<float> xa, xr, all_a, all_r, pa, pr;
     InFull other;
@@ -239,6 +313,7 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
     rows.push_back({"coverage", double(missing), double(missing) / double(total), 0.0, missing == 0});
     for (const auto& q : order) rows.push_back(worst.at(q));
   } else {
+    send_logits(mine_logits, world);
     MB_CHECK_MPI(MPI_Send(mine.grads.data(), Pf, MPI_FLOAT, 0, 901, world), "world");
     MB_CHECK_MPI(MPI_Send(mine.params.data(), Pf, MPI_FLOAT, 0, 902, world), "world");
     MB_CHECK_MPI(MPI_Send(mine.owned.data(), Pf, MPI_UINT8_T, 0, 903, world), "world");

@@ -24,6 +24,7 @@ struct ModelFlags {
   std::string preset = "tiny";
   GptConfig m;
   CLI::Option *model, *layers, *hidden, *heads, *kv, *ffn, *seq, *maxseq, *vocab, *mb, *tied;
+  CLI::Option *experts, *top_k, *moe_every, *capacity, *aux;  // MoE (issue 13)
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
@@ -41,6 +42,12 @@ void add_model_flags(CLI::App& app, ModelFlags& f) {
   f.vocab = mb::core::with_env(app.add_option("--vocab", f.m.vocab, "vocabulary V"));
   f.mb = mb::core::with_env(app.add_option("--micro-batch", f.m.micro_batch, "samples per micro-batch on one rank (b)"));
   f.tied = mb::core::with_env(app.add_option("--tied", f.m.tied, "LM head tied to the token embedding (true|false)"));
+  f.experts = mb::core::with_env(app.add_option("--experts", f.m.experts, "MoE: experts E per MoE block, each an MLP of width --ffn (0: dense)"));
+  f.top_k = mb::core::with_env(app.add_option("--top-k", f.m.top_k, "MoE: experts per token k <= E (gates renormalised over the k)"));
+  f.moe_every = mb::core::with_env(app.add_option("--moe-every", f.m.moe_every, "MoE: blocks 0, N, 2N, ... are MoE"));
+  f.capacity = mb::core::with_env(app.add_option("--capacity-factor", f.m.capacity_factor,
+                                  "MoE: each expert keeps its first ceil(F*tokens*k/E) assignments in token order, drops the rest (0: dropless)"));
+  f.aux = mb::core::with_env(app.add_option("--aux-loss-coef", f.m.aux_loss_coef, "MoE: weight of the Switch/GShard load-balancing loss (added to the loss)"));
 }
 
 void add_run_flags(CLI::App& app, Options& o) {
@@ -73,7 +80,7 @@ void add_run_flags(CLI::App& app, Options& o) {
 }
 
 void add_parallel_flags(CLI::App& app, Options& o) {
-  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 (tp, cp, ep, pp come with their strategies; dp defaults to the world size)"));
+  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 or tp=2,dp=2 (cp, ep, pp come with their strategies; dp defaults to the rest of the world size)"));
   mb::core::with_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
   mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
   mb::core::with_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
@@ -81,7 +88,11 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   mb::core::with_env(app.add_option("--micro-batches", o.micro_batches, "m: micro-batches per step, gradients accumulated; global batch b x m x dp"));
   mb::core::with_env(app.add_option("--grad-reduce", o.grad_reduce, "avg (gradient of the global mean loss) or sum (of the replicas' mean losses)")
           ->check(CLI::IsMember({"avg", "sum"})));
-  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward (the ablation of overlap)"));
+  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward, and post tensor parallel's input-gradient collectives only after the weight-gradient GEMM (the ablation of overlap)"));
+  mb::core::with_env(app.add_flag("--sp", o.sp, "sequence parallel: norms and residual on sequence shards, "
+                                  "all-gather/reduce-scatter instead of all-reduce (needs tp >= 2)"));
+  mb::core::with_env(app.add_option("--sp-regather", o.sp_regather, "with --sp: re-gather each column-parallel "
+                                    "input in the backward (true, Megatron's memory saving) or keep it (false)"));
   mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradient elements, 16 Ki to 40 M"));
   mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
           ->check(CLI::IsMember({"poll", "thread"})));
@@ -119,6 +130,13 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (f.vocab->count()) c.vocab = f.m.vocab;
   if (f.mb->count()) c.micro_batch = f.m.micro_batch;
   if (f.tied->count()) c.tied = f.m.tied;
+  if (f.experts->count()) c.experts = f.m.experts;
+  if (f.top_k->count()) c.top_k = f.m.top_k;
+  if (f.moe_every->count()) c.moe_every = f.m.moe_every;
+  if (f.capacity->count()) c.capacity_factor = f.m.capacity_factor;
+  if (f.aux->count()) c.aux_loss_coef = f.m.aux_loss_coef;
+  if (c.experts == 0 && (f.top_k->count() || f.moe_every->count() || f.capacity->count() || f.aux->count()))
+    throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
   validate(c);
   return c;
 }
@@ -203,6 +221,8 @@ Plan make_plan(const Options& o, int world) {
   p.zero = o.zero;
   p.prefetch = o.prefetch;
   p.keep_params = o.keep_params;
+  p.sp = o.sp;
+  p.sp_regather = o.sp_regather;
   p.schedule = parse_pipe_schedule(o.schedule);
   p.vpp = o.vpp;
   p.vpp_group = o.vpp_group;
@@ -215,8 +235,8 @@ Plan make_plan(const Options& o, int world) {
   if (!o.export_dir.empty() && world > 1)
     throw UsageError(fmt::format("--export: exports the single-rank step; run it on one rank (world size {})", world));
   if (o.inject_fault >= 0 && p.degrees.dp * p.degrees.cp == 1 && o.zero == 0)
-    throw UsageError(world == 1 ? "--inject-fault: corrupts a gradient before its reduction; a plain one-rank step has none"
-                                : "--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none (dp x cp = 1)");
+    throw UsageError("--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none "
+                     "(needs dp x cp > 1 or --zero)");
   if (o.inject_fault >= world)
     throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
   return p;

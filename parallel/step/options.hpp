@@ -31,6 +31,7 @@ struct Options {
   int micro_batches = 1;
   std::string grad_reduce = "avg", progress = "poll", trace_file;
   bool no_overlap = false;
+  bool sp = false, sp_regather = true;
   double bucket_mb = 0;
   int zero = 0, prefetch = 1;
   bool keep_params = false;

@@ -39,11 +39,11 @@ void resolve_and_validate(Plan& p, int world) {
     const char* what;
   };
   const comm::MeshSpec& m = p.mesh;
-  for (const Later& l : {Later{m.tp, "tp", "tensor parallel"}, Later{m.cp, "cp", "context parallel"},
-                         Later{m.ep, "ep", "expert parallel"}, Later{m.etp, "etp", "expert tensor parallel"}})
+  for (const Later& l : {Later{m.cp, "cp", "context parallel"}, Later{m.ep, "ep", "expert parallel"},
+                         Later{m.etp, "etp", "expert tensor parallel"}})
     if (l.degree > 1)
-      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data and pipeline "
-                                   "parallel only: --mesh dp=N,pp=P)",
+      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data, tensor and "
+                                   "pipeline parallel: --mesh dp=N,tp=T,pp=P)",
                                    l.key, l.degree, l.what));
   // The degrees must multiply to the world size (RankGrid names the rule it breaks).
   try {
@@ -51,10 +51,30 @@ void resolve_and_validate(Plan& p, int world) {
   } catch (const UsageError& e) {
     throw UsageError(fmt::format("--mesh {} --order {}: {}", p.mesh_text.empty() ? "(default)" : p.mesh_text, p.order, e.what()));
   }
-  const comm::Degrees& d = p.degrees;
-  if (d.dp * d.cp * d.pp != world)  // unreachable while only dp and pp run; kept for when cp lands
-    throw UsageError(fmt::format("--mesh: dp x cp x pp = {} must equal the world size {}", d.dp * d.cp * d.pp, world));
+  validate_tensor_parallel(p);
   validate_pipeline(p);
+}
+
+void validate_tensor_parallel(const Plan& p) {
+  const int t = p.degrees.tp;
+  const GptConfig& c = p.model;
+  if (p.sp && t < 2) throw UsageError("--sp: sequence parallel splits the tensor-parallel group; needs --mesh tp=T with T >= 2");
+  if (!p.sp_regather && !p.sp) throw UsageError("--sp-regather false: applies to sequence parallel only (add --sp)");
+  if (t < 2) return;
+  auto rule = [&](int v, const char* opt, const char* why) {
+    if (v % t != 0)
+      throw UsageError(fmt::format("--mesh tp={}: {} {} must be divisible by tp ({})", t, opt, v, why));
+  };
+  rule(c.heads, "--heads", "each rank holds whole query heads");
+  rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
+  rule(c.ffn, "--ffn", "the MLP width is split over the group");
+  if (p.sp) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
+  if (c.experts > 0)
+    throw UsageError(fmt::format("--experts {} with --mesh tp={}: the MoE layer does not split its experts over "
+                                 "tensor parallel in this build (expert parallel: issue 13)", c.experts, t));
+  if (p.zero > 0)
+    throw UsageError(fmt::format("--zero {} with --mesh tp={}: ZeRO with tensor parallel is not available in this "
+                                 "build (data parallel with tensor parallel is)", p.zero, t));
 }
 
 namespace {
@@ -65,6 +85,12 @@ void validate_pipeline(const Plan& p) {
   if (P > 1 && p.zero > 0)
     throw UsageError(fmt::format("--zero {} with --mesh pp={}: ZeRO shards whole-model units; it does not run "
                                  "with pipeline parallel in this build", p.zero, P));
+  if (P > 1 && p.sp)
+    throw UsageError(fmt::format("--sp with --mesh pp={}: sequence-parallel shards are not sent between stages in "
+                                 "this build (tensor parallel without --sp composes with pp)", P));
+  if (P > 1 && p.model.experts > 0)
+    throw UsageError(fmt::format("--experts {} with --mesh pp={}: the MoE layer's auxiliary loss is not carried "
+                                 "between stages in this build", p.model.experts, P));
   if (p.layers_per_stage.empty()) {
     if (L % (P * V) != 0)
       throw UsageError(fmt::format("--layers {} is not divisible by pp x vpp = {} x {}: give --layers-per-stage "
@@ -112,7 +138,8 @@ std::vector<std::pair<int, int>> stage_chunks(const Plan& p, int pp_rank) {
 int64_t largest_unit_elements(const GptConfig& c) {
   const int64_t C = c.hidden, F = c.ffn, V = c.vocab, QKV = c.qkv_width();
   const int64_t embed = V * C + int64_t{c.max_seq} * C;
-  const int64_t block = 4 * C + QKV * C + QKV + C * C + C + F * C + F + C * F + C;
+  const int64_t mlp = F * C + F + C * F + C;  // a MoE block: E of them and the router instead
+  const int64_t block = 4 * C + QKV * C + QKV + C * C + C + (c.experts > 0 ? c.experts * (C + mlp) : mlp);
   const int64_t head = 2 * C + V + (c.tied ? 0 : V * C);
   return std::max({embed, block, head});
 }
@@ -134,10 +161,13 @@ std::string describe(const Plan& p) {
   if (p.degrees.pp > 1)
     pipe = fmt::format(", pipeline {} schedule, {} chunk{} per rank", name(p.schedule), p.vpp, p.vpp > 1 ? "s" : "");
   return fmt::format("{} (order {}), zero {}, micro-batches {}, global batch {} x {} tokens, grad-reduce {}, "
-                     "overlap {}, progress {}{}",
+                     "overlap {}, progress {}{}{}",
                      comm::format_degrees(p.degrees), p.order, p.zero, p.micro_batches, p.global_batch(),
                      p.model.seq, p.grad_reduce == GradReduce::kAvg ? "avg" : "sum",
-                     p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread", pipe);
+                     p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread",
+                     p.degrees.tp > 1 ? (p.sp ? fmt::format(", sequence parallel (re-gather {})", p.sp_regather ? "on" : "off")
+                                             : std::string(", tensor parallel all-reduce")) : std::string(),
+                     pipe);
 }
 
 }  // namespace meshbench::parallel

@@ -33,6 +33,8 @@ struct Plan {
   int zero = 0;              // ZeRO stage 0 (plain data parallel) .. 3
   int prefetch = 1;          // ZeRO-3: units gathered ahead of the one in use
   bool keep_params = false;  // ZeRO-3: keep gathered units across micro-batches
+  bool sp = false;           // tensor parallel: sequence parallel (--sp)
+  bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward
   // Pipeline parallel (--mesh pp=P): the schedule, V model chunks per rank (interleaved), the
   // interleaved micro-batch group G (0: P), and the layers of each virtual stage (P x V
   // entries, virtual stage c x P + r is chunk c of pipeline rank r; empty: an even split).
@@ -46,6 +48,9 @@ struct Plan {
   }
   int64_t global_tokens() const { return global_batch() * model.seq; }
 };
+
+// The tensor-parallel rules (heads, kv heads and ffn divisible by tp; seq too with --sp).
+void validate_tensor_parallel(const Plan& plan);
 
 // The largest unit of the model (embeddings, a block, or the head) in elements, without
 // padding: ZeRO reduces and gathers whole units.

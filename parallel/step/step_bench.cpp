@@ -1,9 +1,10 @@
 // step_bench: transformer training steps (GPT forward, backward, AdamW) on one rank or many.
 // Options -> Plan (plan.hpp) -> groups (comm/) -> sharded model (engine/) -> schedule and
 // executor (schedule/) -> trace -> metrics -> reports (HDF5, console, JSON lines, Perfetto).
-// Data parallel is the strategy of this version: every rank holds the whole model, runs its
-// share of the global batch, and all-reduces the gradients in buckets that overlap the
-// backward (strategies/data_parallel.hpp). --check compares the step with a reference: a
+// Strategies: data parallel (every rank runs its share of the global batch and all-reduces
+// the gradients in buckets that overlap the backward, strategies/data_parallel.hpp), ZeRO-1/2/3
+// (zero.hpp) and tensor parallel with sequence parallel (tensor_parallel.hpp; the linears in
+// engine/tp_layers.hpp), composed through the mesh order. --check compares the step with a reference: a
 // float64 run at one rank, the single-rank float32 reference on rank 0 at several.
 // Not here: the layers (engine/), the metrics' definitions (metrics.hpp), HDF5 (step_h5).
 #include <mpi.h>
@@ -49,6 +50,8 @@
 #include "results/output_path.hpp"
 #include "data_parallel.hpp"
 #include "zero.hpp"
+#include "comm_group.hpp"
+#include "tensor_parallel.hpp"
 #include "executor.hpp"
 #include "metrics.hpp"
 #include "perfetto.hpp"
@@ -133,11 +136,13 @@ std::string human_bytes(double b) {
 
 // Everything a rank runs the step with: groups, the dp communicator, the model, the strategy.
 struct Setup {
+  const Plan* plan = nullptr;
   mb::core::OpWatch* watch = nullptr;  // --op-timeout: every call of the step is watched
   std::unique_ptr<mb::comm::RankGrid> grid;
   std::unique_ptr<mb::comm::MeshComms> comms;
   Trace trace;
-  std::unique_ptr<RecordingComm> dp_comm;
+  std::unique_ptr<RecordingComm> dp_comm, tp_comm;
+  std::unique_ptr<CommGroup<float>> tp;     // tensor parallel (tp > 1)
   std::unique_ptr<RecordingComm> pp_comm, embedding_comm;  // pipeline parallel
   std::optional<PipeEnv> pipe;
   std::unique_ptr<Gpt<float>> model;
@@ -148,13 +153,13 @@ struct Setup {
   std::vector<Action> actions;
 };
 
-// This rank's recording communicator of `kind` under dimension `dim`; null where the rank is
-// in no such group (middle stages for the embedding group). Collective over the world.
-std::unique_ptr<RecordingComm> recording_comm(Setup& st, const Options& o, mb::comm::GroupKind kind, const char* dim,
-                                              int rank, int device) {
+// A recording communicator over this rank's group of `kind` (MPI or NCCL, watched when --op-timeout);
+// null where the rank is in no such group (middle stages for the embedding group).
+std::unique_ptr<RecordingComm> group_comm(Setup& st, const Options& o, mb::comm::GroupKind kind, const char* dim,
+                                          int rank, int device) {
+  const auto mem = st.grid->membership(kind, rank);
   MPI_Comm c = st.comms->get(kind);
   if (c == MPI_COMM_NULL) return nullptr;
-  const auto mem = st.grid->membership(kind, rank);
   std::unique_ptr<mb::comm::Communicator> inner =
       o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, dim, device) : mb::comm::make_mpi_communicator(c, dim);
   if (st.watch) inner = mb::comm::make_watched(std::move(inner), *st.watch);
@@ -162,20 +167,32 @@ std::unique_ptr<RecordingComm> recording_comm(Setup& st, const Options& o, mb::c
 }
 
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
+  st.plan = &plan;
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
   const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
-  GptOptions gopt = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
+  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
   const auto pmem = st.grid->membership(mb::comm::GroupKind::kPp, rank);
   const int pp_rank = pmem ? pmem->index : 0;
   if (P > 1)  // this rank's stage: its chunks' layers, the embeddings first, the head last
-    gopt.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == P - 1, plan.micro_batches};
-  st.model = std::make_unique<Gpt<float>>(plan.model, be, gopt);
-  st.model->init_weights(o.seed);  // every rank: the full canonical weights (ZeRO-3: its shard)
+    mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == P - 1, plan.micro_batches};
+  if (plan.degrees.tp > 1) {
+    const auto tpm = st.grid->membership(mb::comm::GroupKind::kTp, rank);
+    mo.tp.size = plan.degrees.tp;
+    mo.tp.rank = tpm ? tpm->index : 0;
+    mo.tp.mode = TpMode{plan.sp, plan.sp_regather, plan.overlap};
+  }
+  st.model = std::make_unique<Gpt<float>>(plan.model, be, mo);
+  st.model->init_weights(o.seed);  // every rank: its slice of the full canonical weights (ZeRO-3: its shard)
+  if (plan.degrees.tp > 1) {
+    st.tp_comm = group_comm(st, o, mb::comm::GroupKind::kTp, "tp", rank, device);
+    st.tp = std::make_unique<CommGroup<float>>(*st.tp_comm, be, &st.trace.tags);
+    st.model->set_tp_comm(st.tp.get());
+  }
   const auto mem = st.grid->membership(mb::comm::GroupKind::kDpCp, rank);
   st.dp_rank = mem ? mem->index : 0;
   if (d > 1 || plan.zero > 0) {
-    st.dp_comm = recording_comm(st, o, mb::comm::GroupKind::kDpCp, "dp", rank, device);
+    st.dp_comm = group_comm(st, o, mb::comm::GroupKind::kDpCp, "dp", rank, device);
     if (plan.zero > 0) {
       auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
       st.zero = z.get();
@@ -189,9 +206,9 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   }
   st.actions = accumulation_schedule(plan.micro_batches);
   if (P > 1) {
-    st.pp_comm = recording_comm(st, o, mb::comm::GroupKind::kPp, "pp", rank, device);
+    st.pp_comm = group_comm(st, o, mb::comm::GroupKind::kPp, "pp", rank, device);
     // The tied embedding's two copies (first and last stage) sum their gradients.
-    if (plan.model.tied) st.embedding_comm = recording_comm(st, o, mb::comm::GroupKind::kEmbedding, "embedding", rank, device);
+    if (plan.model.tied) st.embedding_comm = group_comm(st, o, mb::comm::GroupKind::kEmbedding, "embedding", rank, device);
     st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), P, pp_rank, plan.vpp};
     st.actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
   }
@@ -207,9 +224,28 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
     for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group(dim, static_cast<int>(i), groups[i], topo));
   };
   if (st.sync) add(mb::comm::GroupKind::kDpCp, "dp");
+  if (st.tp) add(mb::comm::GroupKind::kTp, "tp");
   if (st.pipe) add(mb::comm::GroupKind::kPp, "pp");
   if (st.pipe && st.model->config().tied) add(mb::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
   return g;
+}
+
+// Megatron's activation memory per layer per micro-batch (FORMULAS.md; 16-bit activations
+// with dropout masks, bytes): sbh(34 + 5as/h) without TP, sbh(10 + 24/t + 5as/(ht)) with TP,
+// sbh(34 + 5as/h)/t with TP + SP. Printed beside this engine's measured fp32 activations.
+double megatron_activation_bytes_per_layer(const Plan& plan) {
+  const GptConfig& c = plan.model;
+  const double s = c.seq, b = c.micro_batch, h = c.hidden, a = c.heads, t = plan.degrees.tp;
+  if (t <= 1) return s * b * h * (34 + 5 * a * s / h);
+  if (plan.sp) return s * b * h * (34 + 5 * a * s / h) / t;
+  return s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+}
+
+std::string strategy_name(const Plan& plan) {
+  const auto& d = plan.degrees;
+  std::string s = plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "");
+  if (d.tp > 1) s += std::string(s.empty() ? "" : "+") + (plan.sp ? "tensor_parallel_sp" : "tensor_parallel");
+  return s.empty() ? "single" : s;
 }
 
 std::string memory_formula(int zero) {
@@ -232,11 +268,18 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"preset", o.preset}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
       {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"seq", c.seq}, {"max_seq", c.max_seq},
       {"vocab", c.vocab}, {"micro_batch", c.micro_batch}, {"tied", c.tied},
+      {"experts", c.experts}, {"top_k", c.top_k}, {"moe_every", c.moe_every},
+      {"capacity_factor", c.capacity_factor}, {"moe_capacity", moe_capacity(c)}, {"aux_loss_coef", c.aux_loss_coef},
       {"parameters", model.num_params()}, {"grad_elements", model.layout().total()}, {"device", o.device}, {"dtype", o.dtype},
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
-      {"strategy", plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "single")},
+      {"strategy", strategy_name(plan)},
+      {"megatron_activation_bytes", megatron_activation_bytes_per_layer(plan) * c.layers},
+      {"megatron_activation_formula", plan.degrees.tp <= 1 ? "L sbh(34 + 5as/h)"
+                                      : (plan.sp ? "L sbh(34 + 5as/h)/t" : "L sbh(10 + 24/t + 5as/(ht))")}, {"sequence_parallel", plan.sp}, {"sp_regather", plan.sp_regather},
+      {"vocab_padded", int64_t{model.tp_dims().vocab} * d.tp},
+      {"vocab_padding_rule", "tensor parallel pads the vocabulary to a multiple of tp; padded rows are zero, masked out of the loss and dropped by --check"},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
       {"order", plan.order}, {"schedule", d.pp > 1 ? name(plan.schedule) : "accumulate"},
       {"vpp", plan.vpp}, {"vpp_group", plan.vpp_group > 0 ? plan.vpp_group : d.pp},
@@ -272,7 +315,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions) {
   const GptConfig& c = plan.model;
   const MemoryTracker& t = model.memory();
-  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4);
+  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp());
   auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
   double ap = double(ma.params), ag = double(ma.grads), ao = double(ma.optimizer);
   if (plan.zero > 0) {
@@ -300,12 +343,19 @@ std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, co
           {"process_peak_rss", peak_rss_bytes(), NAN}};
 }
 
-void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, int ranks) {
+void print_memory(const mb::core::Log& out, const std::vector<MemoryRow>& mem, const Plan& plan) {
   out.out("  memory, peak per category (rank 0)  measured     analytic\n");
-  (void)ranks;
   for (const auto& r : mem)
     out.out("    {:<16} {:>12} {:>12}\n", r.category, human_bytes(r.measured_bytes),
             std::isnan(r.analytic_bytes) ? std::string("-") : human_bytes(r.analytic_bytes));
+  const double meg = megatron_activation_bytes_per_layer(plan) * plan.model.layers;
+  for (const auto& r : mem)
+    if (r.category == "activations")
+      out.out("    activations beside Megatron's {} x L = {} (16-bit with dropout masks; this engine keeps fp32, no "
+              "dropout): measured/Megatron {:.2f}\n",
+              plan.degrees.tp <= 1 ? "sbh(34 + 5as/h)"
+                                   : (plan.sp ? "sbh(34 + 5as/h)/t" : "sbh(10 + 24/t + 5as/(ht))"),
+              human_bytes(meg), r.measured_bytes / meg);
 }
 
 // --check before timing; returns "pass", "fail" or "off" and the rows.
@@ -336,6 +386,27 @@ std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, int worl
   return all_pass(rows) ? "pass" : "fail";
 }
 
+// MoE (issue 13): the timed steps' assignments and capacity drops, summed over the ranks
+// (the busiest expert: the maximum), to the console and the HDF5 step attributes.
+void report_moe(const GptConfig& c, const MoeTotals& mine, StepH5* h5, const mb::core::Log& out) {
+  if (c.experts == 0) return;
+  MoeTotals t;
+  int64_t sums[2] = {mine.routed, mine.dropped}, all[2] = {0, 0};
+  MPI_Allreduce(sums, all, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine.worst_expert, &t.worst_expert, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  t.routed = all[0];
+  t.dropped = all[1];
+  const double frac = t.routed > 0 ? double(t.dropped) / double(t.routed) : 0.0;
+  out.out("  moe: {} MoE blocks x {} experts, top-{}, capacity {}: {} assignments over the timed steps, "
+          "{} dropped ({:.2f}%), busiest expert {} rows in one block\n",
+          c.moe_blocks(), c.experts, c.top_k,
+          moe_capacity(c) > 0 ? fmt::format("{} rows/expert", moe_capacity(c)) : std::string("dropless"),
+          t.routed, t.dropped, 100 * frac, t.worst_expert);
+  if (h5)
+    h5->write_step_attrs({{"moe_assignments", double(t.routed)}, {"moe_dropped", double(t.dropped)},
+                          {"moe_drop_fraction", frac}, {"moe_worst_expert_rows", double(t.worst_expert)}});
+}
+
 // The timed loop: warm-up, then steps; every rank starts each step after a barrier.
 // Returns false when --time-limit stopped it.
 bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, std::vector<double>& losses,
@@ -358,6 +429,7 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
     if (s == o.warmup) {  // the op profile and the memory peaks cover the timed steps only
       st.model->reset_profile();
       st.model->memory().reset_peaks();
+      st.model->moe().reset_totals();
     }
     st.trace.on = timed;
     {
@@ -481,10 +553,15 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   rec.loss = losses;
   std::vector<AnalyticBytes> analytic;  // this rank's, from the plan; summed over ranks below
   if (st.sync) analytic = st.sync->analytic();
+  int layers = 0;  // this rank's blocks (a pipeline stage holds some)
+  for (int k = 0; k < st.model->num_chunks(); ++k) layers += st.model->chunk_layers(k).second - st.model->chunk_layers(k).first;
+  for (const AnalyticBytes& a : tp_analytic(plan, 4, layers, st.model->first_stage(), st.model->last_stage()))
+    analytic.push_back(a);
   if (st.pipe) {
     const GptConfig& c = plan.model;
+    const int t = plan.degrees.tp;
     const uint64_t msg = uint64_t(c.micro_batch) * uint64_t(c.seq) * uint64_t(c.hidden) * sizeof(float);
-    const uint64_t wte = uint64_t(c.vocab) * uint64_t(c.hidden) * sizeof(float);
+    const uint64_t wte = uint64_t((c.vocab + t - 1) / t) * uint64_t(c.hidden) * sizeof(float);  // this rank's rows
     for (const AnalyticBytes& a : pipeline_analytic(*st.pipe, plan.micro_batches, msg, wte)) analytic.push_back(a);
   }
   rec.analytic = sum_over_ranks(analytic, world, MPI_COMM_WORLD);
@@ -568,7 +645,7 @@ struct Outcome {
 void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, const mb::comm::ClockOffset& clock,
             double t_origin, const mb::comm::Topology& topo, const mb::core::Log& out, int rank) {
   if (r.rec.steps > 0) print_step_report(out, r.rec, r.sum);
-  print_memory(out, r.mem, r.rec.ranks);
+  print_memory(out, r.mem, *st.plan);
   std::vector<std::pair<std::string, double>> ops;
   if (o.profile) ops = print_profile(out, *st.model, r.rec.steps, r.sum.step_time_median);
   std::vector<EventRow> events;
@@ -693,6 +770,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   }
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan, st.actions);
+  report_moe(o.model, st.model->moe().totals(), h5.get(), out);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
   if (watched) watch.stop();
   if (!r.finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got

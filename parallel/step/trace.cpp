@@ -13,7 +13,8 @@ double wire_bytes(Collective c, uint64_t payload, int n) {
     case Collective::kAllReduce: return 2 * f * S;
     case Collective::kAllGather:
     case Collective::kReduceScatter:
-    case Collective::kAllToAll: return f * S;
+    case Collective::kAllToAll:
+    case Collective::kAllToAllV: return f * S;
     case Collective::kBroadcast:
     case Collective::kSendRecv: return n > 1 ? S : 0.0;
   }
@@ -61,13 +62,14 @@ RecordingComm::RecordingComm(std::unique_ptr<comm::Communicator> inner, Trace& t
       group_id_(group_id) {}
 
 template <typename F>
-void RecordingComm::blocking(Collective c, uint64_t bytes, F&& call) {
+void RecordingComm::blocking(Collective c, uint64_t bytes, F&& call, double wire) {
   const double t0 = core::now_seconds();
   call();
   const double t1 = core::now_seconds();
   if (!trace_.on) return;
   const int n = inner_->size();
-  trace_.comms.push_back({trace_.tags, dim_, c, group_id_, n, bytes, wire_bytes(c, bytes, n), t0, t0, t1, true});
+  trace_.comms.push_back({trace_.tags, dim_, c, group_id_, n, bytes, wire < 0 ? wire_bytes(c, bytes, n) : wire, t0, t0,
+                          t1, true});
 }
 
 std::unique_ptr<comm::Request> RecordingComm::posted(Collective c, uint64_t bytes,
@@ -94,6 +96,11 @@ void RecordingComm::reduce_scatter(View s, View r, comm::RedOp op) {
 }
 void RecordingComm::all_to_all(View s, View r) {
   blocking(Collective::kAllToAll, s.bytes(), [&] { inner_->all_to_all(s, r); });
+}
+void RecordingComm::all_to_allv(View s, const comm::PeerBlocks& sb, View r, const comm::PeerBlocks& rb) {
+  const std::size_t elt = comm::size_of(s.dtype);
+  blocking(Collective::kAllToAllV, sb.total() * elt, [&] { inner_->all_to_allv(s, sb, r, rb); },
+           static_cast<double>(comm::sent_to_peers(sb, inner_->rank()) * elt));
 }
 void RecordingComm::broadcast(View s, View r, int root) {
   blocking(Collective::kBroadcast, r.bytes(), [&] { inner_->broadcast(s, r, root); });

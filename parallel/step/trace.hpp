@@ -79,7 +79,8 @@ struct Trace {
 
 // Per-rank bytes of one call with the bandwidth-optimal algorithm (FORMULAS.md): all-reduce
 // 2(n-1)/n S, all-gather and reduce-scatter (n-1)/n S (S the full buffer), all-to-all
-// (n-1)/n S, broadcast and send/recv S.
+// (n-1)/n S, broadcast and send/recv S; all-to-all-v: (n-1)/n S for equal blocks (RecordingComm
+// records the exact bytes of each call).
 double wire_bytes(comm::Collective c, uint64_t payload, int n);
 
 // Records every call of `inner` into `trace` under dimension `dim` and group `group_id`.
@@ -114,13 +115,17 @@ class RecordingComm final : public comm::Communicator {
   std::unique_ptr<comm::Request> isend(comm::View s, int to, int tag) override;
   std::unique_ptr<comm::Request> irecv(comm::View r, int from, int tag) override;
   void order_after(void* producer) override { inner_->order_after(producer); }
+  // Recorded with bytes = everything this rank's blocks hold (its own included) and
+  // wire_bytes = the bytes it actually sends to other ranks.
+  void all_to_allv(comm::View s, const comm::PeerBlocks& sb, comm::View r, const comm::PeerBlocks& rb) override;
   void barrier() override { inner_->barrier(); }
   void synchronize() override { inner_->synchronize(); }
   std::unique_ptr<comm::Timer> make_timer(int marks) override { return inner_->make_timer(marks); }
 
  private:
+  // `wire` < 0: wire_bytes(c, bytes, n).
   template <typename F>
-  void blocking(comm::Collective c, uint64_t bytes, F&& call);
+  void blocking(comm::Collective c, uint64_t bytes, F&& call, double wire = -1);
   std::unique_ptr<comm::Request> posted(comm::Collective c, uint64_t bytes,
                                         std::unique_ptr<comm::Request> inner, double t_post, char p2p = 0,
                                         int peer = -1, int tag = -1);

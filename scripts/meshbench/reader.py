@@ -222,6 +222,12 @@ def read_steps(path):
                 r[k] = np.asarray(step[k][()], dtype=float) if k in step else np.zeros((0,))
             for k in ("comm", "memory", "check", "pipeline", "activation_slots", "passes"):
                 r[k] = table(step[k]) if k in step else []
+            # Node span of each mesh dimension's groups (topology/groups; issue 3).
+            r["spans"] = {}
+            tg = run.get("topology/groups")
+            if tg is not None:
+                for g in tg[()]:
+                    r["spans"].setdefault(text(g["dim"]), set()).add(text(g["span"]))
             out.append(r)
     return out
 
@@ -276,6 +282,15 @@ def step_table(runs):
             per[key] = max(per.get(key, 0), int(c["bytes"]))
         for key in sorted(per):
             r[key] = per[key] / steps if steps else math.nan
+        # exposed.<dim>: exposed communication time per rank and step (s), the mean over ranks.
+        exposed = {}
+        for c in run["comm"]:
+            exposed[c["dim"]] = exposed.get(c["dim"], 0.0) + float(c["exposed_s"])
+        for dim in sorted(exposed):
+            r[f"exposed.{dim}"] = exposed[dim] / (steps * (r["ranks"] or 1)) if steps else math.nan
+        for dim, spans in sorted(run.get("spans", {}).items()):
+            r[f"span.{dim}"] = next(iter(spans)) if len(spans) == 1 else "mixed"
+        r["sequence_parallel"] = bool(a.get("sequence_parallel", False))
         for m in run["memory"]:
             if int(m["rank"]) == 0:
                 r[f"mem.{m['category']}"] = float(m["measured_bytes"])

@@ -10,13 +10,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/types.hpp"
 
 namespace meshbench::comm {
 
 enum class Backend { kMpi, kNccl };
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv };
+enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv, kAllToAllV };
 
 std::string_view name(Backend b);
 std::string_view name(Collective c);
@@ -40,6 +41,21 @@ class Request {
   virtual bool test() = 0;
   virtual void wait() = 0;
 };
+
+// All-to-all-v (issue 13): this rank's per-peer blocks of one buffer, in elements, one entry
+// per rank of the group: counts[p] elements starting at displs[p].
+struct PeerBlocks {
+  std::vector<std::size_t> counts, displs;
+  std::size_t total() const;  // sum of counts
+  // Blocks packed back to back in rank order (displs = exclusive prefix sums of counts).
+  static PeerBlocks packed(std::vector<std::size_t> counts);
+};
+// Elements this rank sends to the other ranks (its own block stays local): the bytes a call
+// puts on the wire are sent_to_peers(...) * element size.
+std::size_t sent_to_peers(const PeerBlocks& send, int rank);
+// Throws core::UsageError naming all_to_allv when `b` has not `ranks` entries or a block
+// leaves `v` (`side`: "send" or "recv").
+void check_blocks(const PeerBlocks& b, const View& v, int ranks, const char* side);
 
 class Communicator {
  public:
@@ -85,6 +101,12 @@ class Communicator {
   // `producer` (an opaque cudaStream_t; null: host compute, nothing queued). NCCL: an event
   // its stream waits on; MPI with device buffers: a synchronisation before staging.
   virtual void order_after(void* producer) = 0;
+
+  // All-to-all-v: rank r sends send[send_blocks.displs[p], + counts[p]) to rank p and receives
+  // rank p's block for r into recv at recv_blocks.displs[p]. recv_blocks.counts[p] must equal
+  // what p sends to r (the caller exchanges counts first). Out of place only; blocking as
+  // all_to_all (NCCL: grouped send/recv queued on the communicator's stream).
+  virtual void all_to_allv(View send, const PeerBlocks& send_blocks, View recv, const PeerBlocks& recv_blocks) = 0;
 
   virtual void barrier() = 0;        // all ranks of this group, after local work completes
   virtual void synchronize() = 0;    // wait until every call issued so far has completed

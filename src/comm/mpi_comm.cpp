@@ -128,6 +128,7 @@ class MpiCommunicator final : public Communicator {
     if (op && mpi_op(*op) == MPI_OP_NULL)
       return "backend mpi does not support op " + std::string(name(*op)) +
              " (MPI has no average reduction; use --op sum or --backend nccl)";
+    if (c == Collective::kAllToAllV && inplace) return "backend mpi: all_to_allv is out of place only";
     if (c == Collective::kBroadcast && !inplace)
       return "backend mpi has no out-of-place broadcast (MPI_Bcast has one buffer)";
     return std::nullopt;
@@ -271,6 +272,24 @@ class MpiCommunicator final : public Communicator {
                            &q->req_),
                  group_.c_str());
     return q;
+  }
+
+  void all_to_allv(View send, const PeerBlocks& send_blocks, View recv, const PeerBlocks& recv_blocks) override {
+    check_blocks(send_blocks, send, size_, "send");
+    check_blocks(recv_blocks, recv, size_, "recv");
+    auto ints = [](const std::vector<std::size_t>& v) {
+      std::vector<int> out(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) out[i] = as_int(v[i], "all_to_allv");
+      return out;
+    };
+    const std::vector<int> sc = ints(send_blocks.counts), sd = ints(send_blocks.displs),
+                           rc = ints(recv_blocks.counts), rd = ints(recv_blocks.displs);
+    Staged s(send, send_store_, true);
+    Staged r(recv, recv_store_, false);
+    MB_CHECK_MPI(MPI_Alltoallv(s.host().data, sc.data(), sd.data(), mpi_type(send.dtype), r.host().data, rc.data(),
+                               rd.data(), mpi_type(recv.dtype), mpi_),
+                 group_.c_str());
+    r.copy_out();
   }
 
   // Host compute (producer null) is done when its call returns; a device producer's queued

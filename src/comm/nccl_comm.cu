@@ -8,6 +8,10 @@
 // and synchronize()/barrier() also drain the legacy stream, so a host copy issued before a
 // barrier is on the device before the next collective, and a collective finished by
 // synchronize() is done before the host overwrites its buffers.
+// tests/nccl_fake/nccl_order_test.cpp compiles this file against recording fakes of the CUDA,
+// NCCL and MPI calls and checks that order, the in-place offsets and the grouped send/recv
+// without a GPU. A call added here that the test does not fake goes to the real library
+// there: give it a fake when a test reaches it.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -130,6 +134,7 @@ class NcclCommunicator final : public Communicator {
     if (mem != compute::MemKind::kDevice) return "backend nccl needs --mem device";
     if (inplace && c == Collective::kAllToAll) return "backend nccl has no in-place all-to-all";
     if (inplace && c == Collective::kSendRecv) return "backend nccl has no in-place send/recv";
+    if (inplace && c == Collective::kAllToAllV) return "backend nccl has no in-place all-to-all-v";
     return std::nullopt;
   }
 
@@ -184,6 +189,25 @@ class NcclCommunicator final : public Communicator {
     reduce_scatter(send, recv, op);
     return std::make_unique<NcclRequest>(stream_, group_);
   }
+  // Grouped send/recv, one pair per peer with a non-empty block (both sides agree on the counts).
+  void all_to_allv(View send, const PeerBlocks& send_blocks, View recv, const PeerBlocks& recv_blocks) override {
+    check_blocks(send_blocks, send, size_, "send");
+    check_blocks(recv_blocks, recv, size_, "recv");
+    MB_CHECK_NCCL(ncclGroupStart(), group_.c_str());
+    for (int p = 0; p < size_; ++p) {
+      const auto q = static_cast<size_t>(p);
+      if (send_blocks.counts[q] > 0) {
+        View s = send.slice(send_blocks.displs[q], send_blocks.counts[q]);
+        MB_CHECK_NCCL(ncclSend(s.data, s.count, nccl_type(send.dtype), p, comm_, stream_), group_.c_str());
+      }
+      if (recv_blocks.counts[q] > 0) {
+        View r = recv.slice(recv_blocks.displs[q], recv_blocks.counts[q]);
+        MB_CHECK_NCCL(ncclRecv(r.data, r.count, nccl_type(recv.dtype), p, comm_, stream_), group_.c_str());
+      }
+    }
+    MB_CHECK_NCCL(ncclGroupEnd(), group_.c_str());
+  }
+
   // Point-to-point on the communicator's stream; NCCL pairs a rank's sends to a peer with the
   // peer's receives in posting order (the tag is MPI's alone).
   std::unique_ptr<Request> isend(View send, int to, int) override {

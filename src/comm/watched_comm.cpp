@@ -88,6 +88,10 @@ class WatchedCommunicator final : public Communicator {
     return std::make_unique<WatchedRequest>(in_->irecv(recv, from, tag), w_, "recv wait", recv.bytes(), group_.c_str());
   }
   void order_after(void* producer) override { in_->order_after(producer); }
+  void all_to_allv(View send, const PeerBlocks& sb, View recv, const PeerBlocks& rb) override {
+    WatchScope s(&w_, "all_to_allv", sb.total() * size_of(send.dtype), group_.c_str());
+    in_->all_to_allv(send, sb, recv, rb);
+  }
   void barrier() override {
     WatchScope s(&w_, "barrier", 0, group_.c_str());
     in_->barrier();

@@ -38,14 +38,14 @@ void emit(const std::string& s) {
 
 }  // namespace
 
-std::string ConsoleReporter::format_header(const Block&) {
+std::string ConsoleReporter::format_header(const Block& b) {
   std::string s;
   s += fmt::format("#{:46}{:^48}{:^48}\n", "", "out-of-place", "in-place");
   std::string cols = "  {:>8}  {:>6}  {:>6}  {:>6}  {:>5}  {:>5}";
   std::string line = "#{:>11}  {:>12}  {:>6}  {:>5}  {:>4}" + cols + cols + "\n";
   s += fmt::format(fmt::runtime(line), "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong",
                    "iters", "warm", "time", "algbw", "busbw", "#wrong", "iters", "warm");
-  s += fmt::format(fmt::runtime(line), "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "", "(calls)",
+  s += fmt::format(fmt::runtime(line), "(B)", "(" + b.count_unit + ")", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "", "(calls)",
                    "(us)", "(GB/s)", "(GB/s)", "", "", "(calls)");
   return s;
 }

@@ -32,6 +32,7 @@ struct Block {
   int iters = 0;            // -n: the minimum timed iterations (exact when -n was given)
   int warmup = 0;           // -w: calls, or -1 for adaptive warm-up
   std::string rank_stat = "max";  // --rank-stat: how the headline combines ranks per iteration
+  std::string count_unit = "elements";  // what the count column counts (all_to_allv: tokens)
   std::array<bool, 2> runs{};          // by Placement: measured at all
   std::array<std::string, 2> why_not;  // by Placement: the backend's reason when not
 };

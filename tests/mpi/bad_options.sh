@@ -77,7 +77,15 @@ for n in 2 4; do
   expect_usage $n "--inject-fault $n" sendrecv_bench "${Q[@]}" --inject-fault $n
   expect_usage $n "-O/--output $WORK/existing.h5" all_to_all_bench "${Q[@]}" -O "$WORK/existing.h5"
   expect_usage $n "bogus" all_reduce_bench "${Q[@]}" --bogus
+  expect_usage $n "--routing: 'hot'" all_to_allv_bench "${Q[@]}" --routing hot
+  expect_usage $n "--routing zipf:-1" all_to_allv_bench "${Q[@]}" --routing zipf:-1
+  expect_usage $n "--routing learned" all_to_allv_bench "${Q[@]}" --routing learned
+  expect_usage $n "--top-k 9" all_to_allv_bench "${Q[@]}" --top-k 9
+  expect_usage $n "out of place only" all_to_allv_bench "${Q[@]}" --inplace yes
+  expect_usage $n "--routing" all_reduce_bench "${Q[@]}" --routing balanced  # only all_to_allv_bench routes
 done
+expect_usage 4 "--experts 6 must be a multiple of the 4 ranks" all_to_allv_bench "${Q[@]}" --experts 6
+expect_usage 2 "one token of --top-k x --hidden elements" all_to_allv_bench "${Q[@]}" -b 64 -e 127 --hidden 16
 # A size range that rounds to nothing: 4..15 B holds 2 floats per rank at 2 ranks, not 4.
 expect_usage 4 "every size rounds down to 0 elements" all_gather_bench "${Q[@]}" -b 4 -e 15
 expect_usage 4 "every size rounds down to 0 elements" reduce_scatter_bench "${Q[@]}" -b 4 -e 15 -d int32
@@ -89,5 +97,7 @@ expect_usage 4 "every size rounds down to 0 elements" reduce_scatter_bench "${Q[
 expect_rc 0 2 all_gather_bench "${Q[@]}" -b 4 -e 15 && pass "control: all_gather -b 4 -e 15 at 2 ranks runs"
 expect_rc 0 4 broadcast_bench "${Q[@]}" -b 8 -e 8 --root 3 && pass "control: broadcast --root 3 at 4 ranks runs"
 expect_rc 0 2 all_reduce_bench "${Q[@]}" -b 8 -e 8 -d int8,double -o prod,min && pass "control: all_reduce int8,double prod,min runs"
+expect_rc 0 2 all_to_allv_bench "${Q[@]}" -b 192 -e 192 --hidden 8 --experts 6 --top-k 6 --routing zipf:0 \
+  && pass "control: all_to_allv --experts 6 --top-k 6 at 2 ranks runs"
 
 finish

@@ -6,10 +6,11 @@
 # to the granularity). Every run must exit 0, and h5check.py proves from the HDF5 file that
 # every series ran at exactly the expected sizes with 0 wrong elements, the documented byte
 # counts and bus factors. One pipelined run as well. 4 ranks oversubscribe 2 cores: smaller
-# sweep there (and the ucx_yield shim).
+# sweep there (and the ucx_yield shim). all_to_allv (balanced routing, 8 KiB float tokens by
+# default) runs the same sweeps in whole tokens: the 0..8 B sweep is its 0-token row.
 source "$(dirname "$0")/lib.bash"
 
-COLLS=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv)
+COLLS=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv all_to_allv)
 LOOP=(-n 2 -w 1)
 
 for n in 2 4; do

@@ -8,6 +8,9 @@ written from results/README.md (not from the C++ code). Exit 0 when every check 
       order); the sizes table equals the sweep rounded down to the collective's granularity;
       per-rank/total bytes, bus factor, algbw/busbw follow the README; wrong == 0; no NaN.
       Options: --dtypes a,b  --ops a,b  (what was asked for; default every MPI one)
+      all_to_allv: the size axis is tokens (bytes // (elt * top_k * hidden), from the run's
+      attributes), out of place only, busbw = total_bytes / n / t; balanced routing's per-rank
+      bytes are recomputed exactly here, other routings' bounded (send = S, S <= max recv <= nS).
   h5check.py fault FILE COLLECTIVE        status failed, and every row with data has wrong == 1
   h5check.py crash FILE STATUS [MIN_ROWS]  status == STATUS; sizes/summary/samples have equal
       row counts >= MIN_ROWS (default 2) in every series; no NaN in any present row
@@ -39,7 +42,7 @@ def s(v):
 def factor(coll, n):
     if coll == "all_reduce":
         return 2.0 * (n - 1) / n
-    if coll in ("all_gather", "reduce_scatter", "all_to_all"):
+    if coll in ("all_gather", "reduce_scatter", "all_to_all", "all_to_allv"):
         return (n - 1) / n
     return 1.0
 
@@ -56,6 +59,22 @@ def byte_rules(coll, count, elt, n):
     return S, S, S * n  # all_reduce, all_to_all, sendrecv
 
 
+def a2av_bytes(routing, T, k, H, E, n, elt):
+    """all_to_allv (send_bytes_per_rank, max recv bytes, bytes sent between ranks) from README:
+    balanced sends pair i of rank r (i < T*k) to expert (r*T*k + i) mod E, on rank expert // (E/n).
+    None for the other routings (their draws are the seed's)."""
+    if routing != "balanced":
+        return None
+    per = E // n
+    m = [[0] * n for _ in range(n)]
+    for r in range(n):
+        for i in range(T * k):
+            m[r][((r * T * k + i) % E) // per] += 1
+    recv = max(sum(m[f][t] for f in range(n)) for t in range(n))
+    off = sum(m[f][t] for f in range(n) for t in range(n) if f != t)
+    return T * k * H * elt, recv * H * elt, off * H * elt
+
+
 def sweep(b, e, f):
     out, x = [], b
     while x <= e:
@@ -67,11 +86,12 @@ def sweep(b, e, f):
     return out
 
 
-def counts(coll, n, elt, b, e, f):
+def counts(coll, n, elt, b, e, f, unit=1):
+    """The count column: elements (all_to_allv: tokens of `unit` elements)."""
     g = n if coll in GRAN_N else 1
     out = []
     for nbytes in sweep(b, e, f):
-        c = nbytes // elt // g * g
+        c = nbytes // elt // unit if coll == "all_to_allv" else nbytes // elt // g * g
         if c == 0 and nbytes != 0:
             continue
         if not out or out[-1] != c:
@@ -136,8 +156,13 @@ def check_series_values(tag, g, coll, n):
             check(t > 0, f"{tag} row {i}: t_median {t} not > 0 at {nbytes} B")
             check(math.isclose(float(r["algbw"]), nbytes / t / 1e9, rel_tol=1e-12),
                   f"{tag} row {i}: algbw {r['algbw']} != bytes/t_median/1e9 = {nbytes / t / 1e9}")
-        check(math.isclose(float(r["busbw"]), float(r["algbw"]) * want_f, rel_tol=1e-12, abs_tol=1e-300),
-              f"{tag} row {i}: busbw {r['busbw']} != algbw*{want_f}")
+        if coll == "all_to_allv":  # the bytes actually sent between ranks, per rank
+            want_bus = int(sizes[i]["total_bytes"]) / n / t / 1e9 if t > 0 else 0.0
+            check(math.isclose(float(r["busbw"]), want_bus, rel_tol=1e-12, abs_tol=1e-300),
+                  f"{tag} row {i}: busbw {r['busbw']} != total_bytes/n/t_median/1e9 {want_bus}")
+        else:
+            check(math.isclose(float(r["busbw"]), float(r["algbw"]) * want_f, rel_tol=1e-12, abs_tol=1e-300),
+                  f"{tag} row {i}: busbw {r['busbw']} != algbw*{want_f}")
         check(int(sizes[i]["bytes"]) == nbytes and int(sizes[i]["count"]) == int(r["count"]),
               f"{tag} row {i}: sizes and summary disagree")
     return summ, sizes
@@ -151,11 +176,13 @@ def verify(path, coll, n, sweeps, dtypes, ops):
             run = h["runs"][rid]
             check(s(run.attrs["status"]) == "ok", f"{rid}: status {s(run.attrs['status'])}")
             check(int(run.attrs["world_size"]) == n, f"{rid}: world_size {run.attrs['world_size']}")
-        placements = ["in-place"] if coll == "broadcast" else ["out-of-place", "in-place"]
+        placements = {"broadcast": ["in-place"], "all_to_allv": ["out-of-place"]}.get(coll, ["out-of-place", "in-place"])
         redops = ops if coll in REDUCES else ["none"]
         total_rows = 0
         for k, (rid, sw) in enumerate(zip(runs, sweeps)):
             b, e, f = sw
+            ra = h["runs"][rid].attrs
+            k, H = (int(ra["top_k"]), int(ra["hidden"])) if coll == "all_to_allv" else (1, 1)
             colls = h["runs"][rid]["collectives"]
             check(list(colls) == [coll], f"{rid}: collectives {list(colls)}, want [{coll}]")
             if coll not in colls:
@@ -169,16 +196,25 @@ def verify(path, coll, n, sweeps, dtypes, ops):
                 elt = MPI_DTYPES[d]
                 tag = f"{rid}/{name}"
                 summ, sizes = check_series_values(tag, g, coll, n)
-                want_counts = counts(coll, n, elt, b, e, f)
+                want_counts = counts(coll, n, elt, b, e, f, k * H)
                 got_counts = [int(x) for x in sizes["count"]]
                 check(got_counts == want_counts, f"{tag}: counts {got_counts} != {want_counts} (sweep {b}:{e}:{f})")
                 for i, r in enumerate(summ):
                     c = int(r["count"])
-                    sb, rb, tb = byte_rules(coll, c, elt, n)
                     z = sizes[i]
-                    check(int(z["bytes"]) == c * elt, f"{tag} row {i}: bytes {z['bytes']} != count*elt {c * elt}")
-                    check((int(z["send_bytes_per_rank"]), int(z["recv_bytes_per_rank"]), int(z["total_bytes"])) == (sb, rb, tb),
-                          f"{tag} row {i}: send/recv/total {z['send_bytes_per_rank']}/{z['recv_bytes_per_rank']}/{z['total_bytes']} != {sb}/{rb}/{tb}")
+                    got = (int(z["send_bytes_per_rank"]), int(z["recv_bytes_per_rank"]), int(z["total_bytes"]))
+                    S = c * k * H * elt
+                    check(int(z["bytes"]) == S, f"{tag} row {i}: bytes {z['bytes']} != count*elt {S}")
+                    if coll == "all_to_allv":
+                        want = a2av_bytes(s(ra["routing"]), c, k, H, int(ra["experts"]), n, elt)
+                        if want is None:
+                            check(got[0] == S and S <= got[1] <= n * S and got[2] <= n * S,
+                                  f"{tag} row {i}: send/recv/total {got} outside send = S = {S}, S <= recv <= nS, total <= nS")
+                        else:
+                            check(got == want, f"{tag} row {i}: send/recv/total {got} != {want} (balanced routing)")
+                    else:
+                        want = byte_rules(coll, c, elt, n)
+                        check(got == want, f"{tag} row {i}: send/recv/total {got} != {want}")
                     check(int(r["wrong"]) == 0, f"{tag} row {i} ({c} elements): wrong = {r['wrong']}")
                     check(s(r["dtype"]) == d and s(r["redop"]) == name.split("-")[1],
                           f"{tag} row {i}: dtype/redop columns {s(r['dtype'])}/{s(r['redop'])}")

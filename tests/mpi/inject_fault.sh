@@ -6,10 +6,12 @@
 # the same command without the flag must pass, so the failure is the fault's doing.
 source "$(dirname "$0")/lib.bash"
 
-COLLS=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv)
-ARGS=(-n 2 -w 1 -b 64 -e 4K -f 8 -d int8,double -q)
+COLLS=(all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv all_to_allv)
 
 for c in "${COLLS[@]}"; do
+  ARGS=(-n 2 -w 1 -b 64 -e 4K -f 8 -d int8,double -q)
+  # all_to_allv: 8 B (int8) to 64 B (double) per token, at least 4 tokens so every rank receives.
+  [[ $c == all_to_allv ]] && ARGS=(-n 2 -w 1 -b 256 -e 4K -f 4 -d int8,double -q --hidden 4)
   f="$WORK/$c-ok.h5"
   expect_rc 0 2 "${c}_bench" "${ARGS[@]}" -O "$f" || true
   for spec in "2 0" "2 1" "4 3"; do
@@ -28,6 +30,6 @@ for c in "${COLLS[@]}"; do
 done
 
 # A fault on a rank that does not exist is a usage error, not a silent pass.
-expect_rc 2 2 all_reduce_bench "${ARGS[@]}" --inject-fault 2 && pass "--inject-fault 2 at 2 ranks: exit 2"
+expect_rc 2 2 all_reduce_bench -n 2 -w 1 -q --inject-fault 2 && pass "--inject-fault 2 at 2 ranks: exit 2"
 
 finish

@@ -9,10 +9,11 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # 4 ranks on 2 cores: preload the yield shim when the test harness built one.
 run4() { timeout 120 mpiexec -n 4 ${MB_UCX_YIELD:+-genv LD_PRELOAD "$MB_UCX_YIELD"} "$@"; }
 
-for bin in all_reduce reduce_scatter all_gather all_to_all broadcast sendrecv; do
+for bin in all_reduce reduce_scatter all_gather all_to_all broadcast sendrecv all_to_allv; do
+  extra=(); [[ $bin == all_to_allv ]] && extra=(--hidden 4 --routing hot-rank)  # 32 B per token
   for g in tp dp; do
     run4 "$MB_BIN/${bin}_bench" --mesh tp=2,dp=2 --group $g --ranks-per-node 2 -b 8 -e 4K -f 8 -n 2 -w 0 \
-      -O "$tmp/$bin-$g.h5" -q > "$tmp/out" || fail "$bin --group $g exited $?"
+      "${extra[@]}" -O "$tmp/$bin-$g.h5" -q > "$tmp/out" || fail "$bin --group $g exited $?"
     grep -q "wrong elements: 0  status: ok" "$tmp/out" || fail "$bin --group $g: $(cat $tmp/out)"
   done
 done

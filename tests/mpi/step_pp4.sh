@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallel at 4 ranks (oversubscribed on 2 cores: correctness only): pp=4 with
 # GPipe, 1F1B (m = P and m = 2P) and interleaved V=2, and pp=2 x dp=2 (the data-parallel
-# reduction over each stage's own flat array) for 1F1B and interleaved; --check against the
+# reduction over each stage's own flat array) for 1F1B and interleaved, and tp=2 x pp=2; --check against the
 # single-rank reference, the measured bytes equal the plan's (summary bytes_match); the
 # fault injected on rank 3 before its DP reduction is caught (exit 1).
 source "$(dirname "$0")/lib.bash"
@@ -28,5 +28,7 @@ run_check "pp=4 interleaved V=2 m=4" --mesh pp=4 --schedule interleaved --vpp 2 
 run_check "pp=4 uneven 3,1,1,3" --mesh pp=4 --layers-per-stage 3,1,1,3 --micro-batches 4
 run_check "pp=2 x dp=2 1f1b m=2, no overlap" --mesh pp=2,dp=2 --schedule 1f1b --micro-batches 2 --no-overlap
 run_check "pp=2 x dp=2 interleaved m=4, sum, buckets overlapped per chunk" --mesh pp=2,dp=2 --schedule interleaved --vpp 2 --micro-batches 4 --grad-reduce sum
+run_check "tp=2 x pp=2 1f1b m=2, vocabulary 63 padded" --mesh tp=2,pp=2 --heads 2 --kv-heads 2 --vocab 63 --micro-batches 2
+run_check "tp=2 x pp=2 interleaved m=4, untied" --mesh tp=2,pp=2 --heads 2 --kv-heads 2 --schedule interleaved --vpp 2 --micro-batches 4 --tied false
 expect_rc 1 4 step_bench "${tiny[@]}" --mesh pp=2,dp=2 --micro-batches 2 --inject-fault 3 && pass "pp=2 x dp=2 --inject-fault 3: exit 1"
 finish

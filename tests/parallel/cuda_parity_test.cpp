@@ -39,6 +39,7 @@ void check_rows(const char* what, Precision p, const std::vector<ParityRow>& row
   }
 }
 using test::gqa_untied;
+using test::moe_tiny;
 }  // namespace
 
 TEST(CudaParity, DeviceUsable) {
@@ -73,8 +74,7 @@ TEST(CudaParity, WholeStepBf16) {
 // Three steps (lr 1e-2, a learnable pattern, so the weights move) against the host emulation
 // of the same precision: a bf16 weight copy that missed an update would run the next forward
 // on stale weights and its loss would leave the emulation's.
-static void three_steps(Precision p) {
-  const GptConfig c = gqa_untied();
+static void three_steps(Precision p, const GptConfig& c = gqa_untied()) {
   auto be = cuda::make_backend(p, 0);
   std::vector<float> got, want;
   {
@@ -112,6 +112,19 @@ TEST(CudaParity, ThreeStepsFp32) {
 TEST(CudaParity, ThreeStepsBf16) {
   REQUIRE_GPU();
   three_steps(Precision::kBf16);
+}
+
+// MoE (issue 13): the routing kernels are in LayersFp32/Bf16 (layer_parity's moe_* rows); the
+// whole step in fp32 against the CPU, and in bf16 against the host emulation (both run the
+// router GEMM in bf16, so they route alike; the CPU's fp32 router may not).
+TEST(CudaParity, WholeStepMoeFp32) {
+  REQUIRE_GPU();
+  check_rows("step-moe", Precision::kFp32, cuda::step_parity(moe_tiny(), Precision::kFp32, 5));
+}
+
+TEST(CudaParity, ThreeStepsMoeBf16) {
+  REQUIRE_GPU();
+  three_steps(Precision::kBf16, moe_tiny());
 }
 
 TEST(CudaParity, DatasheetPeakNeverDefaults) {

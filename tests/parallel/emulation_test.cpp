@@ -40,7 +40,7 @@ TEST(Emulation, Fp32PlansMatchCpuLayers) {
 }
 
 TEST(Emulation, Fp32PlansMatchCpuStep) {
-  for (const GptConfig& c : {gqa_untied(), preset("tiny")})
+  for (const GptConfig& c : {gqa_untied(), preset("tiny"), test::moe_tiny()})
     for (const auto& r : step_parity(c, emulated_backend(Precision::kFp32), Precision::kFp32, 3))
       EXPECT_TRUE(r.pass()) << r.op << ": " << r.rel_err << " > " << r.tolerance;
 }

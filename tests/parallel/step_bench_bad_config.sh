@@ -21,13 +21,18 @@ expect 2 "--steps 0: must be at least 1" --steps 0
 expect 2 "--device" --device tpu
 MESHBENCH_HEADS=5 expect 2 "--heads 5 must divide --hidden 64"
 expect 2 "--device cuda: no usable GPU" --device cuda
-expect 2 "--mesh tp=2: tensor parallel is not available in this build" --mesh tp=2
+expect 2 "--sp: sequence parallel splits the tensor-parallel group" --sp
 expect 2 "--micro-batches 0: must be at least 1" --micro-batches 0
 expect 2 "--export with --zero 3" --zero 3 --export /tmp/mb-never-written
-expect 2 "--inject-fault: corrupts a gradient before its reduction" --inject-fault 0
+expect 2 "--inject-fault: corrupts a gradient before its data-parallel reduction" --inject-fault 0
 expect 2 "--mesh" --mesh dp=2
 expect 2 "" --mesh bogus=2
 expect 2 "--backend" --backend gloo
+# MoE (issue 13)
+expect 2 "--top-k 5: must be between 1 and --experts 4 (top-k <= E)" --experts 4 --top-k 5
+expect 2 "--experts -2: must be 0 (dense) or at least 1" --experts -2
+expect 2 "--capacity-factor -1: must be >= 0 (0: dropless)" --experts 4 --capacity-factor -1
+expect 2 "MoE options need --experts E >= 1" --top-k 2
 # the shared flags a sweep passes are accepted at their single-rank values
 expect 0 "" --mesh tp=1,pp=1 --order tp-cp-ep-dp-pp --group world --backend mpi --layers 1 --hidden 32 --heads 2 --seq 8 --vocab 16 --micro-batch 1 --quiet
 # a good configuration still runs (the test can tell the difference)

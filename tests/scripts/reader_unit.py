@@ -177,7 +177,7 @@ class Names(unittest.TestCase):
         for k in names.KEYS:
             self.assertEqual(n[k], doc[k])
         self.assertEqual(n["collectives"], ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                            "broadcast", "sendrecv"])
+                                            "broadcast", "sendrecv", "all_to_allv"])
         self.assertIn("step", n["bench_binaries"])
         self.assertEqual(n["mesh_dims"], ["tp", "cp", "ep", "dp", "pp", "etp", "edp"])
         self.assertIn("dp-cp", n["group_kinds"])

@@ -48,9 +48,10 @@ wait_jobs() {  # wait_jobs SECONDS JOBID...: poll squeue until none is queued or
   return 1
 }
 
-# 1. collectives.sbatch, 2 tasks on the one node, a small size range.
+# 1. collectives.sbatch, 2 tasks on the one node, a small size range (all_to_allv_bench: tokens
+# of 2 x 16 floats, so 4K holds 32 of them).
 RES="$WORK/results"
-jid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/collectives" MB_MIN_BYTES=8 MB_MAX_BYTES=4K \
+jid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/collectives" MB_MIN_BYTES=8 MB_MAX_BYTES=4K MESHBENCH_HIDDEN=16 \
       MB_STEP_FACTOR=8 MB_ITERS=5 MB_WARMUP=1 MB_POINT_TIMEOUT=120 MB_FABRIC=shm MB_PLOTS=0 \
       sbatch --parsable -N 1 -n 2 --ntasks-per-node=2 -t 10 -o "$WORK/collectives-%j.out" \
       slurm/collectives.sbatch) || fail "sbatch collectives.sbatch failed"
@@ -98,9 +99,9 @@ done
 grep -q 'time posix/shm' "$RES/fabrics/report.md" || fail "fabrics report.md lacks the shm/posix comparison"
 pass "fabrics job $fjid: $fstate, one tagged file per preset, preset variables recorded, compared"
 
-# 3. the files: six from the batch job, two from the array, verified and carrying the job id.
+# 3. the files: seven from the batch job, two from the array, verified and carrying the job id.
 n=0
-for b in all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv; do
+for b in all_reduce all_gather reduce_scatter all_to_all broadcast sendrecv all_to_allv; do
   f="$RES/collectives/$b.h5"
   [[ -s "$f" ]] || fail "$f missing"
   "$MB_PYTHON" "$T" status "$f" ok >/dev/null || fail "$f status $("$MB_PYTHON" "$T" status "$f")"
@@ -127,7 +128,7 @@ jobs = {r["slurm_job_id"] for r in rows}
 colls = {r["collective"] for r in rows}
 assert all(r["wrong"] == 0 and r["status"] == "ok" for r in rows), "unverified rows"
 assert sys.argv[2] in jobs and len(jobs) == 4, jobs   # two batch jobs and the two array tasks
-assert len(colls) == 6, colls
+assert len(colls) == 7, colls
 print(f"{len(rows)} rows from jobs {sorted(jobs)}, {len(colls)} collectives, all verified")
 PY
 pass "report merges every job's files"

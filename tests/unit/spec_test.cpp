@@ -3,6 +3,8 @@
 // expected results of each collective on a small world.
 #include <gtest/gtest.h>
 
+#include "core/error.hpp"
+#include "options.hpp"
 #include "spec.hpp"
 
 using namespace meshbench::collectives;
@@ -16,7 +18,8 @@ const Spec& spec(Collective c) { return *find_spec(c); }
 
 TEST(Spec, EveryCollectiveIsRegistered) {
   for (Collective c : {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter,
-                       Collective::kAllToAll, Collective::kBroadcast, Collective::kSendRecv}) {
+                       Collective::kAllToAll, Collective::kBroadcast, Collective::kSendRecv,
+                       Collective::kAllToAllV}) {
     ASSERT_NE(find_spec(c), nullptr);
     EXPECT_EQ(find_spec(c)->kind, c);
   }
@@ -106,4 +109,56 @@ TEST(Spec, InputsDependOnMemberWorldRanks) {
   int differ = 0;
   for (std::size_t i = 0; i < 16; ++i) differ += a.reduce(i) != b.reduce(i);
   EXPECT_GT(differ, 4);
+}
+
+// all-to-all-v: per-peer blocks packed in rank order, the bytes that leave a rank, and the
+// balanced routing's matrix worked by hand (T = 3 tokens, k = 2, E = 4 on 2 ranks, hidden 2):
+// rank 0's pairs go to experts 0 1 2 3 0 1 (ranks 0 0 1 1 0 0), rank 1's to 2 3 0 1 2 3.
+TEST(Spec, AllToAllVBlocksAndBalancedMatrix) {
+  using meshbench::comm::PeerBlocks;
+  const PeerBlocks b = PeerBlocks::packed({3, 0, 5});
+  EXPECT_EQ(b.displs, (std::vector<std::size_t>{0, 3, 3}));
+  EXPECT_EQ(b.total(), 8u);
+  EXPECT_EQ(meshbench::comm::sent_to_peers(b, 0), 5u);
+  EXPECT_EQ(meshbench::comm::sent_to_peers(b, 1), 8u);
+  meshbench::comm::View v{nullptr, 8, DType::kFloat};
+  EXPECT_NO_THROW(meshbench::comm::check_blocks(b, v, 3, "send"));
+  EXPECT_THROW(meshbench::comm::check_blocks(b, v, 2, "send"), meshbench::core::UsageError);
+  v.count = 7;
+  EXPECT_THROW(meshbench::comm::check_blocks(b, v, 3, "send"), meshbench::core::UsageError);
+
+  const Spec& a2av = spec(Collective::kAllToAllV);
+  Options o;
+  o.top_k = 2;
+  o.experts = 4;
+  o.hidden = 2;
+  ASSERT_EQ(a2av.unit(o), 4u);
+  const PeerMatrix m = a2av.peers(o, 3 * 4, 2, 1);
+  EXPECT_EQ(m.counts, (std::vector<std::vector<std::size_t>>{{8, 4}, {4, 8}}));
+  EXPECT_EQ(m.send.counts, (std::vector<std::size_t>{4, 8}));
+  EXPECT_EQ(m.recv.counts, (std::vector<std::size_t>{4, 8}));
+  EXPECT_EQ(m.off_rank(), 8u);
+  EXPECT_EQ(m.max_recv(), 12u);
+  // Rank 1 receives rank 0's block for it (rank 0's elements 8..11), then its own block for
+  // itself (its elements 4..11, after its 4 for rank 0).
+  Inputs in{DType::kFloat, std::nullopt, 2, 0, {12, 12}, nullptr, &m};
+  EXPECT_EQ(a2av.expected(in, 1, 0), in.value(0, 8));
+  EXPECT_EQ(a2av.expected(in, 1, 3), in.value(0, 11));
+  EXPECT_EQ(a2av.expected(in, 1, 4), in.value(1, 4));
+  EXPECT_EQ(a2av.expected(in, 1, 11), in.value(1, 11));
+  o.experts = 3;  // not a multiple of 2 ranks
+  EXPECT_THROW(a2av.peers(o, 12, 2, 0), meshbench::core::UsageError);
+}
+
+// An empty block between two others: the element after it comes from the next rank.
+TEST(Spec, AllToAllVExpectedSkipsEmptyBlocks) {
+  PeerMatrix m;
+  m.counts = {{0, 3, 2}, {0, 0, 0}, {1, 0, 4}};
+  m.recv = meshbench::comm::PeerBlocks::packed({2, 0, 4});  // rank 2 receives 2 from 0, 4 from itself
+  Inputs in{DType::kInt32, std::nullopt, 3, 0, {5, 6}, nullptr, &m};
+  const Spec& a2av = spec(Collective::kAllToAllV);
+  EXPECT_EQ(a2av.expected(in, 2, 0), in.value(0, 3));  // rank 0 keeps its block for 2 after its 3 for 1
+  EXPECT_EQ(a2av.expected(in, 2, 1), in.value(0, 4));
+  EXPECT_EQ(a2av.expected(in, 2, 2), in.value(2, 1));  // rank 2's own block starts after its 1 for rank 0
+  EXPECT_EQ(a2av.expected(in, 2, 5), in.value(2, 4));
 }

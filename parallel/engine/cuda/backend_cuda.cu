@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "core/error.hpp"
 #include "cuda/cuda_engine.hpp"
 #include "cuda/kernels.cuh"
+#include "cuda/moe_kernels.cuh"
 #include "operands.hpp"
 
 namespace meshbench::parallel::cuda {
@@ -193,6 +195,39 @@ class CudaBackend final : public Backend<float> {
     MB_CHECK_LAUNCH(k_ce_finish, kG);
     return mean_loss(losses, N);
   }
+  void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
+                               const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    if (hs > kChunkMaxHs) throw std::runtime_error("cuda attention_chunk_forward: head size above 256");
+    k_attn_chunk_fwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
+        o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first, 1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_attn_chunk_fwd, kG);
+  }
+  void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout,
+                                int lddo, const float* D, const float* lse, const float* q, int ldq, const float* k,
+                                int ldk, const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
+                                int k0) override {
+    k_attn_chunk_bwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
+        dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0,
+        1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_attn_chunk_bwd, kG);
+  }
+  void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    k_attn_rowdot<<<blocks_for(size_t(B) * NH * T), 256, 0, stream_>>>(D, dout, lddo, o, ldo, B, T, NH, hs);
+    MB_CHECK_LAUNCH(k_attn_rowdot, kG);
+  }
+  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    MB_CHECK_CUDA(cudaMemcpy2DAsync(dst, sizeof(float) * size_t(ld_dst), src, sizeof(float) * size_t(ld_src),
+                                    sizeof(float) * size_t(cols), size_t(rows), cudaMemcpyDeviceToDevice, stream_), kG);
+    written(dst, sizeof(float) * size_t((rows - 1) * ld_dst + cols));
+  }
+  void add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    k_add_2d<<<blocks_for(size_t(rows) * size_t(cols)), 256, 0, stream_>>>(dst, ld_dst, src, ld_src, rows, cols);
+    MB_CHECK_LAUNCH(k_add_2d, kG);
+  }
   void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
     k_bias_residual_add<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, x, bias, N, C);
     MB_CHECK_LAUNCH(k_bias_residual_add, kG);
@@ -208,6 +243,42 @@ class CudaBackend final : public Backend<float> {
         float(std::sqrt(1.0 - std::pow(cfg.beta2, t))));
     MB_CHECK_LAUNCH(k_adamw, kG);
     written(p, sizeof(float) * size_t(n));  // refresh the bf16 copy of an updated weight
+  }
+
+  // The MoE routing ops (moe_kernels.cuh); the expert GEMMs are matmul_forward/backward.
+  void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
+                        int k, bool assigned) override {
+    k_moe_topk_fwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(idx, gates, probs, logits, N, E, k, assigned);
+    MB_CHECK_LAUNCH(k_moe_topk_fwd, kG);
+  }
+  void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
+                         const float* gates, const int32_t* idx, int N, int E, int k) override {
+    k_moe_topk_bwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+    MB_CHECK_LAUNCH(k_moe_topk_bwd, kG);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
+                const float* probs, int N, int E, int k, int capacity) override {
+    k_moe_plan<<<1, unsigned((E + 31) / 32 * 32), 0, stream_>>>(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+    MB_CHECK_LAUNCH(k_moe_plan, kG);
+  }
+  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    k_moe_permute_fwd<<<blocks_for(size_t(N) * k * C), 256, 0, stream_>>>(xp, x, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_permute_fwd, kG);
+  }
+  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    k_moe_permute_bwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(dx, dxp, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_permute_bwd, kG);
+  }
+  void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
+                             int C, int k) override {
+    k_moe_unpermute_fwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, yp, gates, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_unpermute_fwd, kG);
+  }
+  void moe_unpermute_backward(float* dyp, float* dgates, const float* dout, const float* yp,
+                              const float* gates, const int32_t* slot, int N, int C, int k) override {
+    if (N == 0) return;
+    k_moe_unpermute_bwd<<<unsigned(size_t(N) * k), row_threads(C), 0, stream_>>>(dyp, dgates, dout, yp, gates, slot, C, k);
+    MB_CHECK_LAUNCH(k_moe_unpermute_bwd, kG);
   }
 
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,

@@ -232,6 +232,92 @@ __global__ void k_ce_finish(float* probs, float* losses, const float* sumexp, co
   for (int j = threadIdx.x; j < V; j += blockDim.x) probs[n * V + j] *= inv;
   if (threadIdx.x == 0) losses[n] = logf(sumexp[n]) - (tlogit[n] - rowmax[n]);
 }
+// Context-parallel attention between chunks (layers.hpp), one thread per (b, h, query row):
+// a streaming softmax over the visible keys, then the log-sum-exp merge into o / lse. Plain
+// and slow (no tiling): the CPU path is the reference; hs <= kChunkMaxHs.
+constexpr int kChunkMaxHs = 256;
+__global__ void k_attn_chunk_fwd(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
+                                 const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
+                                 int k0, bool first, float scale) {
+  const size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (idx >= size_t(B) * NH * Tq) return;
+  const int i = int(idx % Tq), bh = int(idx / Tq), b = bh / NH, h = bh % NH, kvh = h / (NH / KVH);
+  const float* qr = q + (size_t(b) * Tq + i) * ldq + size_t(h) * hs;
+  const int vis = min(Tk, q0 + i - k0 + 1);
+  float acc[kChunkMaxHs];
+  for (int d = 0; d < hs; ++d) acc[d] = 0.f;
+  float m = -INFINITY, s = 0.f;
+  for (int j = 0; j < vis; ++j) {
+    const float* kr = k + (size_t(b) * Tk + j) * ldk + size_t(kvh) * hs;
+    const float* vr = v + (size_t(b) * Tk + j) * ldv + size_t(kvh) * hs;
+    float sc = 0.f;
+    for (int d = 0; d < hs; ++d) sc += qr[d] * kr[d];
+    sc *= scale;
+    const float mn = fmaxf(m, sc), corr = expf(m - mn), e = expf(sc - mn);
+    s = s * corr + e;
+    for (int d = 0; d < hs; ++d) acc[d] = acc[d] * corr + e * vr[d];
+    m = mn;
+  }
+  float* out = o + (size_t(b) * Tq + i) * ldo + size_t(h) * hs;
+  float* l = lse + size_t(bh) * Tq + i;
+  const float c = vis > 0 ? m + logf(s) : -INFINITY;
+  if (first) {
+    for (int d = 0; d < hs; ++d) out[d] = vis > 0 ? acc[d] / s : 0.f;
+    *l = c;
+    return;
+  }
+  if (vis <= 0) return;
+  const float old = *l, mx = fmaxf(old, c), wo = old == -INFINITY ? 0.f : expf(old - mx), wc = expf(c - mx),
+              tot = wo + wc;
+  for (int d = 0; d < hs; ++d) out[d] = (out[d] * wo + acc[d] / s * wc) / tot;
+  *l = mx + logf(tot);
+}
+__global__ void k_attn_chunk_bwd(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout,
+                                 int lddo, const float* D, const float* lse, const float* q, int ldq, const float* k,
+                                 int ldk, const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs,
+                                 int q0, int k0, float scale) {
+  const size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (idx >= size_t(B) * NH * Tq) return;
+  const int i = int(idx % Tq), bh = int(idx / Tq), b = bh / NH, h = bh % NH, kvh = h / (NH / KVH);
+  const float* qr = q + (size_t(b) * Tq + i) * ldq + size_t(h) * hs;
+  const float* dyr = dout + (size_t(b) * Tq + i) * lddo + size_t(h) * hs;
+  float* dqr = dq + (size_t(b) * Tq + i) * lddq + size_t(h) * hs;
+  const float l = lse[size_t(bh) * Tq + i], Di = D[size_t(bh) * Tq + i];
+  const int vis = min(Tk, q0 + i - k0 + 1);
+  for (int j = 0; j < vis; ++j) {
+    const size_t kv = (size_t(b) * Tk + j);
+    const float* kr = k + kv * ldk + size_t(kvh) * hs;
+    const float* vr = v + kv * ldv + size_t(kvh) * hs;
+    float sc = 0.f, dp = 0.f;
+    for (int d = 0; d < hs; ++d) {
+      sc += qr[d] * kr[d];
+      dp += dyr[d] * vr[d];
+    }
+    const float p = expf(sc * scale - l), ds = p * (dp - Di);
+    for (int d = 0; d < hs; ++d) {
+      dqr[d] += scale * ds * kr[d];
+      atomicAdd(&dk[kv * lddk + size_t(kvh) * hs + d], scale * ds * qr[d]);
+      atomicAdd(&dv[kv * lddv + size_t(kvh) * hs + d], p * dyr[d]);
+    }
+  }
+}
+__global__ void k_attn_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
+                              int hs) {
+  const size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (idx >= size_t(B) * NH * T) return;
+  const int i = int(idx % T), bh = int(idx / T), b = bh / NH, h = bh % NH;
+  const float* a = dout + (size_t(b) * T + i) * lddo + size_t(h) * hs;
+  const float* c = o + (size_t(b) * T + i) * ldo + size_t(h) * hs;
+  float acc = 0.f;
+  for (int d = 0; d < hs; ++d) acc += a[d] * c[d];
+  D[idx] = acc;
+}
+__global__ void k_add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) {
+  const size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (idx >= size_t(rows) * cols) return;
+  const int64_t r = int64_t(idx / cols), c = int64_t(idx % cols);
+  dst[r * ld_dst + c] += src[r * ld_src + c];
+}
 // out (N, C) += x + bias.
 __global__ void k_bias_residual_add(float* out, const float* x, const float* bias, int N, int C) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;

@@ -1,0 +1,394 @@
+// The NCCL backend's call order and in-place offsets without a GPU (issue 17): the real
+// src/comm/nccl_comm.cu and src/compute/device_cuda.cu are compiled into this test against
+// the real CUDA and NCCL headers, and every CUDA runtime, NCCL and MPI function they call is
+// defined here as a fake that records the call (a link-time seam: the executable's
+// definitions take the place of libcudart's, libnccl's and libmpi's). No line of the
+// backend changes for the test. The tests then assert what NCCL's documentation requires:
+// - in-place all-gather: sendbuff == recvbuff + rank * sendcount; in-place reduce-scatter:
+//   recvbuff == sendbuff + rank * recvcount, at ranks > 0, with the windows the collective
+//   driver's plug-ins compute;
+// - every collective and send/recv is queued on the communicator's own non-blocking stream;
+// - grouped send/recv (all-to-all, send/recv, all-to-all-v) with the right peers and offsets,
+//   and RecordingComm's bytes of an all-to-all-v (the bytes actually sent);
+// - order_after(): an event recorded on the producer's stream that the NCCL stream waits on,
+//   before the next collective;
+// - uploads (Buffer::upload) complete before the collective is queued, and synchronize()
+//   drains the legacy stream and the NCCL stream before a download reads the result.
+// Built only where nccl.h exists (tests/CMakeLists.txt); runs anywhere (no device is touched).
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+// The code under test, compiled in this translation unit against the fakes below.
+#include "comm/nccl_comm.cu"
+#include "compute/device_cuda.cu"
+#include "spec.hpp"
+#if MB_TEST_RECORDING_COMM
+#include "trace.hpp"
+#endif
+
+namespace {
+
+struct Call {
+  std::string fn;
+  const void* a = nullptr;  // send buffer / copy source / event
+  const void* b = nullptr;  // recv buffer / copy destination
+  std::size_t count = 0;
+  int peer = -1;            // peer, root
+  const void* stream = nullptr;
+};
+
+struct FakeWorld {
+  int rank = 0, size = 1;
+  std::vector<Call> calls;
+  std::uintptr_t next_handle = 0x1000;
+  void* handle() { return reinterpret_cast<void*>(next_handle += 0x10); }
+  void record(Call c) { calls.push_back(std::move(c)); }
+  void clear() { calls.clear(); }
+};
+FakeWorld g;
+
+}  // namespace
+
+// ---- fakes: CUDA runtime ----------------------------------------------------------------
+cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
+  *s = static_cast<cudaStream_t>(g.handle());
+  g.record({flags == cudaStreamNonBlocking ? "streamCreateNonBlocking" : "streamCreate", nullptr, nullptr, 0, -1, *s});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  g.record({"streamSynchronize", nullptr, nullptr, 0, -1, s});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  g.record({"streamWaitEvent", e, nullptr, 0, -1, s});
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t* e) {
+  *e = static_cast<cudaEvent_t>(g.handle());
+  return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  g.record({"eventRecord", e, nullptr, 0, -1, s});
+  return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+  g.record({"eventQuery", e});
+  return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  g.record({"eventSynchronize", e});
+  return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 1.0f;
+  return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+  g.record({kind == cudaMemcpyHostToDevice ? "memcpyH2D" : "memcpyD2H", src, dst, n, -1, s});
+  return cudaSuccess;
+}
+
+// ---- fakes: NCCL --------------------------------------------------------------------------
+ncclResult_t ncclGetUniqueId(ncclUniqueId*) { return ncclSuccess; }
+ncclResult_t ncclCommInitRank(ncclComm_t* c, int, ncclUniqueId, int) {
+  *c = static_cast<ncclComm_t>(g.handle());
+  return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* r) {
+  *r = ncclSuccess;
+  g.record({"commGetAsyncError"});
+  return ncclSuccess;
+}
+ncclResult_t ncclAllReduce(const void* s, void* r, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t st) {
+  g.record({"allReduce", s, r, n, -1, st});
+  return ncclSuccess;
+}
+ncclResult_t ncclAllGather(const void* s, void* r, size_t n, ncclDataType_t, ncclComm_t, cudaStream_t st) {
+  g.record({"allGather", s, r, n, -1, st});
+  return ncclSuccess;
+}
+ncclResult_t ncclReduceScatter(const void* s, void* r, size_t n, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                               cudaStream_t st) {
+  g.record({"reduceScatter", s, r, n, -1, st});
+  return ncclSuccess;
+}
+ncclResult_t ncclBroadcast(const void* s, void* r, size_t n, ncclDataType_t, int root, ncclComm_t, cudaStream_t st) {
+  g.record({"broadcast", s, r, n, root, st});
+  return ncclSuccess;
+}
+ncclResult_t ncclSend(const void* s, size_t n, ncclDataType_t, int peer, ncclComm_t, cudaStream_t st) {
+  g.record({"send", s, nullptr, n, peer, st});
+  return ncclSuccess;
+}
+ncclResult_t ncclRecv(void* r, size_t n, ncclDataType_t, int peer, ncclComm_t, cudaStream_t st) {
+  g.record({"recv", nullptr, r, n, peer, st});
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupStart() {
+  g.record({"groupStart"});
+  return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd() {
+  g.record({"groupEnd"});
+  return ncclSuccess;
+}
+ncclResult_t ncclGetVersion(int* v) {
+  *v = 22809;
+  return ncclSuccess;
+}
+
+// ---- fakes: the MPI calls of the communicator's set-up and barrier -------------------------
+int MPI_Comm_rank(MPI_Comm, int* r) {
+  *r = g.rank;
+  return MPI_SUCCESS;
+}
+int MPI_Comm_size(MPI_Comm, int* s) {
+  *s = g.size;
+  return MPI_SUCCESS;
+}
+int MPI_Bcast(void*, int, MPI_Datatype, int, MPI_Comm) { return MPI_SUCCESS; }
+int MPI_Barrier(MPI_Comm) {
+  g.record({"mpiBarrier"});
+  return MPI_SUCCESS;
+}
+
+namespace {
+
+namespace mc = meshbench::comm;
+namespace mcol = meshbench::collectives;
+using meshbench::compute::MemKind;
+
+constexpr std::size_t kF = sizeof(float);
+
+// A communicator at (rank, size) on the fakes, and the stream it queues on.
+struct Fixture {
+  std::unique_ptr<mc::Communicator> comm;
+  const void* stream = nullptr;
+  Fixture(int rank, int size) {
+    g = FakeWorld{};
+    g.rank = rank;
+    g.size = size;
+    comm = mc::make_nccl_communicator(MPI_COMM_WORLD, "world", 0);
+    for (const Call& c : g.calls)
+      if (c.fn == "streamCreateNonBlocking") stream = c.stream;
+    g.clear();
+  }
+};
+
+const std::byte* at(const void* base, std::size_t bytes) { return static_cast<const std::byte*>(base) + bytes; }
+
+std::vector<std::string> names(const std::vector<Call>& calls) {
+  std::vector<std::string> out;
+  for (const Call& c : calls) out.push_back(c.fn);
+  return out;
+}
+
+TEST(NcclOrder, CommunicatorQueuesOnItsOwnNonBlockingStream) {
+  Fixture f(1, 2);
+  ASSERT_NE(f.stream, nullptr) << "the communicator did not create a non-blocking stream";
+  std::vector<float> a(8), b(8);
+  mc::View s{a.data(), 8, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 8, mc::DType::kFloat, MemKind::kDevice};
+  f.comm->all_reduce(s, r, mc::RedOp::kSum);
+  f.comm->all_gather(s.slice(0, 4), r);
+  f.comm->reduce_scatter(s, r.slice(0, 4), mc::RedOp::kSum);
+  f.comm->broadcast(s, r, 1);
+  f.comm->all_to_all(s, r);
+  f.comm->sendrecv(s, 0, r, 0);
+  int queued = 0;
+  for (const Call& c : g.calls) {
+    if (c.fn == "groupStart" || c.fn == "groupEnd") continue;
+    EXPECT_EQ(c.stream, f.stream) << c.fn << " was queued on another stream";
+    ++queued;
+  }
+  EXPECT_EQ(queued, 4 + 2 * 2 + 2);
+}
+
+// The driver's in-place windows at every rank > 0 meet NCCL's in-place rules.
+TEST(NcclOrder, InPlaceAllGatherAndReduceScatterOffsetsAtRanksAboveZero) {
+  for (int n : {2, 4}) {
+    for (int rank = 1; rank < n; ++rank) {
+      Fixture f(rank, n);
+      const std::size_t count = 6 * static_cast<std::size_t>(n);  // size-column elements
+      std::vector<float> mem(count * 2);
+      mc::View buffer{mem.data(), 0, mc::DType::kFloat, MemKind::kDevice};
+      mcol::Inputs in;
+
+      const mcol::Spec& ag = mcol::all_gather_spec();
+      mcol::Layout lg = ag.layout(count, n);
+      buffer.count = ag.inplace_buffer(lg);
+      mcol::Views vg = ag.inplace(*f.comm, buffer, lg);
+      ag.call(*f.comm, vg, in);
+      ASSERT_EQ(g.calls.size(), 1u);
+      const Call& cg = g.calls[0];
+      EXPECT_EQ(cg.fn, "allGather");
+      EXPECT_EQ(cg.b, mem.data());
+      EXPECT_EQ(cg.count, lg.send);
+      EXPECT_EQ(cg.a, at(mem.data(), rank * cg.count * kF)) << "n=" << n << " rank=" << rank;
+
+      g.clear();
+      const mcol::Spec& rs = mcol::reduce_scatter_spec();
+      mcol::Layout lr = rs.layout(count, n);
+      buffer.count = rs.inplace_buffer(lr);
+      mcol::Views vr = rs.inplace(*f.comm, buffer, lr);
+      in.op = mc::RedOp::kSum;
+      rs.call(*f.comm, vr, in);
+      ASSERT_EQ(g.calls.size(), 1u);
+      const Call& cr = g.calls[0];
+      EXPECT_EQ(cr.fn, "reduceScatter");
+      EXPECT_EQ(cr.a, mem.data());
+      EXPECT_EQ(cr.count, lr.recv);
+      EXPECT_EQ(cr.b, at(mem.data(), rank * cr.count * kF)) << "n=" << n << " rank=" << rank;
+      EXPECT_EQ(f.comm->reduce_scatter_inplace_offset(cr.count), rank * cr.count);
+    }
+  }
+}
+
+TEST(NcclOrder, AllToAllIsGroupedSendRecvPerPeerWithBlockOffsets) {
+  Fixture f(1, 3);
+  std::vector<float> a(12), b(12);
+  mc::View s{a.data(), 12, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 12, mc::DType::kFloat, MemKind::kDevice};
+  f.comm->all_to_all(s, r);
+  ASSERT_EQ(g.calls.size(), 2u + 2u * 3u);
+  EXPECT_EQ(g.calls.front().fn, "groupStart");
+  EXPECT_EQ(g.calls.back().fn, "groupEnd");
+  for (int p = 0; p < 3; ++p) {
+    const Call& snd = g.calls[1 + 2 * static_cast<std::size_t>(p)];
+    const Call& rcv = g.calls[2 + 2 * static_cast<std::size_t>(p)];
+    EXPECT_EQ(snd.fn, "send");
+    EXPECT_EQ(rcv.fn, "recv");
+    EXPECT_EQ(snd.peer, p);
+    EXPECT_EQ(rcv.peer, p);
+    EXPECT_EQ(snd.count, 4u);
+    EXPECT_EQ(snd.a, at(a.data(), p * 4 * kF));
+    EXPECT_EQ(rcv.b, at(b.data(), p * 4 * kF));
+  }
+}
+
+TEST(NcclOrder, SendRecvIsOneGroup) {
+  Fixture f(2, 4);
+  std::vector<float> a(5), b(5);
+  mc::View s{a.data(), 5, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 5, mc::DType::kFloat, MemKind::kDevice};
+  f.comm->sendrecv(s, 3, r, 1);
+  EXPECT_EQ(names(g.calls), (std::vector<std::string>{"groupStart", "send", "recv", "groupEnd"}));
+  EXPECT_EQ(g.calls[1].peer, 3);
+  EXPECT_EQ(g.calls[2].peer, 1);
+  EXPECT_EQ(g.calls[1].a, a.data());
+  EXPECT_EQ(g.calls[2].b, b.data());
+}
+
+// All-to-all-v: one group, a send and a recv per peer with a non-empty block, at the
+// displacements given; empty blocks post nothing (both sides skip them).
+TEST(NcclOrder, AllToAllVIsGroupedSendRecvAtTheDisplacements) {
+  Fixture f(1, 3);
+  std::vector<float> a(20), b(20);
+  mc::View s{a.data(), 20, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 20, mc::DType::kFloat, MemKind::kDevice};
+  const mc::PeerBlocks sb{{3, 0, 5}, {10, 0, 2}};         // to rank 2 from offset 2, nothing to rank 1 itself
+  const mc::PeerBlocks rb = mc::PeerBlocks::packed({4, 0, 1});
+  EXPECT_EQ(rb.displs, (std::vector<std::size_t>{0, 4, 4}));
+  f.comm->all_to_allv(s, sb, r, rb);
+  ASSERT_EQ(names(g.calls), (std::vector<std::string>{"groupStart", "send", "recv", "send", "recv", "groupEnd"}));
+  const Call &s0 = g.calls[1], &r0 = g.calls[2], &s2 = g.calls[3], &r2 = g.calls[4];
+  EXPECT_EQ(s0.peer, 0);
+  EXPECT_EQ(s0.count, 3u);
+  EXPECT_EQ(s0.a, at(a.data(), 10 * kF));
+  EXPECT_EQ(r0.peer, 0);
+  EXPECT_EQ(r0.count, 4u);
+  EXPECT_EQ(r0.b, b.data());
+  EXPECT_EQ(s2.peer, 2);
+  EXPECT_EQ(s2.count, 5u);
+  EXPECT_EQ(s2.a, at(a.data(), 2 * kF));
+  EXPECT_EQ(r2.peer, 2);
+  EXPECT_EQ(r2.count, 1u);
+  EXPECT_EQ(r2.b, at(b.data(), 4 * kF));
+  for (std::size_t i = 1; i < 5; ++i) EXPECT_EQ(g.calls[i].stream, f.stream);
+  EXPECT_TRUE(f.comm->unsupported(mc::Collective::kAllToAllV, mc::DType::kFloat, std::nullopt, true, MemKind::kDevice));
+  // A block past the end of the buffer is refused before anything is queued.
+  g.clear();
+  const mc::PeerBlocks past{{3, 0, 5}, {10, 0, 16}};
+  EXPECT_THROW(f.comm->all_to_allv(s, past, r, rb), meshbench::core::UsageError);
+  EXPECT_TRUE(g.calls.empty());
+}
+
+#if MB_TEST_RECORDING_COMM
+// RecordingComm (the step engine's trace) records an all-to-all-v with bytes = everything the
+// rank's blocks hold and wire_bytes = what it actually sends to other ranks.
+TEST(NcclOrder, RecordingCommCountsTheBytesAnAllToAllVSends) {
+  Fixture f(1, 3);
+  meshbench::parallel::Trace trace;
+  trace.on = true;
+  meshbench::parallel::RecordingComm rec(std::move(f.comm), trace, "ep", 0);
+  std::vector<float> a(20), b(20);
+  mc::View s{a.data(), 20, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 20, mc::DType::kFloat, MemKind::kDevice};
+  rec.all_to_allv(s, mc::PeerBlocks::packed({3, 7, 5}), r, mc::PeerBlocks::packed({4, 2, 1}));
+  ASSERT_EQ(trace.comms.size(), 1u);
+  const auto& e = trace.comms[0];
+  EXPECT_EQ(e.kind, mc::Collective::kAllToAllV);
+  EXPECT_EQ(e.dim, "ep");
+  EXPECT_EQ(e.group_size, 3);
+  EXPECT_EQ(e.bytes, (3u + 7u + 5u) * kF);
+  EXPECT_DOUBLE_EQ(e.wire_bytes, static_cast<double>((3 + 5) * kF)) << "rank 1's own block is not sent";
+  EXPECT_EQ(mc::name(e.kind), "all_to_allv");
+}
+#endif
+
+// order_after(producer): the producer's stream records an event, the NCCL stream waits on it,
+// and only then is the collective queued.
+TEST(NcclOrder, OrderAfterMakesTheNcclStreamWaitForTheProducer) {
+  Fixture f(1, 2);
+  void* producer = reinterpret_cast<void*>(0xC0FFEE0);
+  std::vector<float> a(4);
+  mc::View v{a.data(), 4, mc::DType::kFloat, MemKind::kDevice};
+  f.comm->order_after(producer);
+  auto req = f.comm->iall_reduce(v, v, mc::RedOp::kSum);
+  req->wait();
+  ASSERT_EQ(names(g.calls),
+            (std::vector<std::string>{"eventRecord", "streamWaitEvent", "allReduce", "eventRecord", "eventSynchronize"}));
+  EXPECT_EQ(g.calls[0].stream, producer);
+  EXPECT_EQ(g.calls[1].stream, f.stream);
+  EXPECT_EQ(g.calls[1].a, g.calls[0].a) << "the NCCL stream waits on another event than the producer recorded";
+  EXPECT_EQ(g.calls[2].stream, f.stream);
+  // The request's event is recorded on the NCCL stream behind the collective, and wait() waits on it.
+  EXPECT_EQ(g.calls[3].stream, f.stream);
+  EXPECT_EQ(g.calls[4].a, g.calls[3].a);
+}
+
+// The collective driver's verified first call (collectives/runner.cpp): upload, barrier,
+// call, completion, download. The upload has completed (its stream synchronised) before the
+// collective is queued; the NCCL stream is synchronised before the download reads the result.
+TEST(NcclOrder, UploadsCompleteBeforeTheCollectiveAndDownloadsWaitForIt) {
+  Fixture f(1, 2);
+  std::vector<float> dev(16), host(16, 1.0f);
+  // Buffer::upload/download of device memory are these two calls (compute/buffer.cpp).
+  meshbench::compute::copy_to_device(dev.data(), host.data(), 16 * kF);
+  f.comm->barrier();
+  mc::View v{dev.data(), 16, mc::DType::kFloat, MemKind::kDevice};
+  f.comm->all_reduce(v, v, mc::RedOp::kSum);
+  f.comm->synchronize();
+  meshbench::compute::copy_to_host(host.data(), dev.data(), 16 * kF);
+  ASSERT_EQ(names(g.calls),
+            (std::vector<std::string>{"memcpyH2D", "streamSynchronize",                          // upload, done
+                                      "streamSynchronize", "streamSynchronize", "commGetAsyncError",  // barrier
+                                      "mpiBarrier", "allReduce",                                  // the call
+                                      "streamSynchronize", "streamSynchronize", "commGetAsyncError",  // synchronize
+                                      "memcpyD2H", "streamSynchronize"}));
+  EXPECT_EQ(g.calls[1].stream, g.calls[0].stream) << "the upload's own stream is synchronised";
+  EXPECT_EQ(g.calls[2].stream, cudaStreamLegacy) << "synchronize() drains the legacy stream";
+  EXPECT_EQ(g.calls[3].stream, f.stream);
+  EXPECT_EQ(g.calls[6].stream, f.stream);
+  EXPECT_EQ(g.calls[8].stream, f.stream) << "the NCCL stream is drained before the download";
+  EXPECT_EQ(g.calls[11].stream, g.calls[10].stream);
+}
+
+}  // namespace
