@@ -12,8 +12,8 @@
 #   6. the collectives at the rank counts between (powers of two below N), float only;
 #   7. step_bench --mesh dp=N --backend nccl --check at N ranks: run when step_bench accepts
 #      --mesh dp=N (a refusal, exit 2, is reported as "not available in this build");
-#   8. tensor parallel: step_bench --mesh tp=2 (NCCL on two GPUs, or MPI on one), all-reduce
-#      and --sp, --check.
+#   8. tensor and context parallel: step_bench --mesh tp=2 (all-reduce, --sp) and cp=2 (ring,
+#      allgather, ulysses), --check, NCCL on two GPUs or MPI on one.
 # Prints one table (check, configuration, result, detail) and exits 1 if anything failed or
 # could not run in time, 3 if the build failed, and 4 (saying so) when there is no GPU and
 # nothing was checked.
@@ -153,15 +153,17 @@ if ((ngpu == 1)); then
   verdict "step_bench dp=2" "n=2 on 1 GPU, mpi, --check" "$rc" "$out/step_dp.txt"
 fi
 
-# ---- 8. tensor parallel: the column/row linears, vocabulary-parallel loss and SP collectives ---
-tp_n=2  # two GPUs over NCCL, or two ranks sharing one GPU over MPI
-((ngpu > 1)) && tp_be=nccl || tp_be=mpi
-for sp in "" "--sp"; do
+# ---- 8. tensor and context parallel: TP linears, vocabulary-parallel loss, SP, CP attention --
+par_n=2  # two GPUs over NCCL, or two ranks sharing one GPU over MPI
+((ngpu > 1)) && par_be=nccl || par_be=mpi
+for plan in "tp=2" "tp=2 --sp" "cp=2" "cp=2 --cp-algo allgather" "cp=2 --cp-algo ulysses"; do
   rc=0
-  limited 180 mpiexec -n "$tp_n" "$BIN/step_bench" --device cuda --dtype fp32 --layers 2 --hidden 64 --heads 4 \
-    --kv-heads 4 --seq 32 --vocab 250 --micro-batch 2 --mesh "tp=$tp_n" --backend "$tp_be" $sp --check --steps 3 \
-    --warmup 1 >"$out/step_tp$sp.txt" 2>&1 || rc=$?
-  verdict "step_bench tp=$tp_n${sp:+ sp}" "n=$tp_n, $tp_be, --check" "$rc" "$out/step_tp$sp.txt"
+  tag=${plan// /_}
+  # shellcheck disable=SC2086
+  limited 180 mpiexec -n "$par_n" "$BIN/step_bench" --device cuda --dtype fp32 --layers 2 --hidden 64 --heads 4 \
+    --kv-heads 4 --seq 32 --vocab 250 --micro-batch 2 --mesh $plan --backend "$par_be" --check --steps 3 \
+    --warmup 1 >"$out/step_$tag.txt" 2>&1 || rc=$?
+  verdict "step_bench $plan" "n=$par_n, $par_be, --check" "$rc" "$out/step_$tag.txt"
 done
 
 # ---- the table ---------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ const char* op_name(Op op) {
   return "?";
 }
 
-TpDims tp_dims(const GptConfig& c, const TpSpec& tp) {
+TpDims tp_dims(const GptConfig& c, const TpSpec& tp, const CpSpec& cp) {
   const int t = std::max(1, tp.size), hs = c.head_size();
   TpDims d{};
   d.heads = c.heads / t;
@@ -43,7 +43,8 @@ TpDims tp_dims(const GptConfig& c, const TpSpec& tp) {
   d.vocab = (c.vocab + t - 1) / t;
   d.vocab_first = tp.rank * d.vocab;
   d.vocab_valid = std::clamp(c.vocab - d.vocab_first, 0, d.vocab);
-  d.rows = c.micro_batch * c.seq / (tp.mode.sp ? t : 1);
+  d.tokens = c.micro_batch * c.seq / std::max(1, cp.size);
+  d.rows = d.tokens / (tp.mode.sp ? t : 1);
   return d;
 }
 
@@ -127,7 +128,7 @@ Layout Gpt<S>::full_layout(const GptConfig& cfg) {
 
 template <typename S>
 Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
-    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp)), moe_(cfg) {
+    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)), moe_(cfg) {
   if (cfg.moe_blocks() > 0 && opts.tp.size > 1)
     throw core::UsageError("--experts with tensor parallel: not available (the plan refuses it)");
   ParamTable pt = param_table(cfg, opts);
@@ -156,13 +157,17 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
   if (opts.own_optimizer) set_optimizer_shard(P);
   build_activations();
   matmul_op_ = [this](const std::function<void()>& op, double flops) { timed(Op::kMatmul, op, flops); };
+  attention_op_ = [this](const std::function<void()>& op, double flops) { timed(Op::kAttention, op, flops); };
 }
 
 template <typename S>
 void Gpt<S>::build_activations() {
   const TpDims& d = dims_;
-  const int64_t L = cfg_.layers, C = cfg_.hidden, B = cfg_.micro_batch, T = cfg_.seq, N = B * T, n = d.rows;
+  const int64_t L = cfg_.layers, C = cfg_.hidden, B = cfg_.micro_batch, T = cfg_.seq, N = d.tokens, n = d.rows;
   const bool tp = opts_.tp.size > 1, sp = tp && opts_.tp.mode.sp, keep = sp && !opts_.tp.mode.regather;
+  if (opts_.cp.size > 1)  // counted under buffers; its per-layer state takes the place of att
+    cp_attn_ = std::make_unique<CpAttention<S>>(cfg_.micro_batch, cfg_.seq, d.heads, d.kv_heads, cfg_.head_size(),
+                                                opts_.cp, *be_, &mem_);
   // One layout per chunk (a slot): its input at offset 0, its blocks, the head's on the last.
   la_.resize(static_cast<size_t>(L));
   for (size_t c = 0; c < chunks_.size(); ++c) {
@@ -176,7 +181,8 @@ void Gpt<S>::build_activations() {
       a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
       if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
       a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
-      a.att = al.add(p + "att", {B, d.heads, T, T}, false);
+      a.att = cp_attn_ ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
+                       : al.add(p + "att", {B, d.heads, T, T}, false);
       a.atty = al.add(p + "atty", {N, d.attn_width}, false);
       a.res2 = al.add(p + "res2", {n, C}, false);
       a.ln2 = al.add(p + "ln2", {n, C}, false);
@@ -208,7 +214,7 @@ void Gpt<S>::build_activations() {
   dln_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
   datty_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
   dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
-  datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+  if (!cp_attn_) datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
   dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
   tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
   targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
@@ -336,7 +342,7 @@ const S* Gpt<S>::stage_output(int chunk, int micro) const {
 template <typename S>
 void Gpt<S>::use(int chunk, int micro) {
   a_ = take_slot(chunk, micro);
-  const int64_t k = int64_t{cfg_.micro_batch} * cfg_.seq * (micro % token_slots_);
+  const int64_t k = int64_t{dims_.tokens} * (micro % token_slots_);
   tok_ = tokens_.data() + k;
   tgt_ = targets_.data() + k;
 }
@@ -351,27 +357,34 @@ S* Gpt<S>::gathered(int l, int which) {
 
 template <typename S>
 void Gpt<S>::embed_forward(const S* pe) {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden;
+  const int B = cfg_.micro_batch, C = cfg_.hidden, N = dims_.tokens;
   S* out = a_ + encoded_;
+  // Context parallel: one lookup per chunk of the sequence, its positions from its start.
+  const CpChunks ch = cp_chunks(cfg_.seq, opts_.cp, opts_.cp.rank);
+  auto lookup = [&](S* dst, const S* wpe) {
+    for (int k = 0; k < ch.count; ++k) {
+      const int64_t r = int64_t{k} * B * ch.len;
+      be_->embedding_forward(dst + r * C, tok_ + r, pe + wte_, wpe ? wpe + int64_t{ch.start[k]} * C : nullptr,
+                             B, ch.len, C);
+    }
+  };
   if (tp_ == nullptr) {
-    timed(Op::kEmbedding, [&] { be_->embedding_forward(out, tok_, pe + wte_, pe + wpe_, B, T, C); });
+    timed(Op::kEmbedding, [&] { lookup(out, pe + wpe_); });
     return;
   }
   // Vocabulary-parallel: each rank looks up the tokens in its rows (the others give 0), the
   // positions are added once (rank 0), and the partial sums are reduced over the group.
   S* partial = opts_.tp.mode.sp ? row_scratch_.data() : out;
-  timed(Op::kEmbedding, [&] {
-    be_->embedding_forward(partial, tok_, pe + wte_, tp_->rank() == 0 ? pe + wpe_ : nullptr, B, T, C);
-  });
+  timed(Op::kEmbedding, [&] { lookup(partial, tp_->rank() == 0 ? pe + wpe_ : nullptr); });
   if (opts_.tp.mode.sp)
     tp_->reduce_scatter(out, partial, int64_t{dims_.rows} * C);
   else
-    tp_->all_reduce(out, int64_t{B} * T * C);
+    tp_->all_reduce(out, int64_t{N} * C);
 }
 
 template <typename S>
 void Gpt<S>::block_forward(int l) {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = B * T, n = dims_.rows;
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = dims_.tokens, n = dims_.rows;
   const TpDims& d = dims_;
   const TpMode& mode = opts_.tp.mode;
   Backend<S>& be = *be_;
@@ -385,8 +398,11 @@ void Gpt<S>::block_forward(int l) {
     be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w, p + w.ln1_b, n, C);
   });
   column_forward(be, matmul_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
-  timed(Op::kAttention,
-        [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
+  if (cp_attn_)
+    cp_attn_->forward(*cp_, attention_op_, a + x.atty, a + x.att, a + x.qkv);
+  else
+    timed(Op::kAttention,
+          [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
   // The residual joins the projection: res2 = res, then res2 += proj(atty).
   timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{n} * C); });
   row_forward(be, matmul_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
@@ -408,7 +424,7 @@ void Gpt<S>::block_forward(int l) {
 
 template <typename S>
 S Gpt<S>::head_forward(S* logits_out) {
-  const int C = cfg_.hidden, N = cfg_.micro_batch * cfg_.seq, n = dims_.rows, V = dims_.vocab;
+  const int C = cfg_.hidden, N = dims_.tokens, n = dims_.rows, V = dims_.vocab;
   Backend<S>& be = *be_;
   S* a = a_;
   const int hu = head_unit();
@@ -448,15 +464,27 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
 
 template <typename S>
 S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32_t* targets, S* logits_out) {
-  const int N = cfg_.micro_batch * cfg_.seq;
+  const int N = dims_.tokens;
   use(chunk, micro);  // stage entry: a chunk past the first stage's first finds its input received in the slot
   const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
   trace_phase_ = 'F';
   trace_layer_ = -1;
   moe_aux_ = 0;
   if (tp_) tp_->set_layer(-1);
+  std::vector<int32_t> tok, tgt;
+  if (opts_.cp.size > 1) {  // this rank's chunks of the sequence, chunk-major
+    std::vector<int> rows;
+    cp_local_rows(rows, cfg_.micro_batch, cfg_.seq, opts_.cp);
+    for (int r : rows) {
+      tok.push_back(tokens[r]);
+      tgt.push_back(targets[r]);
+    }
+    tokens = tok.data();
+    targets = tgt.data();
+  }
   if (opts_.tp.size > 1) {  // token ids as rows of this rank's vocabulary slice, -1 elsewhere
-    std::vector<int32_t> tok(tokens, tokens + N), tgt(targets, targets + N);
+    tok.assign(tokens, tokens + N);
+    tgt.assign(targets, targets + N);
     for (int32_t* v : {tok.data(), tgt.data()})
       for (int i = 0; i < N; ++i) {
         const int32_t r = v[i] - dims_.vocab_first;
@@ -504,7 +532,7 @@ void Gpt<S>::sync_norm_grads(S* g, int64_t n) {
 
 template <typename S>
 void Gpt<S>::head_backward(S loss_scale, bool sync_replicated) {
-  const int C = cfg_.hidden, N = cfg_.micro_batch * cfg_.seq, n = dims_.rows, V = dims_.vocab;
+  const int C = cfg_.hidden, N = dims_.tokens, n = dims_.rows, V = dims_.vocab;
   Backend<S>& be = *be_;
   S* a = a_;
   const int hu = head_unit();
@@ -530,7 +558,7 @@ void Gpt<S>::head_backward(S loss_scale, bool sync_replicated) {
 
 template <typename S>
 void Gpt<S>::block_backward(int l, bool sync_replicated) {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = B * T, n = dims_.rows;
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = dims_.tokens, n = dims_.rows;
   const TpDims& d = dims_;
   const TpMode& mode = opts_.tp.mode;
   Backend<S>& be = *be_;
@@ -558,9 +586,12 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
   });
   row_backward(be, matmul_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), a + x.atty,
                p + w.proj_w, N, d.attn_width, C);
-  timed(Op::kAttention, [&] {
-    be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);
-  }, attn_bwd_flops);
+  if (cp_attn_)
+    cp_attn_->backward(*cp_, attention_op_, dqkv_.data(), datty_.data(), a + x.atty, a + x.att, a + x.qkv);
+  else
+    timed(Op::kAttention, [&] {
+      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);
+    }, attn_bwd_flops);
   column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
                   gathered(l, 0), p + w.qkv_w, N, C, d.qkv);
   timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
@@ -572,14 +603,20 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
 
 template <typename S>
 void Gpt<S>::embed_backward() {
-  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden;
+  const int B = cfg_.micro_batch, C = cfg_.hidden;
   const S* d = dresid_.data();
   if (tp_ && opts_.tp.mode.sp) {  // the reduce-scatter's backward: gather the rows
     tp_->all_gather(dyfull_.data(), dresid_.data(), int64_t{dims_.rows} * C);
     d = dyfull_.data();
   }
   S* ge = G(embed_unit_);
-  timed(Op::kEmbedding, [&] { be_->embedding_backward(ge + wte_, ge + wpe_, d, tok_, B, T, C); });
+  const CpChunks ch = cp_chunks(cfg_.seq, opts_.cp, opts_.cp.rank);
+  timed(Op::kEmbedding, [&] {
+    for (int k = 0; k < ch.count; ++k) {
+      const int64_t r = int64_t{k} * B * ch.len;
+      be_->embedding_backward(ge + wte_, ge + wpe_ + int64_t{ch.start[k]} * C, d + r * C, tok_ + r, B, ch.len, C);
+    }
+  });
 }
 
 template <typename S>
@@ -663,13 +700,29 @@ MemoryBytes Gpt<S>::memory_allocated() const {
 }
 
 template <typename S>
-MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp) {
+MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp, const CpSpec& cp) {
   // Closed forms, written independently of the layout tables (padding not counted). With
   // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
-  // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows.
-  const int64_t t = std::max(1, tp.size), L = c.layers, C = c.hidden, hs = c.head_size();
+  // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows. Context
+  // parallel holds N = B T / cp token rows; its attention keeps per layer a log-sum-exp per
+  // row and head (ring, all-gather) or the gathered heads' q, k, v, probabilities and output
+  // (Ulysses) instead of the B x NH x T x T probabilities, plus its transfer buffers.
+  const int64_t t = std::max(1, tp.size), L = c.layers, C = c.hidden, hs = c.head_size(), cpn = std::max(1, cp.size);
   const int64_t F = c.ffn / t, NH = c.heads / t, KVH = c.kv_heads / t, Ca = NH * hs, QKV = (NH + 2 * KVH) * hs;
-  const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T;
+  const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T / cpn;
+  int64_t att = B * NH * T * T, cp_buf = 0, datt = B * NH * T * T;  // per layer; buffers
+  if (cpn > 1) {
+    const int64_t kv = N * 2 * KVH * hs, NHu = NH / cpn, wu = (NHu + 2 * (KVH / cpn)) * hs;
+    datt = 0;
+    switch (cp.algo) {
+      case CpAlgo::kRing: att = N * NH, cp_buf = 4 * kv + N * NH; break;
+      case CpAlgo::kAllGather: att = N * NH, cp_buf = 2 * kv + 2 * cpn * kv + N * NH; break;
+      case CpAlgo::kUlysses:
+        att = B * T * wu + B * NHu * T * T + B * T * NHu * hs;
+        cp_buf = 3 * B * T * wu + B * T * NHu * hs + B * NHu * T * T;
+        break;
+    }
+  }
   const bool par = t > 1, sp = par && tp.mode.sp, keep = sp && !tp.mode.regather;
   const int64_t n = sp ? N / t : N;
   const int64_t per_layer = 4 * C + QKV * C + QKV + C * Ca + C + F * C + F + C * F + C;
@@ -680,9 +733,9 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   m.optimizer = 2 * P * sb;
   // per layer: ln1, res2, ln2, res3 and 4 norm statistics on n rows; qkv, atty, 2 x fch, att
   // on all N rows; SP keeping its gathers: ln1 and ln2 gathered (N x C each)
-  const int64_t act_layer = 4 * n * C + 4 * n + N * QKV + N * Ca + 2 * N * F + B * NH * T * T + (keep ? 2 * N * C : 0);
+  const int64_t act_layer = 4 * n * C + 4 * n + N * QKV + N * Ca + 2 * N * F + att + (keep ? 2 * N * C : 0);
   m.activations = (L * act_layer + 2 * n * C + 2 * n + (keep ? N * C : 0) + N * V + N) * sb;
-  m.buffers = (n * C + N * C + N * Ca + N * QKV + B * NH * T * T + N * F) * sb + 2 * N * 4;
+  m.buffers = (n * C + N * C + N * Ca + N * QKV + datt + N * F + cp_buf) * sb + 2 * N * 4;
   if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
   if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
   const MoeMemory moe = moe_memory(c, sb);  // the MoE blocks against the dense MLPs

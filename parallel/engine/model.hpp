@@ -23,6 +23,8 @@
 #include "layout.hpp"
 #include "moe.hpp"
 #include "tp_layers.hpp"
+#include "cp_attention.hpp"
+#include <memory>
 #include <string>
 
 namespace meshbench::parallel {
@@ -87,9 +89,10 @@ struct TpSpec {
 struct TpDims {
   int heads, kv_heads, ffn, attn_width, qkv;  // NH/t, KVH/t, F/t, C/t, (NH/t + 2 KVH/t) hs
   int vocab, vocab_valid, vocab_first;        // Vp/t rows (Vp: V padded to a multiple of t), real rows, first
-  int rows;                                   // rows of the residual stream: N, or N/t with SP
+  int tokens;                                 // this rank's token rows: B T, or B T / cp
+  int rows;                                   // rows of the residual stream: tokens, or tokens / t with SP
 };
-TpDims tp_dims(const GptConfig& c, const TpSpec& tp);
+TpDims tp_dims(const GptConfig& c, const TpSpec& tp, const CpSpec& cp = {});
 
 // How the model's flat arrays are laid out and owned.
 struct GptOptions {
@@ -98,6 +101,7 @@ struct GptOptions {
   bool own_grads = true;      // false: a Residency holds the gradients (ZeRO-2, ZeRO-3)
   bool own_optimizer = true;  // false: no moments until set_optimizer_shard (ZeRO-1..3)
   TpSpec tp;                  // tensor parallel (set_tp_comm before the first step when size > 1)
+  CpSpec cp;                  // context parallel (set_cp_comm likewise): this rank's chunks of the sequence
   // Pipeline stage; none: the whole model as one chunk with one activation slot held for
   // the model's life. With a stage, activations live in slots per (chunk, micro-batch):
   // taken at the chunk's forward (stage_input), freed at the end of its backward.
@@ -139,6 +143,8 @@ class Gpt {
   const std::vector<Unit>& units() const { return units_; }
   void set_residency(Residency<S>* r) { residency_ = r; }
   void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
+  void set_cp_comm(GroupComm<S>* cp) { cp_ = cp; }
+  const CpSpec& cp() const { return opts_.cp; }
   const TpSpec& tp() const { return opts_.tp; }
   const TpDims& tp_dims() const { return dims_; }
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
@@ -201,7 +207,8 @@ class Gpt {
   MemoryBytes memory_allocated() const;  // the model's allocations now
   MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers
   const MemoryTracker& memory() const { return mem_; }
-  static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {});
+  static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {},
+                                     const CpSpec& cp = {});
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }
@@ -277,6 +284,9 @@ class Gpt {
   GptOptions opts_;
   TpDims dims_;
   GroupComm<S>* tp_ = nullptr;
+  GroupComm<S>* cp_ = nullptr;
+  std::unique_ptr<CpAttention<S>> cp_attn_;  // context parallel's attention (cp > 1)
+  ComputeOp attention_op_;                   // what it times its ops with
   MemoryTracker mem_;
   Residency<S>* residency_ = nullptr;
   std::vector<Unit> units_;

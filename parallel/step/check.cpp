@@ -97,12 +97,12 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
   Gpt<float> ref(model.config(), model.backend());
   ref.init_weights(env.seed);
   const GptConfig& c = model.config();
-  const int mb = plan.micro_batches * plan.degrees.dp * plan.degrees.cp;
+  const int mb = plan.micro_batches * plan.degrees.dp;  // cp ranks share their samples
   const float scale =
       static_cast<float>(plan.grad_reduce == GradReduce::kAvg ? 1.0 / mb : 1.0 / plan.micro_batches);
   std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
   ref.zero_grad();
-  out.first_logits.resize(static_cast<size_t>(plan.degrees.dp * plan.degrees.cp));
+  out.first_logits.resize(static_cast<size_t>(plan.degrees.dp));
   for (int j = 0; j < mb; ++j) {
     synthetic_batch(tok.data(), tgt.data(), env.data, env.seed, 0, int64_t{j} * c.micro_batch, c.micro_batch,
                     c.seq, c.vocab);
@@ -132,7 +132,7 @@ struct Logits {
 
 Logits first_logits(StepEnv<float>& env) {
   Logits l;
-  if (env.plan.zero > 0 || env.pipe) return l;
+  if (env.plan.zero > 0 || env.plan.degrees.cp > 1 || env.pipe) return l;  // (context parallel: rows of chunks)
   Gpt<float>& m = env.model;
   const GptConfig& c = m.config();
   const TpDims& d = m.tp_dims();

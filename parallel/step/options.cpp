@@ -80,7 +80,7 @@ void add_run_flags(CLI::App& app, Options& o) {
 }
 
 void add_parallel_flags(CLI::App& app, Options& o) {
-  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4 or tp=2,dp=2 (cp, ep, pp come with their strategies; dp defaults to the rest of the world size)"));
+  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4, tp=2,dp=2 or cp=2,tp=2 (ep, pp come with their strategies; dp defaults to the rest of the world size)"));
   mb::core::with_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
   mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
   mb::core::with_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
@@ -93,6 +93,12 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                                   "all-gather/reduce-scatter instead of all-reduce (needs tp >= 2)"));
   mb::core::with_env(app.add_option("--sp-regather", o.sp_regather, "with --sp: re-gather each column-parallel "
                                     "input in the backward (true, Megatron's memory saving) or keep it (false)"));
+  mb::core::with_env(app.add_option("--cp-algo", o.cp_algo, "context parallel attention: ring (K/V blocks circulate), "
+                                    "allgather (K/V all-gathered) or ulysses (all-to-all to head shards)")
+                         ->check(CLI::IsMember({"ring", "allgather", "ulysses"})));
+  mb::core::with_env(app.add_option("--cp-split", o.cp_split, "context parallel sequence split: zigzag (rank r holds "
+                                    "chunks r and 2C-1-r of 2C) or contiguous")
+                         ->check(CLI::IsMember({"zigzag", "contiguous"})));
   mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradient elements, 16 Ki to 40 M"));
   mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
           ->check(CLI::IsMember({"poll", "thread"})));
@@ -223,6 +229,8 @@ Plan make_plan(const Options& o, int world) {
   p.keep_params = o.keep_params;
   p.sp = o.sp;
   p.sp_regather = o.sp_regather;
+  p.cp_algo = o.cp_algo == "allgather" ? CpAlgo::kAllGather : (o.cp_algo == "ulysses" ? CpAlgo::kUlysses : CpAlgo::kRing);
+  p.cp_zigzag = o.cp_split == "zigzag";
   p.schedule = parse_pipe_schedule(o.schedule);
   p.vpp = o.vpp;
   p.vpp_group = o.vpp_group;

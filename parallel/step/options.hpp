@@ -32,6 +32,7 @@ struct Options {
   std::string grad_reduce = "avg", progress = "poll", trace_file;
   bool no_overlap = false;
   bool sp = false, sp_regather = true;
+  std::string cp_algo = "ring", cp_split = "zigzag";
   double bucket_mb = 0;
   int zero = 0, prefetch = 1;
   bool keep_params = false;

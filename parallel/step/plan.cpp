@@ -39,11 +39,10 @@ void resolve_and_validate(Plan& p, int world) {
     const char* what;
   };
   const comm::MeshSpec& m = p.mesh;
-  for (const Later& l : {Later{m.cp, "cp", "context parallel"}, Later{m.ep, "ep", "expert parallel"},
-                         Later{m.etp, "etp", "expert tensor parallel"}})
+  for (const Later& l : {Later{m.ep, "ep", "expert parallel"}, Later{m.etp, "etp", "expert tensor parallel"}})
     if (l.degree > 1)
-      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data, tensor and "
-                                   "pipeline parallel: --mesh dp=N,tp=T,pp=P)",
+      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data, tensor, context and "
+                                   "pipeline parallel: --mesh dp=N,tp=T,cp=C,pp=P)",
                                    l.key, l.degree, l.what));
   // The degrees must multiply to the world size (RankGrid names the rule it breaks).
   try {
@@ -52,7 +51,32 @@ void resolve_and_validate(Plan& p, int world) {
     throw UsageError(fmt::format("--mesh {} --order {}: {}", p.mesh_text.empty() ? "(default)" : p.mesh_text, p.order, e.what()));
   }
   validate_tensor_parallel(p);
+  validate_context_parallel(p);
   validate_pipeline(p);
+}
+
+void validate_context_parallel(const Plan& p) {
+  const int c = p.degrees.cp, t = p.degrees.tp;
+  if (c < 2) return;
+  const GptConfig& m = p.model;
+  const int parts = p.cp_zigzag ? 2 * c : c;
+  if (m.seq % parts != 0)
+    throw UsageError(fmt::format("--mesh cp={}: --seq {} must be divisible by {} ({})", c, m.seq, parts,
+                                 p.cp_zigzag ? "the zig-zag split cuts the sequence into 2 x cp chunks"
+                                             : "the contiguous split cuts it into cp chunks"));
+  if (p.cp_algo == CpAlgo::kUlysses) {
+    if ((m.heads / t) % c != 0)
+      throw UsageError(fmt::format("--cp-algo ulysses with --mesh cp={}: --heads {} per tensor-parallel rank ({}) must "
+                                   "be divisible by cp (the all-to-all hands each rank whole heads)", c, m.heads, m.heads / t));
+    if ((m.kv_heads / t) % c != 0)
+      throw UsageError(fmt::format("--cp-algo ulysses with --mesh cp={}: --kv-heads {} per tensor-parallel rank ({}) "
+                                   "must be divisible by cp", c, m.kv_heads, m.kv_heads / t));
+  }
+  if (p.sp && (m.seq / c) % t != 0)
+    throw UsageError(fmt::format("--sp with --mesh cp={},tp={}: --seq {} / cp must be divisible by tp", c, t, m.seq));
+  if (m.moe_blocks() > 0)
+    throw UsageError(fmt::format("--mesh cp={} with --experts: context parallel with MoE blocks is not available in "
+                                 "this build", c));
 }
 
 void validate_tensor_parallel(const Plan& p) {
@@ -68,7 +92,7 @@ void validate_tensor_parallel(const Plan& p) {
   rule(c.heads, "--heads", "each rank holds whole query heads");
   rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
   rule(c.ffn, "--ffn", "the MLP width is split over the group");
-  if (p.sp) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
+  if (p.sp && p.degrees.cp < 2) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
   if (c.experts > 0)
     throw UsageError(fmt::format("--experts {} with --mesh tp={}: the MoE layer does not split its experts over "
                                  "tensor parallel in this build (expert parallel: issue 13)", c.experts, t));
@@ -85,6 +109,9 @@ void validate_pipeline(const Plan& p) {
   if (P > 1 && p.zero > 0)
     throw UsageError(fmt::format("--zero {} with --mesh pp={}: ZeRO shards whole-model units; it does not run "
                                  "with pipeline parallel in this build", p.zero, P));
+  if (P > 1 && p.degrees.cp > 1)
+    throw UsageError(fmt::format("--mesh cp={},pp={}: context parallel with pipeline parallel is not available in "
+                                 "this build", p.degrees.cp, P));
   if (P > 1 && p.sp)
     throw UsageError(fmt::format("--sp with --mesh pp={}: sequence-parallel shards are not sent between stages in "
                                  "this build (tensor parallel without --sp composes with pp)", P));
@@ -161,12 +188,14 @@ std::string describe(const Plan& p) {
   if (p.degrees.pp > 1)
     pipe = fmt::format(", pipeline {} schedule, {} chunk{} per rank", name(p.schedule), p.vpp, p.vpp > 1 ? "s" : "");
   return fmt::format("{} (order {}), zero {}, micro-batches {}, global batch {} x {} tokens, grad-reduce {}, "
-                     "overlap {}, progress {}{}{}",
+                     "overlap {}, progress {}{}{}{}",
                      comm::format_degrees(p.degrees), p.order, p.zero, p.micro_batches, p.global_batch(),
                      p.model.seq, p.grad_reduce == GradReduce::kAvg ? "avg" : "sum",
                      p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread",
                      p.degrees.tp > 1 ? (p.sp ? fmt::format(", sequence parallel (re-gather {})", p.sp_regather ? "on" : "off")
                                              : std::string(", tensor parallel all-reduce")) : std::string(),
+                     p.degrees.cp > 1 ? fmt::format(", context parallel {} ({})", cp_algo_name(p.cp_algo),
+                                                    p.cp_zigzag ? "zig-zag" : "contiguous") : std::string(),
                      pipe);
 }
 

@@ -11,6 +11,7 @@
 
 #include "comm/mesh.hpp"
 #include "config.hpp"
+#include "cp_attention.hpp"
 #include "schedule.hpp"
 
 namespace meshbench::parallel {
@@ -35,6 +36,8 @@ struct Plan {
   bool keep_params = false;  // ZeRO-3: keep gathered units across micro-batches
   bool sp = false;           // tensor parallel: sequence parallel (--sp)
   bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward
+  CpAlgo cp_algo = CpAlgo::kRing;  // context parallel: --cp-algo
+  bool cp_zigzag = true;     // --cp-split zigzag (else contiguous)
   // Pipeline parallel (--mesh pp=P): the schedule, V model chunks per rank (interleaved), the
   // interleaved micro-batch group G (0: P), and the layers of each virtual stage (P x V
   // entries, virtual stage c x P + r is chunk c of pipeline rank r; empty: an even split).
@@ -51,6 +54,10 @@ struct Plan {
 
 // The tensor-parallel rules (heads, kv heads and ffn divisible by tp; seq too with --sp).
 void validate_tensor_parallel(const Plan& plan);
+
+// The context-parallel rules (seq divisible by 2 cp for zig-zag, by cp otherwise; Ulysses:
+// heads and kv heads per tensor-parallel rank divisible by cp).
+void validate_context_parallel(const Plan& plan);
 
 // The largest unit of the model (embeddings, a block, or the head) in elements, without
 // padding: ZeRO reduces and gathers whole units.

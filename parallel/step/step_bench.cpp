@@ -52,6 +52,7 @@
 #include "zero.hpp"
 #include "comm_group.hpp"
 #include "tensor_parallel.hpp"
+#include "context_parallel.hpp"
 #include "executor.hpp"
 #include "metrics.hpp"
 #include "perfetto.hpp"
@@ -141,8 +142,8 @@ struct Setup {
   std::unique_ptr<mb::comm::RankGrid> grid;
   std::unique_ptr<mb::comm::MeshComms> comms;
   Trace trace;
-  std::unique_ptr<RecordingComm> dp_comm, tp_comm;
-  std::unique_ptr<CommGroup<float>> tp;     // tensor parallel (tp > 1)
+  std::unique_ptr<RecordingComm> dp_comm, tp_comm, cp_comm;
+  std::unique_ptr<CommGroup<float>> tp, cp;  // tensor parallel (tp > 1), context parallel (cp > 1)
   std::unique_ptr<RecordingComm> pp_comm, embedding_comm;  // pipeline parallel
   std::optional<PipeEnv> pipe;
   std::unique_ptr<Gpt<float>> model;
@@ -182,6 +183,10 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
     mo.tp.rank = tpm ? tpm->index : 0;
     mo.tp.mode = TpMode{plan.sp, plan.sp_regather, plan.overlap};
   }
+  if (plan.degrees.cp > 1) {
+    const auto cpm = st.grid->membership(mb::comm::GroupKind::kCp, rank);
+    mo.cp = CpSpec{plan.degrees.cp, cpm ? cpm->index : 0, plan.cp_algo, plan.cp_zigzag, plan.overlap};
+  }
   st.model = std::make_unique<Gpt<float>>(plan.model, be, mo);
   st.model->init_weights(o.seed);  // every rank: its slice of the full canonical weights (ZeRO-3: its shard)
   if (plan.degrees.tp > 1) {
@@ -189,7 +194,13 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
     st.tp = std::make_unique<CommGroup<float>>(*st.tp_comm, be, &st.trace.tags);
     st.model->set_tp_comm(st.tp.get());
   }
-  const auto mem = st.grid->membership(mb::comm::GroupKind::kDpCp, rank);
+  if (plan.degrees.cp > 1) {
+    st.cp_comm = group_comm(st, o, mb::comm::GroupKind::kCp, "cp", rank, device);
+    st.cp = std::make_unique<CommGroup<float>>(*st.cp_comm, be, &st.trace.tags);
+    st.model->set_cp_comm(st.cp.get());
+  }
+  // The data of a rank is its data-parallel index's samples (cp ranks share them).
+  const auto mem = st.grid->membership(mb::comm::GroupKind::kDp, rank);
   st.dp_rank = mem ? mem->index : 0;
   if (d > 1 || plan.zero > 0) {
     st.dp_comm = group_comm(st, o, mb::comm::GroupKind::kDpCp, "dp", rank, device);
@@ -225,6 +236,7 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
   };
   if (st.sync) add(mb::comm::GroupKind::kDpCp, "dp");
   if (st.tp) add(mb::comm::GroupKind::kTp, "tp");
+  if (st.cp) add(mb::comm::GroupKind::kCp, "cp");
   if (st.pipe) add(mb::comm::GroupKind::kPp, "pp");
   if (st.pipe && st.model->config().tied) add(mb::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
   return g;
@@ -245,6 +257,7 @@ std::string strategy_name(const Plan& plan) {
   const auto& d = plan.degrees;
   std::string s = plan.zero > 0 ? fmt::format("zero{}", plan.zero) : (d.dp > 1 ? "data_parallel" : "");
   if (d.tp > 1) s += std::string(s.empty() ? "" : "+") + (plan.sp ? "tensor_parallel_sp" : "tensor_parallel");
+  if (d.cp > 1) s += std::string(s.empty() ? "" : "+") + "context_parallel_" + cp_algo_name(plan.cp_algo);
   return s.empty() ? "single" : s;
 }
 
@@ -274,7 +287,8 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
-      {"strategy", strategy_name(plan)},
+      {"strategy", strategy_name(plan)}, {"cp_algo", cp_algo_name(plan.cp_algo)},
+      {"cp_split", plan.cp_zigzag ? "zigzag" : "contiguous"},
       {"megatron_activation_bytes", megatron_activation_bytes_per_layer(plan) * c.layers},
       {"megatron_activation_formula", plan.degrees.tp <= 1 ? "L sbh(34 + 5as/h)"
                                       : (plan.sp ? "L sbh(34 + 5as/h)/t" : "L sbh(10 + 24/t + 5as/(ht))")}, {"sequence_parallel", plan.sp}, {"sp_regather", plan.sp_regather},
@@ -315,7 +329,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions) {
   const GptConfig& c = plan.model;
   const MemoryTracker& t = model.memory();
-  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp());
+  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp(), model.cp());
   auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
   double ap = double(ma.params), ag = double(ma.grads), ao = double(ma.optimizer);
   if (plan.zero > 0) {
@@ -557,6 +571,7 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   for (int k = 0; k < st.model->num_chunks(); ++k) layers += st.model->chunk_layers(k).second - st.model->chunk_layers(k).first;
   for (const AnalyticBytes& a : tp_analytic(plan, 4, layers, st.model->first_stage(), st.model->last_stage()))
     analytic.push_back(a);
+  for (const AnalyticBytes& a : cp_analytic(plan, 4)) analytic.push_back(a);
   if (st.pipe) {
     const GptConfig& c = plan.model;
     const int t = plan.degrees.tp;

@@ -42,8 +42,10 @@ uint64_t DataParallel<S>::grad_bytes() const {
 
 template <typename S>
 double DataParallel<S>::loss_scale(const Plan& plan) {
+  // Context parallel: a rank's mean loss covers 1/cp of its samples' tokens, so the cp ranks'
+  // gradients add up to the samples' mean with a further 1/cp.
   const double m = plan.micro_batches, d = plan.degrees.dp * plan.degrees.cp;
-  return plan.grad_reduce == GradReduce::kAvg ? 1.0 / (m * d) : 1.0 / m;
+  return plan.grad_reduce == GradReduce::kAvg ? 1.0 / (m * d) : 1.0 / (m * plan.degrees.cp);
 }
 
 template <typename S>

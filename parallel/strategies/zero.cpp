@@ -1,5 +1,7 @@
 #include "zero.hpp"
 
+#include "data_parallel.hpp"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -86,8 +88,7 @@ std::string Zero<S>::describe() const {
 
 template <typename S>
 double Zero<S>::loss_scale() const {
-  const double m = plan_.micro_batches;
-  return plan_.grad_reduce == GradReduce::kAvg ? 1.0 / (m * d_) : 1.0 / m;
+  return DataParallel<S>::loss_scale(plan_);
 }
 
 template <typename S>

@@ -114,3 +114,30 @@ TEST(ChunkAttention, FullyMaskedPairChangesNothing) {
   EXPECT_EQ(o, o0);
   EXPECT_EQ(lse, l0);
 }
+
+// Padding in the last chunk of the sequence (any values there) changes no output of the
+// earlier chunks and no gradient reaching them: the causal structure masks it out.
+TEST(ChunkAttention, PaddingInTheLastChunkChangesNothingBefore) {
+  const Shape s;
+  const int chunks = 4, Tc = s.T / chunks, QKV = s.QKV(), C = s.C();
+  Vec a = random(size_t(s.B) * s.T * QKV, 5), b = a;
+  const Vec pad = random(size_t(s.B) * Tc * QKV, 6);
+  put(b, pad, s.B, s.T, QKV, chunks - 1, Tc);  // b: other values in the last chunk
+  const Vec dy = random(size_t(s.B) * s.T * C, 7);
+  auto run = [&](const Vec& qkv, Vec& out, Vec& dqkv) {
+    Vec att(size_t(s.B) * s.NH * s.T * s.T), datt(att.size());
+    out.assign(size_t(s.B) * s.T * C, 0.0);
+    dqkv.assign(qkv.size(), 0.0);
+    attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.KVH, s.hs);
+    Vec dmasked = dy;  // the padding's output gradient is zero (no loss on padding)
+    put(dmasked, Vec(size_t(s.B) * Tc * C, 0.0), s.B, s.T, C, chunks - 1, Tc);
+    attention_backward(dqkv.data(), datt.data(), dmasked.data(), qkv.data(), att.data(), s.B, s.T, s.NH, s.KVH, s.hs);
+  };
+  Vec oa, ob, da, db;
+  run(a, oa, da);
+  run(b, ob, db);
+  for (int c = 0; c < chunks - 1; ++c) {
+    EXPECT_EQ(take(oa, s.B, s.T, C, c, Tc), take(ob, s.B, s.T, C, c, Tc)) << "output of chunk " << c;
+    EXPECT_EQ(take(da, s.B, s.T, QKV, c, Tc), take(db, s.B, s.T, QKV, c, Tc)) << "gradient of chunk " << c;
+  }
+}

@@ -7,7 +7,11 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
 
 namespace meshbench::parallel::test {
 
@@ -40,6 +44,30 @@ inline GradError fd_check(const std::function<double()>& loss, double* x, const 
   }
   e.norm_rel = num2 > 0 ? std::sqrt(diff2 / num2) : std::sqrt(diff2);
   return e;
+}
+
+// Shared by the gradient-check tests: the tolerance, seeded normal inputs, a dot product
+// (a scalar loss from an output and a fixed random weighting) and the verdict.
+inline constexpr double kTol = 1e-6;
+
+inline std::vector<double> randn(size_t n, unsigned seed, double scale = 1.0) {
+  std::mt19937 g(seed);
+  std::normal_distribution<double> d(0.0, scale);
+  std::vector<double> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void expect_ok(const GradError& e, const char* what) {
+  EXPECT_GT(e.checked, 0) << what;
+  EXPECT_LT(e.norm_rel, kTol) << what << " normalised error";
+  EXPECT_LT(e.worst_rel, kTol) << what << " worst element";
 }
 
 }  // namespace meshbench::parallel::test

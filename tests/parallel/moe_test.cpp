@@ -30,30 +30,13 @@
 using namespace meshbench::parallel;
 using meshbench::parallel::test::fd_check;
 using meshbench::parallel::test::GradError;
+using meshbench::parallel::test::dot;
+using meshbench::parallel::test::expect_ok;
+using meshbench::parallel::test::kTol;
+using meshbench::parallel::test::randn;
 
 namespace {
 
-constexpr double kTol = 1e-6;
-
-std::vector<double> randn(size_t n, unsigned seed, double scale = 1.0) {
-  std::mt19937 g(seed);
-  std::normal_distribution<double> d(0.0, scale);
-  std::vector<double> v(n);
-  for (auto& x : v) x = d(g);
-  return v;
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-void expect_ok(const GradError& e, const char* what) {
-  EXPECT_GT(e.checked, 0) << what;
-  EXPECT_LT(e.norm_rel, kTol) << what << " normalised error";
-  EXPECT_LT(e.worst_rel, kTol) << what << " worst element";
-}
 
 // The smallest gap between consecutive sorted probabilities of any row, over the first k+1.
 double topk_margin(const std::vector<double>& probs, int N, int E, int k) {
