@@ -50,8 +50,7 @@ double DataParallel<S>::loss_scale(const Plan& plan) {
 
 template <typename S>
 void DataParallel<S>::begin_backward(int, bool last_micro) {
-  armed_ = last_micro && plan_.overlap;
-  if (last_micro) next_ = 0;
+  armed_ = last_micro && plan_.overlap;  // interleaved pipelines: the last micro-batch of each chunk
 }
 
 template <typename S>
@@ -126,6 +125,7 @@ void DataParallel<S>::finish() {
     }
     if (req) req->wait();
   }
+  next_ = 0;  // the next step posts from the first bucket again
 }
 
 template class DataParallel<float>;

@@ -20,6 +20,9 @@ struct AnalyticBytes {
   std::string dim, kind;  // "dp", "all_reduce" (comm::name of the collective)
   uint64_t payload = 0;   // bytes per step (S summed over calls)
   double wire = 0;        // bytes each rank sends per step, bandwidth-optimal algorithm
+  // The payload per step summed over every rank, where ranks differ (pipeline stages); 0:
+  // every rank moves `payload`.
+  uint64_t all_ranks = 0;
 };
 
 template <typename S>

@@ -270,6 +270,23 @@ class MpiCommunicator final : public Communicator {
     return q;
   }
 
+  // Point-to-point: MPI_Isend / MPI_Irecv with the caller's tag (device views staged).
+  std::unique_ptr<Request> isend(View send, int to, int tag) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    Staged s(send, q->send_store_, true);
+    MB_CHECK_MPI(MPI_Isend(s.host().data, as_int(send.count, "isend"), mpi_type(send.dtype), to, tag, mpi_, &q->req_),
+                 group_.c_str());
+    return q;
+  }
+  std::unique_ptr<Request> irecv(View recv, int from, int tag) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    q->out_.emplace(recv, q->recv_store_, false);
+    MB_CHECK_MPI(MPI_Irecv(q->out_->host().data, as_int(recv.count, "irecv"), mpi_type(recv.dtype), from, tag, mpi_,
+                           &q->req_),
+                 group_.c_str());
+    return q;
+  }
+
   void all_to_allv(View send, const PeerBlocks& send_blocks, View recv, const PeerBlocks& recv_blocks) override {
     check_blocks(send_blocks, send, size_, "send");
     check_blocks(recv_blocks, recv, size_, "recv");

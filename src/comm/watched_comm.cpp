@@ -84,6 +84,14 @@ class WatchedCommunicator final : public Communicator {
     return std::make_unique<WatchedRequest>(in_->ireduce_scatter(send, recv, op), w_, "reduce_scatter wait",
                                             send.bytes(), group_.c_str());
   }
+  std::unique_ptr<Request> isend(View send, int to, int tag) override {
+    WatchScope s(&w_, "isend", send.bytes(), group_.c_str());
+    return std::make_unique<WatchedRequest>(in_->isend(send, to, tag), w_, "send wait", send.bytes(), group_.c_str());
+  }
+  std::unique_ptr<Request> irecv(View recv, int from, int tag) override {
+    WatchScope s(&w_, "irecv", recv.bytes(), group_.c_str());
+    return std::make_unique<WatchedRequest>(in_->irecv(recv, from, tag), w_, "recv wait", recv.bytes(), group_.c_str());
+  }
   void order_after(void* producer) override { in_->order_after(producer); }
   void all_to_allv(View send, const PeerBlocks& sb, View recv, const PeerBlocks& rb) override {
     WatchScope s(&w_, "all_to_allv", sb.total() * size_of(send.dtype), group_.c_str());
