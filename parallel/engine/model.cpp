@@ -70,10 +70,20 @@ typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptO
     lay.pad_unit(lo, mult);
     pt.units.push_back({std::move(name), lo, lay.total()});
   };
-  pt.wte = lay.add("wte", {d.vocab, C}, true, vocab);
-  pt.wpe = lay.add("wpe", {maxT, C}, true);
-  close_unit("embed", 0);
-  for (int64_t l = 0; l < L; ++l) {
+  // The stage (pipeline parallel): which blocks, and whether the embeddings and the head
+  // live here; the whole model without one.
+  const StageSpec whole{{{0, cfg.layers}}, true, true, 1};
+  const StageSpec& st = opts.stage ? *opts.stage : whole;
+  pt.lo.resize(static_cast<size_t>(L));
+  pt.bu.assign(static_cast<size_t>(L), -1);
+  if (st.first) {
+    pt.wte = lay.add("wte", {d.vocab, C}, true, vocab);
+    pt.wpe = lay.add("wpe", {maxT, C}, true);
+    pt.embed_unit = 0;
+    close_unit("embed", 0);
+  }
+  for (const auto& [lb, le] : st.chunks)
+  for (int64_t l = lb; l < le; ++l) {
     const std::string p = fmt::format("h.{}.", l);
     const int64_t u = (lay.total() + 15) / 16 * 16;
     LayerOffsets o{};
@@ -93,15 +103,21 @@ typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptO
       o.fcproj_w = lay.add(p + "mlp.proj.weight", {C, d.ffn}, true, cols) - u;
       o.fcproj_b = lay.add(p + "mlp.proj.bias", {C}, false) - u;
     }
-    pt.lo.push_back(o);
+    pt.lo[static_cast<size_t>(l)] = o;
+    pt.bu[static_cast<size_t>(l)] = static_cast<int>(pt.units.size());
     close_unit(fmt::format("h.{}", l), u);
   }
-  const int64_t hu = (lay.total() + 15) / 16 * 16;
-  pt.lnf_w = lay.add("lnf.weight", {C}, false) - hu;
-  pt.lnf_b = lay.add("lnf.bias", {C}, false) - hu;
-  pt.head_w = cfg.tied ? pt.wte : lay.add("lm_head.weight", {d.vocab, C}, true, vocab) - hu;
-  pt.head_b = lay.add("lm_head.bias", {d.vocab}, false, vocab) - hu;
-  close_unit("head", hu);
+  if (st.last) {
+    const int64_t hu = (lay.total() + 15) / 16 * 16;
+    pt.lnf_w = lay.add("lnf.weight", {C}, false) - hu;
+    pt.lnf_b = lay.add("lnf.bias", {C}, false) - hu;
+    // A tied head reads the embedding unit's wte, or on a last stage without it its own copy.
+    pt.head_w = cfg.tied && st.first ? pt.wte
+                                     : lay.add(cfg.tied ? "wte" : "lm_head.weight", {d.vocab, C}, true, vocab) - hu;
+    pt.head_b = lay.add("lm_head.bias", {d.vocab}, false, vocab) - hu;
+    pt.head_unit = static_cast<int>(pt.units.size());
+    close_unit("head", hu);
+  }
   return pt;
 }
 
@@ -125,8 +141,16 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
   lnf_b_ = pt.lnf_b;
   head_w_ = pt.head_w;
   head_b_ = pt.head_b;
+  bu_ = std::move(pt.bu);
+  embed_unit_ = pt.embed_unit;
+  head_unit_ = pt.head_unit;
+  tied_embed_ = cfg.tied && embed_unit_ >= 0;
+  chunks_ = opts.stage ? opts.stage->chunks : std::vector<std::pair<int, int>>{{0, cfg.layers}};
+  token_slots_ = opts.stage ? std::max(1, opts.stage->micro_batches) : 1;
+  chunk_start_.assign(static_cast<size_t>(cfg.layers) + 1, 0);
+  for (const auto& [lb, le] : chunks_) chunk_start_[static_cast<size_t>(lb)] = 1;
   for (int l = 0; l < cfg.layers; ++l)
-    if (cfg.is_moe(l)) moe_.bind(l, layout_, units_[l + 1].lo);
+    if (cfg.is_moe(l) && bu_[static_cast<size_t>(l)] >= 0) moe_.bind(l, layout_, units_[static_cast<size_t>(bu_[static_cast<size_t>(l)])].lo);
   const int64_t P = layout_.total();
   if (opts.own_params) params_ = BackendArray<S, S>(be, P, &mem_, MemCat::kParams);
   if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
@@ -144,39 +168,46 @@ void Gpt<S>::build_activations() {
   if (opts_.cp.size > 1)  // counted under buffers; its per-layer state takes the place of att
     cp_attn_ = std::make_unique<CpAttention<S>>(cfg_.micro_batch, cfg_.seq, d.heads, d.kv_heads, cfg_.head_size(),
                                                 opts_.cp, *be_, &mem_);
-  for (int64_t l = 0; l < L; ++l) {
-    const std::string p = fmt::format("h.{}.", l);
-    LayerActs a{};
-    a.ln1 = act_layout_.add(p + "ln1", {n, C}, false);
-    a.ln1_mean = act_layout_.add(p + "ln1_mean", {n}, false);
-    a.ln1_rstd = act_layout_.add(p + "ln1_rstd", {n}, false);
-    if (keep) a.ln1_full = act_layout_.add(p + "ln1_full", {N, C}, false);
-    a.qkv = act_layout_.add(p + "qkv", {N, d.qkv}, false);
-    a.att = cp_attn_ ? act_layout_.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
-                     : act_layout_.add(p + "att", {B, d.heads, T, T}, false);
-    a.atty = act_layout_.add(p + "atty", {N, d.attn_width}, false);
-    a.res2 = act_layout_.add(p + "res2", {n, C}, false);
-    a.ln2 = act_layout_.add(p + "ln2", {n, C}, false);
-    a.ln2_mean = act_layout_.add(p + "ln2_mean", {n}, false);
-    a.ln2_rstd = act_layout_.add(p + "ln2_rstd", {n}, false);
-    if (keep) a.ln2_full = act_layout_.add(p + "ln2_full", {N, C}, false);
-    if (cfg_.is_moe(static_cast<int>(l))) {
-      moe_.add_acts(static_cast<int>(l), act_layout_, p);
-    } else {
-      a.fch = act_layout_.add(p + "fch", {N, d.ffn}, false);
-      a.fch_gelu = act_layout_.add(p + "fch_gelu", {N, d.ffn}, false);
+  // One layout per chunk (a slot): its input at offset 0, its blocks, the head's on the last.
+  la_.resize(static_cast<size_t>(L));
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    Layout& al = act_layouts_.emplace_back();
+    encoded_ = al.add(embed_unit_ >= 0 && c == 0 ? "encoded" : "input", {n, C}, false);
+    for (int64_t l = chunks_[c].first; l < chunks_[c].second; ++l) {
+      const std::string p = fmt::format("h.{}.", l);
+      LayerActs a{};
+      a.ln1 = al.add(p + "ln1", {n, C}, false);
+      a.ln1_mean = al.add(p + "ln1_mean", {n}, false);
+      a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
+      if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
+      a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
+      a.att = cp_attn_ ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
+                       : al.add(p + "att", {B, d.heads, T, T}, false);
+      a.atty = al.add(p + "atty", {N, d.attn_width}, false);
+      a.res2 = al.add(p + "res2", {n, C}, false);
+      a.ln2 = al.add(p + "ln2", {n, C}, false);
+      a.ln2_mean = al.add(p + "ln2_mean", {n}, false);
+      a.ln2_rstd = al.add(p + "ln2_rstd", {n}, false);
+      if (keep) a.ln2_full = al.add(p + "ln2_full", {N, C}, false);
+      if (cfg_.is_moe(static_cast<int>(l))) {
+        moe_.add_acts(static_cast<int>(l), al, p);
+      } else {
+        a.fch = al.add(p + "fch", {N, d.ffn}, false);
+        a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
+      }
+      a.res3 = al.add(p + "res3", {n, C}, false);
+      la_[static_cast<size_t>(l)] = a;
     }
-    a.res3 = act_layout_.add(p + "res3", {n, C}, false);
-    la_.push_back(a);
+    if (head_unit_ >= 0 && c + 1 == chunks_.size()) {
+      lnf_ = al.add("lnf", {n, C}, false);
+      lnf_mean_ = al.add("lnf_mean", {n}, false);
+      lnf_rstd_ = al.add("lnf_rstd", {n}, false);
+      if (keep) lnf_full_ = al.add("lnf_full", {N, C}, false);
+      logits_ = al.add("logits", {N, d.vocab}, false);  // probs, then dlogits, in place
+      losses_ = al.add("losses", {N}, false);
+    }
   }
-  encoded_ = act_layout_.add("encoded", {n, C}, false);
-  lnf_ = act_layout_.add("lnf", {n, C}, false);
-  lnf_mean_ = act_layout_.add("lnf_mean", {n}, false);
-  lnf_rstd_ = act_layout_.add("lnf_rstd", {n}, false);
-  if (keep) lnf_full_ = act_layout_.add("lnf_full", {N, C}, false);
-  logits_ = act_layout_.add("logits", {N, d.vocab}, false);  // probs, then dlogits, in place
-  losses_ = act_layout_.add("losses", {N}, false);
-  acts_ = BackendArray<S, S>(*be_, act_layout_.total(), &mem_, MemCat::kActivations);
+  if (!opts_.stage) take_slot(0, 0);  // the whole model: one slot for the model's life
 
   const MemCat kBuf = MemCat::kBuffers;
   dresid_ = BackendArray<S, S>(*be_, n * C, &mem_, kBuf);
@@ -185,8 +216,8 @@ void Gpt<S>::build_activations() {
   dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
   if (!cp_attn_) datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
   dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
-  tokens_ = BackendArray<int32_t, S>(*be_, N, &mem_, kBuf);
-  targets_ = BackendArray<int32_t, S>(*be_, N, &mem_, kBuf);
+  tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
+  targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
   moe_.allocate(*be_, &mem_);
   if (tp) {
     row_scratch_ = BackendArray<S, S>(*be_, (N + n) * C, &mem_, kBuf);
@@ -284,27 +315,56 @@ typename MoeMlp<S>::Timed Gpt<S>::moe_timed() {
 
 template <typename S>
 const S* Gpt<S>::res_in(int l) const {
-  return acts_.data() + (l == 0 ? encoded_ : la_[l - 1].res3);
+  return a_ + (chunk_start_[static_cast<size_t>(l)] ? encoded_ : la_[static_cast<size_t>(l) - 1].res3);
+}
+
+template <typename S>
+S* Gpt<S>::take_slot(int chunk, int micro) {
+  auto it = slots_.find({chunk, micro});
+  if (it == slots_.end())
+    it = slots_.emplace(std::make_pair(chunk, micro),
+                        BackendArray<S, S>(*be_, slot_elements(chunk), &mem_, MemCat::kActivations)).first;
+  return it->second.data();
+}
+
+template <typename S>
+S* Gpt<S>::stage_input(int chunk, int micro) {
+  return take_slot(chunk, micro) + encoded_;
+}
+
+template <typename S>
+const S* Gpt<S>::stage_output(int chunk, int micro) const {
+  const int last = chunks_[static_cast<size_t>(chunk)].second - 1;
+  return slots_.at({chunk, micro}).data() + la_[static_cast<size_t>(last)].res3;
+}
+
+// The slot and the token/target ids of (chunk, micro) become the ones in use.
+template <typename S>
+void Gpt<S>::use(int chunk, int micro) {
+  a_ = take_slot(chunk, micro);
+  const int64_t k = int64_t{dims_.tokens} * (micro % token_slots_);
+  tok_ = tokens_.data() + k;
+  tgt_ = targets_.data() + k;
 }
 
 template <typename S>
 S* Gpt<S>::gathered(int l, int which) {
   if (opts_.tp.size <= 1 || !opts_.tp.mode.sp) return nullptr;
   if (opts_.tp.mode.regather) return gather_.data();  // one buffer, re-gathered in the backward
-  if (l < 0) return acts_.data() + lnf_full_;
-  return acts_.data() + (which == 0 ? la_[l].ln1_full : la_[l].ln2_full);
+  if (l < 0) return a_ + lnf_full_;
+  return a_ + (which == 0 ? la_[l].ln1_full : la_[l].ln2_full);
 }
 
 template <typename S>
 void Gpt<S>::embed_forward(const S* pe) {
   const int B = cfg_.micro_batch, C = cfg_.hidden, N = dims_.tokens;
-  S* out = acts_.data() + encoded_;
+  S* out = a_ + encoded_;
   // Context parallel: one lookup per chunk of the sequence, its positions from its start.
   const CpChunks ch = cp_chunks(cfg_.seq, opts_.cp, opts_.cp.rank);
   auto lookup = [&](S* dst, const S* wpe) {
     for (int k = 0; k < ch.count; ++k) {
       const int64_t r = int64_t{k} * B * ch.len;
-      be_->embedding_forward(dst + r * C, tokens_.data() + r, pe + wte_, wpe ? wpe + int64_t{ch.start[k]} * C : nullptr,
+      be_->embedding_forward(dst + r * C, tok_ + r, pe + wte_, wpe ? wpe + int64_t{ch.start[k]} * C : nullptr,
                              B, ch.len, C);
     }
   };
@@ -328,8 +388,8 @@ void Gpt<S>::block_forward(int l) {
   const TpDims& d = dims_;
   const TpMode& mode = opts_.tp.mode;
   Backend<S>& be = *be_;
-  S* a = acts_.data();
-  const S* p = P(l + 1);
+  S* a = a_;
+  const S* p = P(bu_[static_cast<size_t>(l)]);
   const LayerOffsets& w = lo_[l];
   const LayerActs& x = la_[l];
   const S* res = res_in(l);
@@ -366,10 +426,10 @@ template <typename S>
 S Gpt<S>::head_forward(S* logits_out) {
   const int C = cfg_.hidden, N = dims_.tokens, n = dims_.rows, V = dims_.vocab;
   Backend<S>& be = *be_;
-  S* a = acts_.data();
+  S* a = a_;
   const int hu = head_unit();
   const S* ph = P(hu);
-  const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
+  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
   timed(Op::kLayerNorm, [&] {
     be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_, ph + lnf_b_, n, C);
   });
@@ -378,7 +438,7 @@ S Gpt<S>::head_forward(S* logits_out) {
   if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);  // before the softmax
   S loss{};
   if (tp_ == nullptr) {
-    timed(Op::kLoss, [&] { loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, targets_.data(), N, V); });
+    timed(Op::kLoss, [&] { loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, tgt_, N, V); });
     return loss;
   }
   // Vocabulary-parallel cross-entropy: three all-reduces of N values (the row max, the sums
@@ -389,7 +449,7 @@ S Gpt<S>::head_forward(S* logits_out) {
   timed(Op::kLoss, [&] { be.crossentropy_rowmax(mx, a + logits_, N, V, dims_.vocab_valid); });
   tp_->all_reduce_max(mx, N);
   timed(Op::kLoss, [&] {
-    be.crossentropy_partial(a + logits_, sum, tl, a + logits_, mx, targets_.data(), N, V, dims_.vocab_valid);
+    be.crossentropy_partial(a + logits_, sum, tl, a + logits_, mx, tgt_, N, V, dims_.vocab_valid);
   });
   tp_->all_reduce(sum, N);
   tp_->all_reduce(tl, N);
@@ -399,7 +459,14 @@ S Gpt<S>::head_forward(S* logits_out) {
 
 template <typename S>
 S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) {
+  return forward_chunk(0, 0, tokens, targets, logits_out);
+}
+
+template <typename S>
+S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32_t* targets, S* logits_out) {
   const int N = dims_.tokens;
+  use(chunk, micro);  // stage entry: a chunk past the first stage's first finds its input received in the slot
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
   trace_phase_ = 'F';
   trace_layer_ = -1;
   moe_aux_ = 0;
@@ -424,29 +491,32 @@ S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) 
         const int32_t r = v[i] - dims_.vocab_first;
         v[i] = r >= 0 && r < dims_.vocab_valid ? r : -1;
       }
-    be_->upload(tokens_.data(), tok.data(), sizeof(int32_t) * N);
-    be_->upload(targets_.data(), tgt.data(), sizeof(int32_t) * N);
+    be_->upload(tok_, tok.data(), sizeof(int32_t) * N);
+    be_->upload(tgt_, tgt.data(), sizeof(int32_t) * N);
   } else {
-    be_->upload(tokens_.data(), tokens, sizeof(int32_t) * N);
-    be_->upload(targets_.data(), targets, sizeof(int32_t) * N);
+    be_->upload(tok_, tokens, sizeof(int32_t) * N);
+    be_->upload(tgt_, targets, sizeof(int32_t) * N);
   }
-  acquire(0, 'F');
-  embed_forward(P(0));
-  if (!cfg_.tied) release(0, 'F');  // a tied head reads wte again at the end
-  for (int l = 0; l < cfg_.layers; ++l) {
+  if (embeds) {
+    acquire(embed_unit_, 'F');
+    embed_forward(P(embed_unit_));
+    if (!tied_embed_ || !heads) release(embed_unit_, 'F');  // a tied head reads wte again at the end
+  }
+  for (int l = chunks_[static_cast<size_t>(chunk)].first; l < chunks_[static_cast<size_t>(chunk)].second; ++l) {
     trace_layer_ = l;
     if (tp_) tp_->set_layer(l);
-    acquire(l + 1, 'F');
+    acquire(bu_[static_cast<size_t>(l)], 'F');
     block_forward(l);
-    release(l + 1, 'F');
+    release(bu_[static_cast<size_t>(l)], 'F');
   }
   trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
   if (tp_) tp_->set_layer(-1);
+  if (!heads) return S(0);  // stage exit: the output stays in the slot (stage_output)
   const int hu = head_unit();
   acquire(hu, 'F');
   const S loss = head_forward(logits_out);
   release(hu, 'F');
-  if (cfg_.tied) release(0, 'F');
+  if (tied_embed_) release(embed_unit_, 'F');
   return loss + static_cast<S>(moe_aux_);
 }
 
@@ -465,16 +535,16 @@ template <typename S>
 void Gpt<S>::head_backward(S loss_scale, bool sync_replicated) {
   const int C = cfg_.hidden, N = dims_.tokens, n = dims_.rows, V = dims_.vocab;
   Backend<S>& be = *be_;
-  S* a = acts_.data();
+  S* a = a_;
   const int hu = head_unit();
   // d(loss_scale x mean loss)/dloss = loss_scale; probs become dlogits in place.
-  timed(Op::kLoss, [&] { be.crossentropy_backward(a + logits_, a + logits_, targets_.data(), loss_scale, N, V); });
+  timed(Op::kLoss, [&] { be.crossentropy_backward(a + logits_, a + logits_, tgt_, loss_scale, N, V); });
   acquire(hu, 'B');
-  if (cfg_.tied) acquire(0, 'B');  // the head's weight is wte: its gradient accumulates there
+  if (tied_embed_) acquire(embed_unit_, 'B');  // the head's weight is wte: its gradient accumulates there
   const S* ph = P(hu);
   S* gh = G(hu);
-  const S* head_w = cfg_.tied ? P(0) + head_w_ : ph + head_w_;
-  S* dhead_w = cfg_.tied ? G(0) + head_w_ : gh + head_w_;
+  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
+  S* dhead_w = tied_embed_ ? G(embed_unit_) + head_w_ : gh + head_w_;
   column_backward(be, matmul_op_, tp_, opts_.tp.mode, dln_.data(), dxfull_.data(), dhead_w, gh + head_b_, a + logits_,
                   a + lnf_, gathered(-1, 0), head_w, N, C, V);
   be.zero(dresid_.data(), sizeof(S) * n * C);
@@ -493,12 +563,12 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
   const TpDims& d = dims_;
   const TpMode& mode = opts_.tp.mode;
   Backend<S>& be = *be_;
-  S* a = acts_.data();
+  S* a = a_;
   S* dresid = dresid_.data();
   S* dln = dln_.data();
   S* dfch = dfch_.data();
-  const S* p = P(l + 1);
-  S* g = G(l + 1);
+  const S* p = P(bu_[static_cast<size_t>(l)]);
+  S* g = G(bu_[static_cast<size_t>(l)]);
   const LayerOffsets& w = lo_[l];
   const LayerActs& x = la_[l];
   const double attn_bwd_flops = 8.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
@@ -540,38 +610,55 @@ void Gpt<S>::embed_backward() {
     tp_->all_gather(dyfull_.data(), dresid_.data(), int64_t{dims_.rows} * C);
     d = dyfull_.data();
   }
-  S* ge = G(0);
+  S* ge = G(embed_unit_);
   const CpChunks ch = cp_chunks(cfg_.seq, opts_.cp, opts_.cp.rank);
   timed(Op::kEmbedding, [&] {
     for (int k = 0; k < ch.count; ++k) {
       const int64_t r = int64_t{k} * B * ch.len;
-      be_->embedding_backward(ge + wte_, ge + wpe_ + int64_t{ch.start[k]} * C, d + r * C, tokens_.data() + r, B, ch.len, C);
+      be_->embedding_backward(ge + wte_, ge + wpe_ + int64_t{ch.start[k]} * C, d + r * C, tok_ + r, B, ch.len, C);
     }
   });
 }
 
 template <typename S>
 void Gpt<S>::backward(S loss_scale, bool sync_replicated) {
+  backward_chunk(0, 0, loss_scale, nullptr, nullptr, sync_replicated);
+}
+
+template <typename S>
+void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din, bool sync_replicated) {
+  use(chunk, micro);
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
+  const int64_t rows_c = int64_t{dims_.rows} * cfg_.hidden;
   trace_phase_ = 'B';
   trace_layer_ = -1;
   loss_scale_ = loss_scale;
   if (tp_) tp_->set_layer(-1);
-  head_backward(loss_scale, sync_replicated);
+  if (heads)
+    head_backward(loss_scale, sync_replicated);
+  else  // stage entry: the received gradient of the chunk's output
+    be_->copy(dresid_.data(), dout, rows_c);
   // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
-  for (int l = cfg_.layers - 1; l >= 0; --l) {
+  for (int l = chunks_[static_cast<size_t>(chunk)].second - 1; l >= chunks_[static_cast<size_t>(chunk)].first; --l) {
     trace_layer_ = l;
     if (tp_) tp_->set_layer(l);
-    acquire(l + 1, 'B');
+    const int u = bu_[static_cast<size_t>(l)];
+    acquire(u, 'B');
     block_backward(l, sync_replicated);
-    release(l + 1, 'B');
-    grads_ready(units_[l + 1].lo, units_[l + 1].hi);
+    release(u, 'B');
+    grads_ready(units_[u].lo, units_[u].hi);
   }
   trace_layer_ = -1;
   if (tp_) tp_->set_layer(-1);
-  if (!cfg_.tied) acquire(0, 'B');
-  embed_backward();
-  release(0, 'B');
-  grads_ready(units_[0].lo, units_[0].hi);
+  if (embeds) {  // stage exit: the embedding backward, or the input's gradient to `din`
+    if (!tied_embed_ || !heads) acquire(embed_unit_, 'B');
+    embed_backward();
+    release(embed_unit_, 'B');
+    grads_ready(units_[embed_unit_].lo, units_[embed_unit_].hi);
+  } else {
+    be_->copy(din, dresid_.data(), rows_c);
+  }
+  if (opts_.stage) slots_.erase({chunk, micro});  // the micro-batch's activations are freed
 }
 
 template <typename S>

@@ -13,6 +13,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <vector>
 
 #include "backend.hpp"
@@ -39,6 +41,7 @@ struct OpEvent {
   Op op;
   char phase;       // 'F' forward, 'B' backward, 'O' optimizer
   double flops, t_start, t_end;
+  int chunk = 0;    // pipeline model chunk (set by the executor)
 };
 
 struct MemoryBytes {
@@ -60,6 +63,18 @@ struct BackwardHooks {
 struct Unit {
   std::string name;  // "embed", "h.3", "head"
   int64_t lo, hi;    // elements; hi - lo is a multiple of GptOptions::unit_multiple
+};
+
+// A pipeline stage (pipeline parallel): the global layer ranges [lo, hi) this rank holds,
+// one per model chunk in chunk order, and whether it holds the embeddings (the first stage)
+// and the final norm, head and loss (the last). Blocks keep their global names ("h.<l>."),
+// so a stage's tensors compare with the whole model's by name. A tied head on a last stage
+// without the embeddings holds its own copy of wte (in the head unit), which the pipeline
+// keeps equal to the first stage's by all-reducing its gradient over the embedding group.
+struct StageSpec {
+  std::vector<std::pair<int, int>> chunks;
+  bool first = true, last = true;
+  int micro_batches = 1;  // micro-batches in flight at most (token and target slots)
 };
 
 // This rank's place in the tensor-parallel group and how the group communicates. Every
@@ -88,6 +103,10 @@ struct GptOptions {
   TpSpec tp;                  // tensor parallel (set_tp_comm before the first step when size > 1)
   CpSpec cp;                  // context parallel (set_cp_comm likewise): this rank's chunks of the sequence
   EpSpec ep;                  // expert parallel (set_ep_comm likewise): this rank's experts (moe.hpp)
+  // Pipeline stage; none: the whole model as one chunk with one activation slot held for
+  // the model's life. With a stage, activations live in slots per (chunk, micro-batch):
+  // taken at the chunk's forward (stage_input), freed at the end of its backward.
+  std::optional<StageSpec> stage;
 };
 
 // Where a unit's parameters and gradients live while the model uses them. acquire(u, phase)
@@ -156,6 +175,26 @@ class Gpt {
   // all-reduces the norm weights' gradients (computed on sequence shards) over the group.
   void backward(S loss_scale = S(1), bool sync_replicated = true);
   void set_hooks(BackwardHooks hooks) { hooks_ = std::move(hooks); }
+
+  // Pipeline stage (GptOptions::stage; without one: chunk 0, micro-batch 0 is the whole
+  // model and forward/backward above are these calls). stage_input takes the activation
+  // slot of (chunk, micro) if not yet taken and returns its input (B,T,C): the received
+  // activations go there (the first stage's chunk 0 embeds into it instead).
+  // forward_chunk returns the mean loss on the last stage's last chunk, else 0; its output
+  // activations stay at stage_output until the backward. backward_chunk starts from the
+  // loss (last chunk of the last stage) or from `dout`, the gradient of the chunk's output
+  // (B,T,C), and writes the gradient of its input to `din` (the first stage's chunk 0 runs
+  // the embedding backward instead), then frees the slot.
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  std::pair<int, int> chunk_layers(int chunk) const { return chunks_[static_cast<size_t>(chunk)]; }
+  bool first_stage() const { return embed_unit_ >= 0; }
+  bool last_stage() const { return head_unit_ >= 0; }
+  S* stage_input(int chunk, int micro);
+  const S* stage_output(int chunk, int micro) const;
+  S forward_chunk(int chunk, int micro, const int32_t* tokens, const int32_t* targets, S* logits_out = nullptr);
+  void backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din, bool sync_replicated = true);
+  int slots_held() const { return static_cast<int>(slots_.size()); }
+  int64_t slot_elements(int chunk) const { return act_layouts_[static_cast<size_t>(chunk)].total(); }
   // AdamW step t (1-based) over the whole flat array, weight decay per layout entry.
   void update(const AdamWConfig& cfg, int t);
   // A shard of the optimizer: moments for `elements` elements (zeroed).
@@ -207,8 +246,10 @@ class Gpt {
   struct ParamTable {
     Layout layout;
     std::vector<Unit> units;
-    int64_t wte, wpe, lnf_w, lnf_b, head_w, head_b;
-    std::vector<LayerOffsets> lo;
+    int64_t wte = 0, wpe = 0, lnf_w = 0, lnf_b = 0, head_w = 0, head_b = 0;
+    std::vector<LayerOffsets> lo;  // by global layer
+    std::vector<int> bu;           // the unit of block l; -1: not on this stage
+    int embed_unit = -1, head_unit = -1;
   };
   static ParamTable param_table(const GptConfig& cfg, const GptOptions& opts);
   void build_activations();
@@ -226,7 +267,9 @@ class Gpt {
   template <typename F>
   void timed(Op op, F&& f, double flops = 0.0);
   ComputeOp matmul_op_;  // what the tensor-parallel linears time their GEMMs with
-  const S* res_in(int l) const;
+  const S* res_in(int l) const;  // block l's input in the current slot (a_)
+  S* take_slot(int chunk, int micro);
+  void use(int chunk, int micro);  // (chunk, micro)'s slot and token ids become current
 
   void grads_ready(int64_t lo, int64_t hi) {
     if (hooks_.grads_ready) hooks_.grads_ready(lo, hi, trace_layer_);
@@ -240,7 +283,7 @@ class Gpt {
   }
   const S* P(int u) { return residency_ ? residency_->params(u) : params_.data() + units_[u].lo; }
   S* G(int u) { return residency_ ? residency_->grads(u) : grads_.data() + units_[u].lo; }
-  int head_unit() const { return cfg_.layers + 1; }
+  int head_unit() const { return head_unit_; }
 
   GptConfig cfg_;
   Backend<S>* be_;
@@ -263,10 +306,22 @@ class Gpt {
   std::pair<int64_t, int64_t> head_range_, lnf_range_, embed_range_;
   BackendArray<S, S> params_, grads_, m_, v_;
 
-  Layout act_layout_;  // activations cached by forward for backward
+  // The stage: layer ranges per chunk, the unit of each held block (bu_[l], -1: not held),
+  // the embedding and head units (-1: not on this stage), whether the tied head reads the
+  // embedding unit's wte (tied_embed_) or its own copy.
+  std::vector<std::pair<int, int>> chunks_;
+  std::vector<int> bu_;
+  std::vector<char> chunk_start_;  // chunk_start_[l]: block l is its chunk's first
+  int embed_unit_ = -1, head_unit_ = -1, token_slots_ = 1;
+  bool tied_embed_ = false;
+  // Activations cached by forward for backward, one layout per chunk (offsets within a slot;
+  // la_ by global layer): the chunk's input at offset 0, its blocks, the head's on the last.
+  std::vector<Layout> act_layouts_;
   std::vector<LayerActs> la_;
-  int64_t encoded_, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lnf_full_ = -1;
-  BackendArray<S, S> acts_;
+  int64_t encoded_ = 0, lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, lnf_full_ = -1;
+  std::map<std::pair<int, int>, BackendArray<S, S>> slots_;  // (chunk, micro) -> activations
+  S* a_ = nullptr;  // the slot in use
+  int32_t *tok_ = nullptr, *tgt_ = nullptr;  // the token and target ids of the micro-batch in use
   // Backward scratch (activation gradients), reused across layers.
   BackendArray<S, S> dresid_, dln_, datty_, dqkv_, datt_, dfch_;
   // Tensor parallel: row-parallel outputs before their reduction; SP gathers and the

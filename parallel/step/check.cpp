@@ -124,7 +124,8 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
 
 // The logits of this rank's first micro-batch before the step (its vocabulary columns
 // [first, first + valid) under tensor parallel). ZeRO's strategies prepare their gathers per
-// step, so with --zero no extra forward is run and no logits are compared.
+// step, so with --zero no extra forward is run and no logits are compared; nor with pipeline
+// parallel, where no rank holds the whole forward (the loss and every gradient are compared).
 struct Logits {
   int dp_rank = 0, first = 0, valid = 0;
   std::vector<float> values;  // tokens x valid
@@ -132,7 +133,7 @@ struct Logits {
 
 Logits first_logits(StepEnv<float>& env) {
   Logits l;
-  if (env.plan.zero > 0 || env.plan.degrees.cp > 1) return l;  // (context parallel: rows of chunks)
+  if (env.plan.zero > 0 || env.plan.degrees.cp > 1 || env.pipe) return l;  // (context parallel: rows of chunks)
   Gpt<float>& m = env.model;
   const GptConfig& c = m.config();
   const TpDims& d = m.tp_dims();

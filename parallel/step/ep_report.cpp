@@ -10,25 +10,20 @@
 
 namespace meshbench::parallel {
 
-std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int sb,
-                                       MPI_Comm world) {
+std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int sb) {
   if (ep < 2) return {};
-  int ranks = 1;
-  MPI_Comm_size(world, &ranks);
-  // rows routed + received (own included), the remote part, counts calls; summed over ranks
-  int64_t v[3] = {mine.rows_sent + mine.rows_recv, mine.remote_sent + mine.remote_recv, mine.count_calls}, all[3];
-  MPI_Allreduce(v, all, 3, MPI_INT64_T, MPI_SUM, world);
-  const uint64_t row = static_cast<uint64_t>(c.hidden) * static_cast<uint64_t>(sb);
-  const double per = 1.0 / (std::max(1, steps) * double(ranks));
-  // forward dispatch + combine, backward the same rows again
-  const uint64_t rows_total = 2 * static_cast<uint64_t>(all[0]) * row;
-  const double rows_wire = 2.0 * static_cast<double>(all[1]) * static_cast<double>(row) * per;
-  const uint64_t counts_total = static_cast<uint64_t>(all[2]) * static_cast<uint64_t>(c.experts) * sb;
+  const double row = static_cast<double>(c.hidden) * sb, per = 1.0 / std::max(1, steps);
+  // forward dispatch + combine, and the backward the same rows again (own rows included)
+  const uint64_t rows_total = 2 * static_cast<uint64_t>(mine.rows_sent + mine.rows_recv) * static_cast<uint64_t>(row);
+  const double rows_wire = 2.0 * static_cast<double>(mine.remote_sent + mine.remote_recv) * row * per;
+  const uint64_t counts_total = static_cast<uint64_t>(mine.count_calls) * static_cast<uint64_t>(c.experts) * sb;
   auto mean = [&](uint64_t total) { return static_cast<uint64_t>(static_cast<double>(total) * per + 0.5); };
   const std::string a2a(comm::name(comm::Collective::kAllToAll)), a2av(comm::name(comm::Collective::kAllToAllV));
-  return {AnalyticBytes{"ep", a2a, mean(counts_total), wire_bytes(comm::Collective::kAllToAll, mean(counts_total), ep),
-                        counts_total},
-          AnalyticBytes{"ep", a2av, mean(rows_total), rows_wire, rows_total}};
+  AnalyticBytes counts{"ep", a2a, mean(counts_total), wire_bytes(comm::Collective::kAllToAll, mean(counts_total), ep)};
+  counts.total = counts_total;
+  AnalyticBytes rows{"ep", a2av, mean(rows_total), rows_wire};
+  rows.total = rows_total;
+  return {counts, rows};
 }
 
 void report_ep(const EpTotals& mine, int ep, int steps, StepH5* h5, const core::Log& out, MPI_Comm world) {

@@ -17,13 +17,12 @@
 
 namespace meshbench::parallel {
 
-// "ep" all_to_all (counts: E values per MoE block per forward) and all_to_allv (per MoE block
-// per micro-batch: the dispatch sends the rows a rank routes, the combine the rows it
-// received, and the backward both again), summed over `world` from each rank's totals of the
-// timed steps: AnalyticBytes::total is exact, payload and wire the mean per rank and step.
-// Collective over `world`; empty unless ep > 1.
-std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int scalar_bytes,
-                                       MPI_Comm world);
+// This rank's "ep" all_to_all (counts: E values per MoE block per forward) and all_to_allv
+// (per MoE block and micro-batch: the dispatch sends the rows this rank routes, the combine
+// the rows its experts received, and the backward both again) over the timed steps, from its
+// routing totals: AnalyticBytes::total is exact, payload and wire the mean per step. Empty
+// unless ep > 1.
+std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int scalar_bytes);
 
 // Per rank (gathered to rank 0): rows received by its experts, expert, dispatch, combine and
 // counts seconds per step; then worst/mean. Console and HDF5 (ep_* step attributes; the

@@ -107,6 +107,12 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   mb::core::with_env(app.add_option("--zero", o.zero, "ZeRO stage: 0 data parallel, 1 sharded optimizer state, 2 and gradients, 3 and parameters"));
   mb::core::with_env(app.add_option("--prefetch", o.prefetch, "ZeRO-3: units (embeddings, blocks, head) all-gathered ahead of the one in use"));
   mb::core::with_env(app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step"));
+  mb::core::with_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
+          ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"})));
+  mb::core::with_env(app.add_option("--vpp", o.vpp, "interleaved: model chunks V per pipeline rank"));
+  mb::core::with_env(app.add_option("--vpp-group", o.vpp_group, "interleaved: micro-batches G per group (P <= G <= m; 0: P)"));
+  mb::core::with_env(app.add_option("--layers-per-stage", o.layers_per_stage,
+                     "layers of each virtual stage, e.g. 3,3,2,2 (pp x vpp entries summing to --layers; default an even split)"));
   mb::core::with_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
   mb::core::with_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
       ->group("");
@@ -163,6 +169,26 @@ void check_options(Options& o) {
   }
 }
 
+// "3,3,2,2" -> {3, 3, 2, 2}; "" -> {}.
+std::vector<int> parse_int_list(const std::string& text, const char* option) {
+  std::vector<int> v;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    try {
+      size_t used = 0;
+      v.push_back(std::stoi(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("{} {}: '{}' is not an integer (a comma-separated list such as 3,3,2,2)",
+                                   option, text, item));
+    }
+    at = end + 1;
+  }
+  return v;
+}
+
 }  // namespace
 
 std::optional<Options> parse_options(int argc, char** argv) {
@@ -210,6 +236,10 @@ Plan make_plan(const Options& o, int world) {
   p.routing = mb::core::parse_routing(o.routing);  // names --routing and the choices
   if (p.routing.mode != mb::core::RoutingMode::kLearned && o.model.experts == 0)
     throw UsageError(fmt::format("--routing {}: a routing workload needs MoE blocks (--experts E)", o.routing));
+  p.schedule = parse_pipe_schedule(o.schedule);
+  p.vpp = o.vpp;
+  p.vpp_group = o.vpp_group;
+  p.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   resolve_and_validate(p, world);  // throws UsageError before any communicator exists
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");

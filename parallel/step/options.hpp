@@ -39,6 +39,9 @@ struct Options {
   bool keep_params = false;
   double op_timeout = 300;  // seconds a communication call may stay pending (0: no watchdog)
   int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
+  // Pipeline parallel.
+  std::string schedule = "1f1b", layers_per_stage;
+  int vpp = 1, vpp_group = 0;
 };
 
 // Parses argv; nullopt after --help. Throws core::UsageError for anything wrong.

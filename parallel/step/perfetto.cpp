@@ -11,7 +11,8 @@ namespace meshbench::parallel {
 
 void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
                     const std::vector<comm::ClockOffset>& offsets,
-                    const std::vector<std::string>& hosts) {
+                    const std::vector<std::string>& hosts, const std::vector<SlotRow>& slots,
+                    const std::vector<PassRow>& passes) {
   nlohmann::json ev = nlohmann::json::array();
   std::map<std::pair<int, std::string>, int> tracks;  // (rank, track name) -> tid
   auto tid = [&](int rank, const std::string& name) {
@@ -46,6 +47,16 @@ void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
                   {"pid", e.rank}, {"tid", tid(e.rank, track)}, {"ts", e.t_start * 1e6},
                   {"dur", (e.t_end - e.t_start) * 1e6}, {"args", args}});
   }
+  for (const PassRow& p : passes) {
+    if (p.phase[0] != 'F' && p.phase[0] != 'B') continue;  // the sends and receives are on the pp track
+    const std::string name = fmt::format("{}{}{}", p.phase, p.microbatch, p.chunk > 0 ? fmt::format("c{}", p.chunk) : "");
+    ev.push_back({{"ph", "X"}, {"name", name}, {"cat", "pipeline"}, {"pid", p.rank}, {"tid", tid(p.rank, "pipeline")},
+                  {"ts", p.t_start * 1e6}, {"dur", (p.t_end - p.t_start) * 1e6},
+                  {"args", {{"step", p.step}, {"microbatch", p.microbatch}, {"chunk", p.chunk}}}});
+  }
+  for (const SlotRow& sl : slots)
+    ev.push_back({{"ph", "C"}, {"name", "stored activations"}, {"pid", sl.rank}, {"ts", sl.t * 1e6},
+                  {"args", {{"micro-batches", sl.held}, {"MiB", double(sl.bytes) / (1024.0 * 1024.0)}}}});
   nlohmann::json meta = nlohmann::json::array();
   for (size_t r = 0; r < offsets.size(); ++r)
     meta.push_back({{"rank", r}, {"offset_s", offsets[r].offset_s}, {"error_s", offsets[r].error_s}});

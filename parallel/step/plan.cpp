@@ -9,6 +9,10 @@ namespace meshbench::parallel {
 
 using core::UsageError;
 
+namespace {
+void validate_pipeline(const Plan& p);
+}
+
 void resolve_and_validate(Plan& p, int world) {
   p.world = world;
   if (p.micro_batches < 1)
@@ -35,10 +39,10 @@ void resolve_and_validate(Plan& p, int world) {
     const char* what;
   };
   const comm::MeshSpec& m = p.mesh;
-  for (const Later& l : {Later{m.pp, "pp", "pipeline parallel"}, Later{m.etp, "etp", "expert tensor parallel"}})
+  for (const Later& l : {Later{m.etp, "etp", "expert tensor parallel"}})
     if (l.degree > 1)
-      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data and tensor "
-                                   "and context parallel: --mesh dp=N,tp=T,cp=C)",
+      throw UsageError(fmt::format("--mesh {}={}: {} is not available in this build (data, tensor, context and "
+                                   "pipeline parallel: --mesh dp=N,tp=T,cp=C,pp=P)",
                                    l.key, l.degree, l.what));
   // The degrees must multiply to the world size (RankGrid names the rule it breaks).
   try {
@@ -48,6 +52,7 @@ void resolve_and_validate(Plan& p, int world) {
   }
   validate_tensor_parallel(p);
   validate_context_parallel(p);
+  validate_pipeline(p);
   validate_expert_parallel(p);
 }
 
@@ -61,6 +66,9 @@ void validate_expert_parallel(const Plan& p) {
     throw UsageError(fmt::format("--mesh ep={}: --experts {} must be divisible by ep (each rank holds E/ep experts)", ep, m.experts));
   if (m.top_k > m.experts)
     throw UsageError(fmt::format("--top-k {}: must be <= --experts {}", m.top_k, m.experts));
+  if (p.degrees.pp > 1)
+    throw UsageError(fmt::format("--mesh ep={},pp={}: expert parallel with pipeline parallel is not available in this build",
+                                 ep, p.degrees.pp));
   if (p.zero > 0)
     throw UsageError(fmt::format("--mesh ep={} with --zero {}: expert parallel with ZeRO is not available in this build "
                                  "(the expert gradients reduce over edp, not over ZeRO's dp shards)", ep, p.zero));
@@ -116,6 +124,67 @@ void validate_tensor_parallel(const Plan& p) {
                                  "build (data parallel with tensor parallel is)", p.zero, t));
 }
 
+namespace {
+void validate_pipeline(const Plan& p) {
+  const int P = p.degrees.pp, V = p.vpp, L = p.model.layers;
+  const std::string broken = pipeline_rule_broken(p.schedule, pipe_shape(p));
+  if (!broken.empty()) throw UsageError(broken);
+  if (P > 1 && p.zero > 0)
+    throw UsageError(fmt::format("--zero {} with --mesh pp={}: ZeRO shards whole-model units; it does not run "
+                                 "with pipeline parallel in this build", p.zero, P));
+  if (P > 1 && p.degrees.cp > 1)
+    throw UsageError(fmt::format("--mesh cp={},pp={}: context parallel with pipeline parallel is not available in "
+                                 "this build", p.degrees.cp, P));
+  if (P > 1 && p.sp)
+    throw UsageError(fmt::format("--sp with --mesh pp={}: sequence-parallel shards are not sent between stages in "
+                                 "this build (tensor parallel without --sp composes with pp)", P));
+  if (P > 1 && p.model.experts > 0)
+    throw UsageError(fmt::format("--experts {} with --mesh pp={}: the MoE layer's auxiliary loss is not carried "
+                                 "between stages in this build", p.model.experts, P));
+  if (p.layers_per_stage.empty()) {
+    if (L % (P * V) != 0)
+      throw UsageError(fmt::format("--layers {} is not divisible by pp x vpp = {} x {}: give --layers-per-stage "
+                                   "(layers of each virtual stage, {} entries summing to {})",
+                                   L, P, V, P * V, L));
+    return;
+  }
+  const auto& ls = p.layers_per_stage;
+  if (static_cast<int>(ls.size()) != P * V)
+    throw UsageError(fmt::format("--layers-per-stage: {} entries, but pp x vpp = {} x {} virtual stages need {}",
+                                 ls.size(), P, V, P * V));
+  int sum = 0;
+  for (int n : ls) {
+    if (n < 1) throw UsageError(fmt::format("--layers-per-stage: every virtual stage needs at least 1 layer (got {})", n));
+    sum += n;
+  }
+  if (sum != L)
+    throw UsageError(fmt::format("--layers-per-stage: the entries sum to {}, not to --layers {}", sum, L));
+}
+}  // namespace
+
+PipeShape pipe_shape(const Plan& p) {
+  return PipeShape{p.degrees.pp, p.micro_batches, p.vpp, p.vpp_group};
+}
+
+std::vector<int> layers_per_virtual_stage(const Plan& p) {
+  const int n = p.degrees.pp * p.vpp;
+  if (!p.layers_per_stage.empty()) return p.layers_per_stage;
+  return std::vector<int>(static_cast<size_t>(n), p.model.layers / n);
+}
+
+std::vector<std::pair<int, int>> stage_chunks(const Plan& p, int pp_rank) {
+  const int P = p.degrees.pp, V = p.vpp;
+  const std::vector<int> per = layers_per_virtual_stage(p);
+  std::vector<std::pair<int, int>> chunks;
+  int lo = 0;
+  for (int vs = 0; vs < P * V; ++vs) {
+    const int hi = lo + per[static_cast<size_t>(vs)];
+    if (vs % P == pp_rank) chunks.emplace_back(lo, hi);
+    lo = hi;
+  }
+  return chunks;
+}
+
 int64_t largest_unit_elements(const GptConfig& c) {
   const int64_t C = c.hidden, F = c.ffn, V = c.vocab, QKV = c.qkv_width();
   const int64_t embed = V * C + int64_t{c.max_seq} * C;
@@ -138,15 +207,19 @@ int64_t bucket_elements(const Plan& p, int64_t grad_elements, int scalar_bytes) 
 }
 
 std::string describe(const Plan& p) {
+  std::string pipe;
+  if (p.degrees.pp > 1)
+    pipe = fmt::format(", pipeline {} schedule, {} chunk{} per rank", name(p.schedule), p.vpp, p.vpp > 1 ? "s" : "");
   return fmt::format("{} (order {}), zero {}, micro-batches {}, global batch {} x {} tokens, grad-reduce {}, "
-                     "overlap {}, progress {}{}{}",
+                     "overlap {}, progress {}{}{}{}",
                      comm::format_degrees(p.degrees), p.order, p.zero, p.micro_batches, p.global_batch(),
                      p.model.seq, p.grad_reduce == GradReduce::kAvg ? "avg" : "sum",
                      p.overlap ? "on" : "off", p.progress == Progress::kPoll ? "poll" : "thread",
                      p.degrees.tp > 1 ? (p.sp ? fmt::format(", sequence parallel (re-gather {})", p.sp_regather ? "on" : "off")
                                              : std::string(", tensor parallel all-reduce")) : std::string(),
                      p.degrees.cp > 1 ? fmt::format(", context parallel {} ({})", cp_algo_name(p.cp_algo),
-                                                    p.cp_zigzag ? "zig-zag" : "contiguous") : std::string());
+                                                    p.cp_zigzag ? "zig-zag" : "contiguous") : std::string(),
+                     pipe);
 }
 
 }  // namespace meshbench::parallel

@@ -13,6 +13,7 @@
 #include "core/routing.hpp"
 #include "config.hpp"
 #include "cp_attention.hpp"
+#include "schedule.hpp"
 
 namespace meshbench::parallel {
 
@@ -39,6 +40,13 @@ struct Plan {
   CpAlgo cp_algo = CpAlgo::kRing;  // context parallel: --cp-algo
   bool cp_zigzag = true;     // --cp-split zigzag (else contiguous)
   core::Routing routing;     // MoE: --routing (learned: the router decides)
+  // Pipeline parallel (--mesh pp=P): the schedule, V model chunks per rank (interleaved), the
+  // interleaved micro-batch group G (0: P), and the layers of each virtual stage (P x V
+  // entries, virtual stage c x P + r is chunk c of pipeline rank r; empty: an even split).
+  PipeSchedule schedule = PipeSchedule::k1F1B;
+  int vpp = 1;
+  int vpp_group = 0;
+  std::vector<int> layers_per_stage;
 
   int64_t global_batch() const {  // sequences per step: b x m x dp
     return int64_t{model.micro_batch} * micro_batches * degrees.dp;
@@ -69,6 +77,12 @@ void resolve_and_validate(Plan& plan, int world);
 // (a quarter of the gradient array, at least 64 Ki elements and at most Megatron's 40 M,
 // rounded to 64 elements), so a small model still gets about four buckets.
 int64_t bucket_elements(const Plan& plan, int64_t grad_elements, int scalar_bytes);
+
+// The pipeline's shape (P, m, V, G) and the global layer ranges [lo, hi) of pipeline rank
+// `pp_rank`'s chunks, in chunk order.
+PipeShape pipe_shape(const Plan& plan);
+std::vector<std::pair<int, int>> stage_chunks(const Plan& plan, int pp_rank);
+std::vector<int> layers_per_virtual_stage(const Plan& plan);  // P x V entries
 
 std::string describe(const Plan& plan);  // "dp=2 (order tp-cp-ep-dp-pp), m=2, grad-reduce avg, ..."
 

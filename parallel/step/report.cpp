@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,45 @@ std::vector<double> column(const std::vector<std::vector<double>>& m, size_t r) 
   return v;
 }
 }  // namespace
+
+uint64_t expected_bytes(const AnalyticBytes& a, int steps, int ranks) {
+  if (a.total > 0) return a.total;  // data-dependent (expert parallel): exact over the run
+  const uint64_t per_step = a.all_ranks > 0 ? a.all_ranks : a.payload * static_cast<uint64_t>(ranks);
+  return per_step * static_cast<uint64_t>(steps);
+}
+
+std::vector<AnalyticBytes> sum_over_ranks(const std::vector<AnalyticBytes>& local, int ranks, MPI_Comm world) {
+  struct Row {
+    char dim[16], kind[24];
+    uint64_t payload, total;
+    double wire;
+  };
+  std::vector<Row> mine;
+  for (const AnalyticBytes& a : local) {
+    Row r{};
+    std::snprintf(r.dim, sizeof r.dim, "%s", a.dim.c_str());
+    std::snprintf(r.kind, sizeof r.kind, "%s", a.kind.c_str());
+    r.payload = a.payload;
+    r.total = a.total;
+    r.wire = a.wire;
+    mine.push_back(r);
+  }
+  std::map<std::pair<std::string, std::string>, AnalyticBytes> sum;
+  for (const Row& r : gather_rows(mine, world)) {
+    AnalyticBytes& a = sum[{r.dim, r.kind}];
+    a.dim = r.dim;
+    a.kind = r.kind;
+    a.all_ranks += r.payload;
+    a.total += r.total;
+    a.wire += r.wire / ranks;  // per rank, the mean
+  }
+  std::vector<AnalyticBytes> out;
+  for (auto& [k, a] : sum) {
+    a.payload = a.all_ranks / static_cast<uint64_t>(ranks);
+    out.push_back(a);
+  }
+  return out;
+}
 
 StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet) {
   StepSummary s{};
@@ -36,8 +76,12 @@ StepSummary summarize(const StepRecord& r, const std::string& check, double data
   s.mfu_measured_peak = s.model_flops_per_s / peak_sum;
   s.peak_datasheet_flops = datasheet * r.ranks;
   s.mfu_datasheet = s.model_flops_per_s / s.peak_datasheet_flops;  // NaN without an entry
-  s.bubble_measured = 0;
+  s.bubble_measured = 0;  // pipeline parallel: the mean over ranks (metrics.hpp PipelineRow)
   s.bubble_theory = 0;
+  for (const PipelineRow& p : r.pipeline) {
+    s.bubble_measured += p.bubble / double(r.pipeline.size());
+    s.bubble_theory = p.bubble_theory;
+  }
   s.loss_first = r.loss.empty() ? NAN : r.loss.front();
   s.loss_last = r.loss.empty() ? NAN : r.loss.back();
   // The straggler: the rank with the most compute (forward + backward + optimizer) per step.
@@ -75,7 +119,7 @@ StepSummary summarize(const StepRecord& r, const std::string& check, double data
     if (a.dim == "dp") s.dp_wire_bytes_analytic += a.wire;
     auto it = payload.find({a.dim, a.kind});
     const uint64_t got = it == payload.end() ? 0 : it->second;
-    if (got != a.expected(r.steps, r.ranks)) s.bytes_match = false;
+    if (got != expected_bytes(a, r.steps, r.ranks)) s.bytes_match = false;
     if (it != payload.end()) payload.erase(it);
   }
   for (const auto& [key, bytes] : payload)
@@ -121,14 +165,21 @@ void print_step_report(const core::Log& out, const StepRecord& r, const StepSumm
       const AnalyticBytes* want = nullptr;
       for (const AnalyticBytes& x : r.analytic)
         if (x.dim == key.first && x.kind == key.second) want = &x;
-      const bool match =
-          want && a.bytes == want->expected(r.steps, r.ranks);
+      const bool match = want && a.bytes == expected_bytes(*want, r.steps, r.ranks);
       out.out("  {:>36} {:<14} {:>6.1f} {:>12.0f} {:>12.0f} {:>12} {:>10.3f} {:>10.3f} {:>7.1f}%{}\n", key.first,
               key.second, static_cast<double>(a.calls) * per, static_cast<double>(a.bytes) * per, a.wire_bytes * per,
               want ? fmt::format("{:.0f}", want->wire) : std::string("-"), a.busy_s * per * 1e3,
               a.exposed_s * per * 1e3, a.busy_s > 0 ? 100 * a.exposed_s / a.busy_s : 0.0,
               match ? "" : "  MISMATCH: measured payload differs from the plan's");
     }
+  }
+  if (!r.pipeline.empty()) {
+    out.out("  pipeline per rank: {:>4} {:>10} {:>14} {:>8} {:>8} {:>8} {:>10} {:>12}\n", "rank", "peak held",
+            "peak act. MiB", "bubble", "window", "theory", "recv wait", "recv xfer ms");
+    for (const PipelineRow& p : r.pipeline)
+      out.out("  {:>23} {:>10} {:>14.2f} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>8.3f}ms {:>12.3f}\n", p.rank, p.peak_held,
+              double(p.peak_activation_bytes) / (1024.0 * 1024.0), 100 * p.bubble, 100 * p.bubble_window,
+              100 * p.bubble_theory, p.recv_wait_s * 1e3, p.recv_transfer_s * 1e3);
   }
   out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",
           s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,

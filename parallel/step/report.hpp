@@ -28,9 +28,16 @@ struct StepRecord {
   std::vector<double> peak;                                  // [ranks] measured GEMM peak
   std::vector<CommRow> comm;                                 // every rank's rows
   std::vector<AnalyticBytes> analytic;  // per (dim, kind), per rank and step, from the plan
+  std::vector<PipelineRow> pipeline;    // pipeline parallel: every rank's row
 };
 
 StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet_peak);
+
+// The bytes the plan moves in (dim, kind) over `steps` steps and `ranks` ranks.
+uint64_t expected_bytes(const AnalyticBytes& a, int steps, int ranks);
+// Every rank's analytic rows summed per (dim, kind) on rank 0 (collective over `world`):
+// all_ranks the total payload, wire the mean per rank.
+std::vector<AnalyticBytes> sum_over_ranks(const std::vector<AnalyticBytes>& local, int ranks, MPI_Comm world);
 
 // Console: the per-rank table, the communication table with the analytic bytes beside the
 // measured ones (a mismatch is flagged), and the summary lines.

@@ -145,6 +145,8 @@ struct Setup {
   Trace trace;
   std::unique_ptr<RecordingComm> dp_comm, tp_comm, cp_comm, ep_comm, edp_comm;
   std::unique_ptr<CommGroup<float>> tp, cp, ep;  // tensor, context, expert parallel (degree > 1)
+  std::unique_ptr<RecordingComm> pp_comm, embedding_comm;  // pipeline parallel
+  std::optional<PipeEnv> pipe;
   std::unique_ptr<Gpt<float>> model;
   std::unique_ptr<GradSync<float>> sync;  // DataParallel or Zero; null at dp x cp = 1
   DataParallel<float>* dp = nullptr;      // the plain data-parallel one, for its buckets
@@ -153,11 +155,13 @@ struct Setup {
   std::vector<Action> actions;
 };
 
-// A recording communicator over this rank's group of `kind` (MPI or NCCL, watched when --op-timeout).
+// A recording communicator over this rank's group of `kind` (MPI or NCCL, watched when --op-timeout);
+// null where the rank is in no such group (middle stages for the embedding group).
 std::unique_ptr<RecordingComm> group_comm(Setup& st, const Options& o, mb::comm::GroupKind kind, const char* dim,
                                           int rank, int device) {
   const auto mem = st.grid->membership(kind, rank);
   MPI_Comm c = st.comms->get(kind);
+  if (c == MPI_COMM_NULL) return nullptr;
   std::unique_ptr<mb::comm::Communicator> inner =
       o.backend == "nccl" ? mb::comm::make_nccl_communicator(c, dim, device) : mb::comm::make_mpi_communicator(c, dim);
   if (st.watch) inner = mb::comm::make_watched(std::move(inner), *st.watch);
@@ -186,8 +190,12 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   st.plan = &plan;
   st.grid = std::make_unique<mb::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<mb::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
-  const int d = plan.degrees.dp * plan.degrees.cp;
+  const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
   GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
+  const auto pmem = st.grid->membership(mb::comm::GroupKind::kPp, rank);
+  const int pp_rank = pmem ? pmem->index : 0;
+  if (P > 1)  // this rank's stage: its chunks' layers, the embeddings first, the head last
+    mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == P - 1, plan.micro_batches};
   if (plan.degrees.tp > 1) {
     const auto tpm = st.grid->membership(mb::comm::GroupKind::kTp, rank);
     mo.tp.size = plan.degrees.tp;
@@ -240,6 +248,13 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
     if (o.inject_fault == rank) st.sync->inject_fault(1.0);
   }
   st.actions = accumulation_schedule(plan.micro_batches);
+  if (P > 1) {
+    st.pp_comm = group_comm(st, o, mb::comm::GroupKind::kPp, "pp", rank, device);
+    // The tied embedding's two copies (first and last stage) sum their gradients.
+    if (plan.model.tied) st.embedding_comm = group_comm(st, o, mb::comm::GroupKind::kEmbedding, "embedding", rank, device);
+    st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), P, pp_rank, plan.vpp};
+    st.actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
+  }
 }
 
 std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::comm::Topology& topo) {
@@ -247,16 +262,15 @@ std::vector<mb::results::GroupInfo> describe_groups(const Setup& st, const mb::c
   std::vector<int> all(static_cast<size_t>(st.grid->world()));
   for (int r = 0; r < st.grid->world(); ++r) all[static_cast<size_t>(r)] = r;
   g.push_back(mb::comm::describe_group("world", 0, all, topo));
-  if (st.sync) {
-    const auto& groups = st.grid->groups(mb::comm::GroupKind::kDpCp);
-    for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group("dp", static_cast<int>(i), groups[i], topo));
-  }
-  for (auto [on, kind, dim] : {std::tuple{bool(st.tp), mb::comm::GroupKind::kTp, "tp"},
-                                std::tuple{bool(st.cp), mb::comm::GroupKind::kCp, "cp"}}) {
-    if (!on) continue;
+  auto add = [&](mb::comm::GroupKind kind, const char* dim) {
     const auto& groups = st.grid->groups(kind);
     for (size_t i = 0; i < groups.size(); ++i) g.push_back(mb::comm::describe_group(dim, static_cast<int>(i), groups[i], topo));
-  }
+  };
+  if (st.sync) add(mb::comm::GroupKind::kDpCp, "dp");
+  if (st.tp) add(mb::comm::GroupKind::kTp, "tp");
+  if (st.cp) add(mb::comm::GroupKind::kCp, "cp");
+  if (st.pipe) add(mb::comm::GroupKind::kPp, "pp");
+  if (st.pipe && st.model->config().tied) add(mb::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
   return g;
 }
 
@@ -314,7 +328,9 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"vocab_padded", int64_t{model.tp_dims().vocab} * d.tp},
       {"vocab_padding_rule", "tensor parallel pads the vocabulary to a multiple of tp; padded rows are zero, masked out of the loss and dropped by --check"},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
-      {"order", plan.order}, {"schedule", "accumulate"},
+      {"order", plan.order}, {"schedule", d.pp > 1 ? name(plan.schedule) : "accumulate"},
+      {"vpp", plan.vpp}, {"vpp_group", plan.vpp_group > 0 ? plan.vpp_group : d.pp},
+      {"layers_per_stage", layers_per_virtual_stage(plan)},
       {"schedule_actions", to_string(st.actions)}, {"microbatches", plan.micro_batches},
       {"global_batch", plan.global_batch()}, {"grad_reduce", o.grad_reduce}, {"overlap", plan.overlap},
       {"progress", o.progress}, {"buckets", st.dp ? st.dp->buckets() : (st.zero ? int(model.units().size()) : 0)},
@@ -341,8 +357,9 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 }
 
 // The memory of this rank per category: the peak bytes allocated during the timed steps,
-// beside the analytic value (ZeRO: the stage's formula over the padded flat array).
-std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
+// beside the analytic value (ZeRO: the stage's formula over the padded flat array; pipeline:
+// the stage's flat array, and the activation slots the schedule holds at its peak).
+std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions) {
   const GptConfig& c = plan.model;
   const MemoryTracker& t = model.memory();
   const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp(), model.cp(), model.ep());
@@ -354,11 +371,21 @@ std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan) {
     ag = plan.zero >= 2 ? P / d : P;
     ao = 2 * P / d;
   }
+  double aa = double(ma.activations), ab = double(ma.buffers);
+  if (plan.degrees.pp > 1) {
+    const double P = double(model.layout().total()) * 4;
+    ap = ag = P;
+    ao = 2 * P;
+    std::vector<int64_t> slot;
+    for (int k = 0; k < model.num_chunks(); ++k) slot.push_back(model.slot_elements(k) * 4);
+    aa = double(scheduled_activation_peak(actions, slot));
+    ab = NAN;  // plus the pipeline's message buffers
+  }
   return {{"params", peak(MemCat::kParams), ap},
           {"grads", peak(MemCat::kGrads), ag},
           {"optimizer", peak(MemCat::kOptimizer), ao},
-          {"activations", peak(MemCat::kActivations), double(ma.activations)},
-          {"buffers", peak(MemCat::kBuffers), double(ma.buffers)},
+          {"activations", peak(MemCat::kActivations), aa},
+          {"buffers", peak(MemCat::kBuffers), ab},
           {"engine_peak", double(t.total_peak), NAN},
           {"process_peak_rss", peak_rss_bytes(), NAN}};
 }
@@ -572,12 +599,23 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   rec.global_tokens = static_cast<double>(plan.global_tokens());
   rec.flops_per_step = step_flops(o.model).total() * plan.micro_batches * plan.degrees.dp;
   rec.loss = losses;
-  if (st.sync) rec.analytic = st.sync->analytic();
-  for (const AnalyticBytes& a : tp_analytic(plan, 4)) rec.analytic.push_back(a);
-  for (const AnalyticBytes& a : cp_analytic(plan, 4)) rec.analytic.push_back(a);
-  for (const AnalyticBytes& a : ep_analytic(plan.model, plan.degrees.ep, st.model->moe().totals().ep, rec.steps, 4,
-                                            MPI_COMM_WORLD))
-    rec.analytic.push_back(a);
+  std::vector<AnalyticBytes> analytic;  // this rank's, from the plan; summed over ranks below
+  if (st.sync) analytic = st.sync->analytic();
+  int layers = 0;  // this rank's blocks (a pipeline stage holds some)
+  for (int k = 0; k < st.model->num_chunks(); ++k) layers += st.model->chunk_layers(k).second - st.model->chunk_layers(k).first;
+  for (const AnalyticBytes& a : tp_analytic(plan, 4, layers, st.model->first_stage(), st.model->last_stage()))
+    analytic.push_back(a);
+  for (const AnalyticBytes& a : cp_analytic(plan, 4)) analytic.push_back(a);
+  for (const AnalyticBytes& a : ep_analytic(plan.model, plan.degrees.ep, st.model->moe().totals().ep, rec.steps, 4))
+    analytic.push_back(a);
+  if (st.pipe) {
+    const GptConfig& c = plan.model;
+    const int t = plan.degrees.tp;
+    const uint64_t msg = uint64_t(c.micro_batch) * uint64_t(c.seq) * uint64_t(c.hidden) * sizeof(float);
+    const uint64_t wte = uint64_t((c.vocab + t - 1) / t) * uint64_t(c.hidden) * sizeof(float);  // this rank's rows
+    for (const AnalyticBytes& a : pipeline_analytic(*st.pipe, plan.micro_batches, msg, wte)) analytic.push_back(a);
+  }
+  rec.analytic = sum_over_ranks(analytic, world, MPI_COMM_WORLD);
   const int n = rec.steps;
   std::vector<double> times(static_cast<size_t>(n) * world), ph(static_cast<size_t>(n) * world * 4), mine;
   for (const auto& p : rm.phases) mine.insert(mine.end(), p.begin(), p.end());
@@ -609,20 +647,43 @@ std::vector<std::pair<std::string, double>> print_profile(const mb::core::Log& o
 }
 
 // --trace: every rank's events, on rank 0's clock, into one Perfetto file.
-void write_trace(const Options& o, const std::vector<EventRow>& events, const mb::comm::ClockOffset& clock,
+void write_trace(const Options& o, const std::vector<EventRow>& events, const std::vector<SlotRow>& slots,
+                 const std::vector<PassRow>& passes, const mb::comm::ClockOffset& clock,
                  const mb::comm::Topology& topo, const mb::core::Log& out, int rank, int world) {
   const std::vector<EventRow> all = gather_rows(events, MPI_COMM_WORLD);
+  const std::vector<SlotRow> all_slots = gather_rows(slots, MPI_COMM_WORLD);
+  const std::vector<PassRow> all_passes = gather_rows(passes, MPI_COMM_WORLD);
   std::vector<mb::comm::ClockOffset> offsets(static_cast<size_t>(world));
   MPI_Gather(&clock, 2, MPI_DOUBLE, offsets.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (rank != 0) return;
   std::vector<std::string> hosts;
   for (const auto& p : topo.ranks) hosts.push_back(p.host);
-  write_perfetto(o.trace_file, all, offsets, hosts);
+  write_perfetto(o.trace_file, all, offsets, hosts, all_slots, all_passes);
   out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
+}
+
+// Pipeline parallel: this rank's stored activations and bubble (metrics.hpp), the steps'
+// pipeline spans and the senders' post times exchanged over the world first.
+PipelineRow pipeline_metrics(const Setup& st, const Plan& plan, double offset) {
+  std::vector<Interval> span = pass_windows(st.trace, offset);
+  std::vector<double> lo, hi;
+  for (const Interval& w : span) {
+    lo.push_back(w.a);
+    hi.push_back(w.b);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(lo.size()), MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(hi.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  for (size_t s = 0; s < span.size(); ++s) span[s] = {lo[s], hi[s]};
+  const std::vector<SendPost> sends = allgather_rows(send_posts(st.trace, offset), MPI_COMM_WORLD);
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  return pipeline_row(st.trace, world_rank, offset, span, sends,
+                      bubble_theory(plan.degrees.pp, plan.micro_batches, plan.vpp));
 }
 
 // What a run produced, handed to the reporters.
 struct Outcome {
+  PipelineRow pipe;  // pipeline parallel: this rank's row
   StepRecord rec;
   StepSummary sum;
   std::vector<MemoryRow> mem;
@@ -640,7 +701,9 @@ void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, con
   if (o.profile) ops = print_profile(out, *st.model, r.rec.steps, r.sum.step_time_median);
   std::vector<EventRow> events;
   if (o.profile || !o.trace_file.empty()) events = event_rows(st.trace, rank, t_origin, clock.offset_s);
-  if (!o.trace_file.empty()) write_trace(o, events, clock, topo, out, rank, r.rec.ranks);
+  if (!o.trace_file.empty())
+    write_trace(o, events, slot_rows(st.trace, rank, t_origin, clock.offset_s), pass_rows(st.trace, rank, t_origin, clock.offset_s),
+                clock, topo, out, rank, r.rec.ranks);
   double clock_err = clock.error_s;
   MPI_Allreduce(MPI_IN_PLACE, &clock_err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (h5) {
@@ -650,6 +713,9 @@ void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, con
     h5->write_summary(r.sum);
     if (o.profile) h5->write_op_profile(ops);
     h5->write_events(events);
+    if (st.pipe)
+      h5->write_pipeline(r.pipe, slot_rows(st.trace, rank, t_origin, clock.offset_s),
+                         pass_rows(st.trace, rank, t_origin, clock.offset_s));
     h5->write_step_attrs({{"clock_offset_error_max_s", clock_err}});
     h5->finish(!r.finished ? "timeout" : (r.check == "fail" ? "failed" : "ok"));
     if (rank == 0 && r.rec.steps > 0)
@@ -711,6 +777,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   print_peak(out, cp, peak, datasheet);
 
   StepEnv<float> env{*st.model, st.sync.get(), st.trace, plan, data, o.seed, st.dp_rank, o.adam};
+  env.pipe = st.pipe ? &*st.pipe : nullptr;
   Outcome r;
   r.check = run_check(o, st, env, world_size, out, r.check_rows);
   mb::results::RunContext ctx = make_context(o, plan, cp, argc, argv, topo);
@@ -723,7 +790,13 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   if (h5) watch_with(o.output, h5->run_id());
 
   // Clock offsets against rank 0, for the trace's aligned timelines.
-  const mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
+  // On one host every rank reads the same monotonic clock: the offset is exactly 0 (the
+  // ping-pong estimate's error grows to milliseconds when the cores are oversubscribed).
+  const bool one_host = std::all_of(topo.ranks.begin(), topo.ranks.end(),
+                                    [&](const auto& p) { return p.host == topo.ranks.front().host; });
+  mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
+  if (one_host) clock = {};
+  if (h5) h5->write_step_attrs({{"clock_shared_host", one_host}});
   double t_origin = mb::core::now_seconds() - clock.offset_s;  // on rank 0's clock
   MPI_Bcast(&t_origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   st.model->set_profiling(o.profile);
@@ -742,8 +815,12 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   const RankMetrics rm = rank_metrics(st.trace, world_rank);
   r.comm = rm.comm;  // this rank's rows, for the HDF5 table
   r.rec = gather_record(o, plan, st, rm, losses, peak_used);
+  if (st.pipe) {
+    r.pipe = pipeline_metrics(st, plan, clock.offset_s);
+    r.rec.pipeline = gather_rows(std::vector<PipelineRow>{r.pipe}, MPI_COMM_WORLD);
+  }
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
-  r.mem = memory_rows(*st.model, plan);
+  r.mem = memory_rows(*st.model, plan, st.actions);
   report_moe(o.model, st.model->moe().totals(), plan.degrees.tp, h5.get(), out);
   report_ep(st.model->moe().totals().ep, plan.degrees.ep, r.rec.steps, h5.get(), out, MPI_COMM_WORLD);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);

@@ -127,9 +127,9 @@ void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
 
 void StepH5::write_comm(const std::vector<CommRow>& rows) {
   H5Id ct(H5Tcreate(H5T_COMPOUND, sizeof(CommRow)), H5Tclose);
-  H5Id s8 = results::string_type(8), s24 = results::string_type(24);
+  H5Id s16 = results::string_type(16), s24 = results::string_type(24);
   H5Tinsert(ct.get(), "rank", HOFFSET(CommRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(ct.get(), "dim", HOFFSET(CommRow, dim), s8.get());
+  H5Tinsert(ct.get(), "dim", HOFFSET(CommRow, dim), s16.get());
   H5Tinsert(ct.get(), "kind", HOFFSET(CommRow, kind), s24.get());
   H5Tinsert(ct.get(), "calls", HOFFSET(CommRow, calls), H5T_NATIVE_UINT64);
   H5Tinsert(ct.get(), "bytes", HOFFSET(CommRow, bytes), H5T_NATIVE_UINT64);
@@ -234,6 +234,7 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.step = e.step;
     r.microbatch = e.micro;
     r.layer = e.layer;
+    r.chunk = e.chunk;
     const char* ph = e.phase == 'F' ? "fwd" : (e.phase == 'B' ? "bwd" : "opt");
     results::put_fixed(r.kind, std::string(op_name(e.op)) + "." + ph);
     results::put_fixed(r.dim, "-");
@@ -250,7 +251,8 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.step = e.tags.step;
     r.microbatch = e.tags.micro;
     r.layer = e.tags.layer;
-    results::put_fixed(r.kind, std::string(comm::name(e.kind)));
+    r.chunk = e.tags.chunk;
+    results::put_fixed(r.kind, comm_kind(e));
     results::put_fixed(r.dim, e.dim);
     results::put_fixed(r.phase, std::string(1, e.tags.phase));
     r.group = e.group;
@@ -265,14 +267,14 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
 
 void StepH5::write_events(const std::vector<EventRow>& local) {
   H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose);
-  H5Id s24 = results::string_type(24), s8 = results::string_type(8), s4 = results::string_type(4);
+  H5Id s24 = results::string_type(24), s16 = results::string_type(16), s4 = results::string_type(4);
   H5Tinsert(t.get(), "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "step", HOFFSET(EventRow, step), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "microbatch", HOFFSET(EventRow, microbatch), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "chunk", HOFFSET(EventRow, chunk), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "layer", HOFFSET(EventRow, layer), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "kind", HOFFSET(EventRow, kind), s24.get());
-  H5Tinsert(t.get(), "dim", HOFFSET(EventRow, dim), s8.get());
+  H5Tinsert(t.get(), "dim", HOFFSET(EventRow, dim), s16.get());
   H5Tinsert(t.get(), "phase", HOFFSET(EventRow, phase), s4.get());
   H5Tinsert(t.get(), "group", HOFFSET(EventRow, group), H5T_NATIVE_INT32);
   H5Tinsert(t.get(), "bytes", HOFFSET(EventRow, bytes), H5T_NATIVE_UINT64);
@@ -281,6 +283,57 @@ void StepH5::write_events(const std::vector<EventRow>& local) {
   H5Tinsert(t.get(), "t_start", HOFFSET(EventRow, t_start), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "t_end", HOFFSET(EventRow, t_end), H5T_NATIVE_DOUBLE);
   write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "events", t.get(), local);
+}
+
+std::vector<SlotRow> slot_rows(const Trace& tr, int rank, double t_origin, double offset) {
+  std::vector<SlotRow> v;
+  for (const SlotSample& s : tr.slots) v.push_back({rank, s.step, s.held, s.bytes, s.t - offset - t_origin});
+  return v;
+}
+
+std::vector<PassRow> pass_rows(const Trace& tr, int rank, double t_origin, double offset) {
+  std::vector<PassRow> v;
+  for (const PassSpan& p : tr.passes) {
+    PassRow r{rank, p.step, p.micro, p.chunk, {p.phase, 0, 0, 0}, p.t0 - offset - t_origin, p.t1 - offset - t_origin};
+    v.push_back(r);
+  }
+  for (const CommEvent& e : tr.comms)  // the pipeline's sends 'S' and receives 'R', posted to completion
+    if (e.p2p != 0) {
+      PassRow r{rank, e.tags.step, e.tags.micro, e.tags.chunk, {e.p2p == 's' ? 'S' : 'R', 0, 0, 0},
+                e.t_post - offset - t_origin, e.t_end - offset - t_origin};
+      v.push_back(r);
+    }
+  return v;
+}
+
+void StepH5::write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& slots,
+                            const std::vector<PassRow>& passes) {
+  hid_t loc = impl_->step.get();
+  H5Id pt(H5Tcreate(H5T_COMPOUND, sizeof(PipelineRow)), H5Tclose);
+  H5Tinsert(pt.get(), "rank", HOFFSET(PipelineRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(pt.get(), "peak_held", HOFFSET(PipelineRow, peak_held), H5T_NATIVE_INT32);
+  H5Tinsert(pt.get(), "peak_activation_bytes", HOFFSET(PipelineRow, peak_activation_bytes), H5T_NATIVE_INT64);
+#define MB_F(f) H5Tinsert(pt.get(), #f, HOFFSET(PipelineRow, f), H5T_NATIVE_DOUBLE)
+  MB_F(bubble); MB_F(bubble_window); MB_F(bubble_theory); MB_F(recv_wait_s); MB_F(recv_transfer_s);
+#undef MB_F
+  write_all_ranks(loc, impl_->world, impl_->rank, "pipeline", pt.get(), std::vector<PipelineRow>{row});
+  H5Id st(H5Tcreate(H5T_COMPOUND, sizeof(SlotRow)), H5Tclose);
+  H5Tinsert(st.get(), "rank", HOFFSET(SlotRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(st.get(), "step", HOFFSET(SlotRow, step), H5T_NATIVE_INT32);
+  H5Tinsert(st.get(), "held", HOFFSET(SlotRow, held), H5T_NATIVE_INT32);
+  H5Tinsert(st.get(), "bytes", HOFFSET(SlotRow, bytes), H5T_NATIVE_INT64);
+  H5Tinsert(st.get(), "t", HOFFSET(SlotRow, t), H5T_NATIVE_DOUBLE);
+  write_all_ranks(loc, impl_->world, impl_->rank, "activation_slots", st.get(), slots);
+  H5Id ps(H5Tcreate(H5T_COMPOUND, sizeof(PassRow)), H5Tclose);
+  H5Id s4 = results::string_type(4);
+  H5Tinsert(ps.get(), "rank", HOFFSET(PassRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "step", HOFFSET(PassRow, step), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "microbatch", HOFFSET(PassRow, microbatch), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "chunk", HOFFSET(PassRow, chunk), H5T_NATIVE_INT32);
+  H5Tinsert(ps.get(), "phase", HOFFSET(PassRow, phase), s4.get());
+  H5Tinsert(ps.get(), "t_start", HOFFSET(PassRow, t_start), H5T_NATIVE_DOUBLE);
+  H5Tinsert(ps.get(), "t_end", HOFFSET(PassRow, t_end), H5T_NATIVE_DOUBLE);
+  write_all_ranks(loc, impl_->world, impl_->rank, "passes", ps.get(), passes);
 }
 
 void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {

@@ -43,13 +43,29 @@ struct StepSummary {
 // One trace event as stored in step/events (compute ops and communication calls).
 struct EventRow {
   int32_t rank, step, microbatch, chunk, layer;
-  char kind[24], dim[8], phase[4];
+  char kind[24], dim[16], phase[4];
   int32_t group;
   uint64_t bytes;
   double flops, t_post, t_start, t_end;  // seconds since the run's origin, rank 0's clock
 };
 // This rank's trace as rows; times on rank 0's clock (local - offset, comm/clock_sync.hpp) minus t_origin.
 std::vector<EventRow> event_rows(const Trace& trace, int rank, double t_origin, double offset);
+
+// Pipeline parallel rows: the stored activations after each pass, and each pass (phase F or
+// B: a forward or backward of a chunk for a micro-batch; S or R: a send or receive, from its
+// posting to its completion); times since the run's origin on rank 0's clock.
+struct SlotRow {
+  int32_t rank, step, held;
+  int64_t bytes;
+  double t;
+};
+struct PassRow {
+  int32_t rank, step, microbatch, chunk;
+  char phase[4];
+  double t_start, t_end;
+};
+std::vector<SlotRow> slot_rows(const Trace& trace, int rank, double t_origin, double offset);
+std::vector<PassRow> pass_rows(const Trace& trace, int rank, double t_origin, double offset);
 
 class StepH5 {
  public:
@@ -68,6 +84,8 @@ class StepH5 {
   void write_memory(const std::vector<MemoryRow>& rows);
   void write_comm(const std::vector<CommRow>& rows);
   void write_events(const std::vector<EventRow>& rows);
+  // Pipeline parallel: step/pipeline (one row per rank), step/activation_slots, step/passes.
+  void write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& slots, const std::vector<PassRow>& passes);
   void write_check(const std::vector<CheckRow>& rows);
   void write_summary(const StepSummary& s);
   void write_op_profile(const std::vector<std::pair<std::string, double>>& op_seconds);

@@ -74,13 +74,13 @@ void RecordingComm::blocking(Collective c, uint64_t bytes, F&& call, double wire
 
 std::unique_ptr<comm::Request> RecordingComm::posted(Collective c, uint64_t bytes,
                                                      std::unique_ptr<comm::Request> inner,
-                                                     double t_post) {
+                                                     double t_post, char p2p, int peer, int tag) {
   std::ptrdiff_t index = -1;
   if (trace_.on) {
     const int n = inner_->size();
     index = static_cast<std::ptrdiff_t>(trace_.comms.size());
-    trace_.comms.push_back({trace_.tags, dim_, c, group_id_, n, bytes, wire_bytes(c, bytes, n), t_post,
-                            t_post, t_post, false});
+    const double wire = p2p == 'r' ? 0.0 : wire_bytes(c, bytes, n);  // a receive sends nothing
+    trace_.comms.push_back({trace_.tags, dim_, c, group_id_, n, bytes, wire, t_post, t_post, t_post, false, p2p, peer, tag});
   }
   return std::make_unique<RecordedRequest>(std::move(inner), trace_, index);
 }
@@ -112,6 +112,10 @@ std::unique_ptr<comm::Request> RecordingComm::iall_reduce(View s, View r, comm::
   const double t = core::now_seconds();
   return posted(Collective::kAllReduce, r.bytes(), inner_->iall_reduce(s, r, op), t);
 }
+std::unique_ptr<comm::Request> RecordingComm::isendrecv(View s, int to, View r, int from, int tag) {
+  const double t = core::now_seconds();
+  return posted(Collective::kSendRecv, s.bytes(), inner_->isendrecv(s, to, r, from, tag), t);
+}
 std::unique_ptr<comm::Request> RecordingComm::iall_gather(View s, View r) {
   const double t = core::now_seconds();
   return posted(Collective::kAllGather, r.bytes(), inner_->iall_gather(s, r), t);
@@ -119,6 +123,17 @@ std::unique_ptr<comm::Request> RecordingComm::iall_gather(View s, View r) {
 std::unique_ptr<comm::Request> RecordingComm::ireduce_scatter(View s, View r, comm::RedOp op) {
   const double t = core::now_seconds();
   return posted(Collective::kReduceScatter, s.bytes(), inner_->ireduce_scatter(s, r, op), t);
+}
+
+// A send's payload is the message; so is a receive's (both sides record it, so the trace of
+// each rank holds its own traffic).
+std::unique_ptr<comm::Request> RecordingComm::isend(View s, int to, int tag) {
+  const double t = core::now_seconds();
+  return posted(Collective::kSendRecv, s.bytes(), inner_->isend(s, to, tag), t, 's', to, tag);
+}
+std::unique_ptr<comm::Request> RecordingComm::irecv(View r, int from, int tag) {
+  const double t = core::now_seconds();
+  return posted(Collective::kSendRecv, r.bytes(), inner_->irecv(r, from, tag), t, 'r', from, tag);
 }
 
 }  // namespace meshbench::parallel

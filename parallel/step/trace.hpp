@@ -18,6 +18,7 @@ namespace meshbench::parallel {
 // What the executor is doing now; every recorded call takes these tags.
 struct TraceTags {
   int step = 0, micro = 0, layer = -1;
+  int chunk = 0;     // model chunk (pipeline virtual stage on this rank)
   char phase = 'F';  // F forward, B backward, G gradient sync after the backward, O optimizer
 };
 
@@ -31,6 +32,28 @@ struct CommEvent {
   double wire_bytes = 0;      // bytes each rank sends with the bandwidth-optimal algorithm
   double t_post = 0, t_start = 0, t_end = 0;  // seconds; t_end: completion observed
   bool blocking = true;
+  // Point-to-point (dim "pp"): 's' send, 'r' receive, 0 for collectives; the peer's rank in
+  // the group and the tag that pairs the two sides. A receive's [t_post, t_end] holds its wait
+  // (before the peer posted the send) and its transfer; metrics split them with the sender's
+  // t_post, exchanged after the run (pp_receive_split in metrics.hpp).
+  char p2p = 0;
+  int peer = -1, tag = -1;
+};
+
+// The stored activations of a pipeline rank: after every forward and backward of a chunk,
+// how many micro-batches' activations the rank holds and their bytes.
+struct SlotSample {
+  int step;
+  double t;
+  int held;
+  int64_t bytes;
+};
+
+// One forward or backward of a model chunk for a micro-batch (pipeline timelines).
+struct PassSpan {
+  int step, micro, chunk;
+  char phase;  // 'F' or 'B'
+  double t0, t1;
 };
 
 struct PhaseSpan {
@@ -45,6 +68,8 @@ struct Trace {
   std::vector<OpEvent> ops;
   std::vector<CommEvent> comms;
   std::vector<PhaseSpan> phases;
+  std::vector<SlotSample> slots;  // pipeline parallel only
+  std::vector<PassSpan> passes;   // pipeline parallel only
   std::vector<double> step_start, step_end;  // per timed step, this rank's clock
 
   void phase(const std::string& name, double t0, double t1) {
@@ -86,7 +111,10 @@ class RecordingComm final : public comm::Communicator {
   void sendrecv(comm::View s, int to, comm::View r, int from) override;
   std::unique_ptr<comm::Request> iall_reduce(comm::View s, comm::View r, comm::RedOp op) override;
   std::unique_ptr<comm::Request> iall_gather(comm::View s, comm::View r) override;
+  std::unique_ptr<comm::Request> isendrecv(comm::View s, int to, comm::View r, int from, int tag) override;
   std::unique_ptr<comm::Request> ireduce_scatter(comm::View s, comm::View r, comm::RedOp op) override;
+  std::unique_ptr<comm::Request> isend(comm::View s, int to, int tag) override;
+  std::unique_ptr<comm::Request> irecv(comm::View r, int from, int tag) override;
   void order_after(void* producer) override { inner_->order_after(producer); }
   // Recorded with bytes = everything this rank's blocks hold (its own included) and
   // wire_bytes = the bytes it actually sends to other ranks.
@@ -100,7 +128,8 @@ class RecordingComm final : public comm::Communicator {
   template <typename F>
   void blocking(comm::Collective c, uint64_t bytes, F&& call, double wire = -1);
   std::unique_ptr<comm::Request> posted(comm::Collective c, uint64_t bytes,
-                                        std::unique_ptr<comm::Request> inner, double t_post);
+                                        std::unique_ptr<comm::Request> inner, double t_post, char p2p = 0,
+                                        int peer = -1, int tag = -1);
   std::unique_ptr<comm::Communicator> inner_;
   Trace& trace_;
   std::string dim_;

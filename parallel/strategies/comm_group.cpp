@@ -95,19 +95,16 @@ int CommGroup<S>::post_reduce_scatter(S* part, const S* full, int64_t n_part) {
   return keep(comm_.ireduce_scatter(view(full, n_part * size()), view(part, n_part), comm::RedOp::kSum));
 }
 
-// A ring step: a blocking exchange (MPI_Sendrecv; NCCL groups the pair on its stream), kept
-// as a completed request so the caller's code is the same as for the posted collectives.
 template <typename S>
 int CommGroup<S>::post_exchange(const S* send, int to, S* recv, int from, int64_t n) {
   comm_.order_after(be_.stream());
-  comm_.sendrecv(view(send, n), to, view(recv, n), from);
-  done();
-  return -1;
+  constexpr int kTag = 4343;  // one exchange at a time per pair of ranks: posted ones are waited in order
+  return keep(comm_.isendrecv(view(send, n), to, view(recv, n), from, kTag));
 }
 
 template <typename S>
 void CommGroup<S>::wait(int handle) {
-  if (handle < 0) return;  // completed when posted
+  if (handle < 0) return;  // nothing posted
   auto& r = pending_.at(static_cast<size_t>(handle));
   r->wait();
   r.reset();

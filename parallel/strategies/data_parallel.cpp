@@ -56,8 +56,7 @@ double DataParallel<S>::loss_scale(const Plan& plan) {
 
 template <typename S>
 void DataParallel<S>::begin_backward(int, bool last_micro) {
-  armed_ = last_micro && plan_.overlap;
-  if (last_micro) next_ = 0;
+  armed_ = last_micro && plan_.overlap;  // interleaved pipelines: the last micro-batch of each chunk
 }
 
 template <typename S>
@@ -156,6 +155,7 @@ void DataParallel<S>::finish() {
     }
     for (auto& r : reqs) r->wait();
   }
+  next_ = 0;  // the next step posts from the first bucket again
   // The expert tensors: over the expert data-parallel group, after the dense buckets.
   if (experts_.edp == nullptr || experts_.edp->size() < 2) return;
   Backend<S>& be = model_.backend();

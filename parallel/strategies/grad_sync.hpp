@@ -20,12 +20,13 @@ struct AnalyticBytes {
   std::string dim, kind;  // "dp", "all_reduce" (comm::name of the collective)
   uint64_t payload = 0;   // bytes per step (S summed over calls)
   double wire = 0;        // bytes each rank sends per step, bandwidth-optimal algorithm
-  // > 0: the exact payload summed over the ranks and timed steps, where it depends on the data
-  // (expert parallel's routing); payload is then that total's mean per rank and step.
+  // The payload per step summed over every rank, where ranks differ (pipeline stages); 0:
+  // every rank moves `payload`.
+  uint64_t all_ranks = 0;
+  // > 0: the exact payload over the timed steps where it depends on the data (expert
+  // parallel's routing): this rank's, and after sum_over_ranks every rank's; payload is then
+  // the mean per step. expected_bytes prefers it.
   uint64_t total = 0;
-  uint64_t expected(int steps, int ranks) const {
-    return total > 0 ? total : payload * static_cast<uint64_t>(steps) * static_cast<uint64_t>(ranks);
-  }
 };
 
 template <typename S>

@@ -4,11 +4,12 @@
 
 namespace meshbench::parallel {
 
-std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb) {
+std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool embed, bool head) {
   const int t = p.degrees.tp;
   if (t <= 1) return {};
   const GptConfig& c = p.model;
-  const uint64_t m = static_cast<uint64_t>(p.micro_batches), L = static_cast<uint64_t>(c.layers);
+  const uint64_t m = static_cast<uint64_t>(p.micro_batches), L = static_cast<uint64_t>(layers < 0 ? c.layers : layers);
+  const uint64_t e = embed ? 1 : 0, h = head ? 1 : 0;
   const uint64_t N = static_cast<uint64_t>(c.micro_batch) * static_cast<uint64_t>(c.seq), C = static_cast<uint64_t>(c.hidden);
   const uint64_t act = N * C * static_cast<uint64_t>(sb);  // one b x s x h activation
   const uint64_t ce = 3 * N * static_cast<uint64_t>(sb);   // max, sum of exponentials, target logit
@@ -16,7 +17,7 @@ std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb) {
     return AnalyticBytes{"tp", std::string(comm::name(k)), payload, wire_bytes(k, payload, t) * 1.0};
   };
   if (!p.sp)  // per layer: proj, fcproj forward; qkv, fc input gradients; + embedding, head
-    return {row(comm::Collective::kAllReduce, m * ((4 * L + 2) * act + ce))};
+    return {row(comm::Collective::kAllReduce, m * ((4 * L + e + h) * act + h * ce))};
   const uint64_t r = p.sp_regather ? 1 : 0, a16 = (C + 15) / 16 * 16;
   // Norm gradients once per step: per block ln1, ln2 (weight, bias), then lnf (its range, 16-aligned).
   const uint64_t norms = (L * (3 * a16 + C) + a16 + C) * static_cast<uint64_t>(sb);

@@ -16,6 +16,9 @@ namespace meshbench::parallel {
 // and the LM head's input gradient, plus the cross-entropy's three all-reduces of b x s;
 // with SP, all-gathers and reduce-scatters instead (4 + 4 per layer, 2 more all-gathers per
 // layer with --sp-regather) and the norm gradients all-reduced once per step.
-std::vector<AnalyticBytes> tp_analytic(const Plan& plan, int scalar_bytes);
+// A pipeline stage holds `layers` blocks (-1: all), the embedding (`embed`) and the head with
+// the loss (`head`); without sequence parallel its traffic counts only those.
+std::vector<AnalyticBytes> tp_analytic(const Plan& plan, int scalar_bytes, int layers = -1, bool embed = true,
+                                       bool head = true);
 
 }  // namespace meshbench::parallel

@@ -195,7 +195,9 @@ def read_steps(path):
     """Every step_bench run of one file: a dict with 'file', 'run_id', 'run' (run attributes,
     mesh/env parsed), 'attrs' (step attributes, degrees parsed), 'phase_names', arrays
     'step_times' [steps, ranks], 'phases' [steps, ranks, n_phases], 'loss' [steps], and tables
-    'summary' (one dict, or {} before the run finished), 'comm', 'memory', 'check' (lists)."""
+    'summary' (one dict, or {} before the run finished), 'comm', 'memory', 'check' (lists);
+    pipeline runs also 'pipeline' (a row per rank: stored activations, bubble), 'activation_slots'
+    and 'passes' (forwards F, backwards B, sends S, receives R per rank and step)."""
     import h5py
     import numpy as np
     out = []
@@ -218,7 +220,7 @@ def read_steps(path):
                  "summary": summary[0] if summary else {}}
             for k in ("step_times", "phases", "loss"):
                 r[k] = np.asarray(step[k][()], dtype=float) if k in step else np.zeros((0,))
-            for k in ("comm", "memory", "check"):
+            for k in ("comm", "memory", "check", "pipeline", "activation_slots", "passes"):
                 r[k] = table(step[k]) if k in step else []
             # Node span of each mesh dimension's groups (topology/groups; issue 3).
             r["spans"] = {}

@@ -91,6 +91,15 @@ class Communicator {
   virtual std::unique_ptr<Request> iall_reduce(View send, View recv, RedOp op) = 0;
   virtual std::unique_ptr<Request> iall_gather(View send, View recv) = 0;
   virtual std::unique_ptr<Request> ireduce_scatter(View send, View recv, RedOp op) = 0;
+  // Point-to-point, non-blocking (pipeline parallel: activations forward, gradients back).
+  // `to`/`from` are ranks of this group; `tag` pairs a send with its receive (MPI matches by
+  // it; NCCL ignores it and pairs the calls of two ranks in posting order). The buffer stays
+  // untouched until the request completes; a device send reads only after order_after().
+  virtual std::unique_ptr<Request> isend(View send, int to, int tag) = 0;
+  virtual std::unique_ptr<Request> irecv(View recv, int from, int tag) = 0;
+  // A ring step, non-blocking: `send` to rank `to` while receiving `recv` from rank `from`
+  // (MPI_Isend + MPI_Irecv with `tag`; NCCL a grouped send and receive on its stream).
+  virtual std::unique_ptr<Request> isendrecv(View send, int to, View recv, int from, int tag) = 0;
   // Orders the following calls after everything already queued on the compute stream
   // `producer` (an opaque cudaStream_t; null: host compute, nothing queued). NCCL: an event
   // its stream waits on; MPI with device buffers: a synchronisation before staging.

@@ -86,16 +86,17 @@ class MpiRequest final : public Request {
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    MB_CHECK_MPI(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), group_.c_str());
+    MB_CHECK_MPI(MPI_Testall(2, reqs_, &flag, MPI_STATUSES_IGNORE), group_.c_str());
     if (flag) finish();
     return done_;
   }
   void wait() override {
     if (done_) return;
-    MB_CHECK_MPI(MPI_Wait(&req_, MPI_STATUS_IGNORE), group_.c_str());
+    MB_CHECK_MPI(MPI_Waitall(2, reqs_, MPI_STATUSES_IGNORE), group_.c_str());
     finish();
   }
-  MPI_Request req_ = MPI_REQUEST_NULL;
+  MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};  // a collective uses the first
+  MPI_Request& req_ = reqs_[0];
   std::vector<std::byte> send_store_, recv_store_;
   std::optional<Staged> out_;
 
@@ -224,6 +225,18 @@ class MpiCommunicator final : public Communicator {
     return q;
   }
 
+  std::unique_ptr<Request> isendrecv(View send, int to, View recv, int from, int tag) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    Staged s(send, q->send_store_, true);
+    q->out_.emplace(recv, q->recv_store_, false);
+    MB_CHECK_MPI(MPI_Irecv(q->out_->host().data, as_int(recv.count, "isendrecv"), mpi_type(recv.dtype), from, tag, mpi_,
+                           &q->reqs_[1]),
+                 group_.c_str());
+    MB_CHECK_MPI(MPI_Isend(s.host().data, as_int(send.count, "isendrecv"), mpi_type(send.dtype), to, tag, mpi_,
+                           &q->reqs_[0]),
+                 group_.c_str());
+    return q;
+  }
   std::unique_ptr<Request> iall_gather(View send, View recv) override {
     auto q = std::make_unique<MpiRequest>(group_);
     const bool inplace =
@@ -253,6 +266,23 @@ class MpiCommunicator final : public Communicator {
     MB_CHECK_MPI(MPI_Ireduce_scatter_block(s.host().data, q->out_->host().data,
                                            as_int(recv.count, "ireduce_scatter"), mpi_type(send.dtype),
                                            mpi_op(op), mpi_, &q->req_),
+                 group_.c_str());
+    return q;
+  }
+
+  // Point-to-point: MPI_Isend / MPI_Irecv with the caller's tag (device views staged).
+  std::unique_ptr<Request> isend(View send, int to, int tag) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    Staged s(send, q->send_store_, true);
+    MB_CHECK_MPI(MPI_Isend(s.host().data, as_int(send.count, "isend"), mpi_type(send.dtype), to, tag, mpi_, &q->req_),
+                 group_.c_str());
+    return q;
+  }
+  std::unique_ptr<Request> irecv(View recv, int from, int tag) override {
+    auto q = std::make_unique<MpiRequest>(group_);
+    q->out_.emplace(recv, q->recv_store_, false);
+    MB_CHECK_MPI(MPI_Irecv(q->out_->host().data, as_int(recv.count, "irecv"), mpi_type(recv.dtype), from, tag, mpi_,
+                           &q->req_),
                  group_.c_str());
     return q;
   }

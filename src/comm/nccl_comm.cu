@@ -181,6 +181,10 @@ class NcclCommunicator final : public Communicator {
     all_reduce(send, recv, op);
     return std::make_unique<NcclRequest>(stream_, group_);
   }
+  std::unique_ptr<Request> isendrecv(View send, int to, View recv, int from, int) override {
+    sendrecv(send, to, recv, from);  // grouped, queued on the stream: the host does not wait
+    return std::make_unique<NcclRequest>(stream_, group_);
+  }
   std::unique_ptr<Request> iall_gather(View send, View recv) override {
     all_gather(send, recv);
     return std::make_unique<NcclRequest>(stream_, group_);
@@ -208,6 +212,16 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_NCCL(ncclGroupEnd(), group_.c_str());
   }
 
+  // Point-to-point on the communicator's stream; NCCL pairs a rank's sends to a peer with the
+  // peer's receives in posting order (the tag is MPI's alone).
+  std::unique_ptr<Request> isend(View send, int to, int) override {
+    MB_CHECK_NCCL(ncclSend(send.data, send.count, nccl_type(send.dtype), to, comm_, stream_), group_.c_str());
+    return std::make_unique<NcclRequest>(stream_, group_);
+  }
+  std::unique_ptr<Request> irecv(View recv, int from, int) override {
+    MB_CHECK_NCCL(ncclRecv(recv.data, recv.count, nccl_type(recv.dtype), from, comm_, stream_), group_.c_str());
+    return std::make_unique<NcclRequest>(stream_, group_);
+  }
   // The compute stream's work so far must finish before NCCL reads what it produced.
   void order_after(void* producer) override {
     MB_CHECK_CUDA(cudaEventRecord(order_ev_, static_cast<cudaStream_t>(producer)), group_.c_str());

@@ -70,6 +70,11 @@ class WatchedCommunicator final : public Communicator {
     WatchScope s(&w_, "iall_reduce", recv.bytes(), group_.c_str());
     return std::make_unique<WatchedRequest>(in_->iall_reduce(send, recv, op), w_, "all_reduce wait", recv.bytes(), group_.c_str());
   }
+  std::unique_ptr<Request> isendrecv(View send, int to, View recv, int from, int tag) override {
+    WatchScope s(&w_, "isendrecv", send.bytes(), group_.c_str());
+    return std::make_unique<WatchedRequest>(in_->isendrecv(send, to, recv, from, tag), w_, "sendrecv wait", send.bytes(),
+                                            group_.c_str());
+  }
   std::unique_ptr<Request> iall_gather(View send, View recv) override {
     WatchScope s(&w_, "iall_gather", recv.bytes(), group_.c_str());
     return std::make_unique<WatchedRequest>(in_->iall_gather(send, recv), w_, "all_gather wait", recv.bytes(), group_.c_str());
@@ -78,6 +83,14 @@ class WatchedCommunicator final : public Communicator {
     WatchScope s(&w_, "ireduce_scatter", send.bytes(), group_.c_str());
     return std::make_unique<WatchedRequest>(in_->ireduce_scatter(send, recv, op), w_, "reduce_scatter wait",
                                             send.bytes(), group_.c_str());
+  }
+  std::unique_ptr<Request> isend(View send, int to, int tag) override {
+    WatchScope s(&w_, "isend", send.bytes(), group_.c_str());
+    return std::make_unique<WatchedRequest>(in_->isend(send, to, tag), w_, "send wait", send.bytes(), group_.c_str());
+  }
+  std::unique_ptr<Request> irecv(View recv, int from, int tag) override {
+    WatchScope s(&w_, "irecv", recv.bytes(), group_.c_str());
+    return std::make_unique<WatchedRequest>(in_->irecv(recv, from, tag), w_, "recv wait", recv.bytes(), group_.c_str());
   }
   void order_after(void* producer) override { in_->order_after(producer); }
   void all_to_allv(View send, const PeerBlocks& sb, View recv, const PeerBlocks& rb) override {

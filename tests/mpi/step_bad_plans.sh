@@ -15,7 +15,20 @@ bad() {  # ranks, fragment, args...
 }
 bad 2 "dp=3" --mesh dp=3
 bad 2 "--mesh tp=2: --ffn 255 must be divisible by tp" --mesh tp=2 --ffn 255
-bad 2 "--mesh pp=2: pipeline parallel is not available in this build" --mesh pp=2,dp=1
+# pipeline parallel: the layer split, the schedule's shape rules, ZeRO
+bad 2 "--layers 3 is not divisible by pp x vpp = 2 x 1" --mesh pp=2 --layers 3
+bad 2 "--layers 4 is not divisible by pp x vpp = 2 x 4" --mesh pp=2 --layers 4 --schedule interleaved --vpp 4 --micro-batches 4
+bad 2 "m % G = 1 micro-batches (G = 2), which must be 0 or at least P = 2" --mesh pp=2 --layers 4 --schedule interleaved --vpp 2 --micro-batches 3 --vpp-group 2
+bad 2 "P <= G <= m" --mesh pp=2 --layers 4 --schedule interleaved --vpp 2 --micro-batches 1
+bad 2 "--micro-batches 0: must be at least 1" --mesh pp=2 --layers 2 --micro-batches 0
+bad 2 "--layers-per-stage: the entries sum to 5, not to --layers 4" --mesh pp=2 --layers 4 --layers-per-stage 3,2
+bad 2 "--layers-per-stage: 3 entries, but pp x vpp = 2 x 1 virtual stages need 2" --mesh pp=2 --layers 4 --layers-per-stage 2,1,1
+bad 2 "--layers-per-stage 2,x: 'x' is not an integer" --mesh pp=2 --layers 4 --layers-per-stage 2,x
+bad 2 "--vpp 2: model chunks per rank need --schedule interleaved" --mesh pp=2 --layers 4 --vpp 2
+bad 2 "--zero 1 with --mesh pp=2" --mesh pp=2 --layers 2 --zero 1
+bad 4 "--sp with --mesh pp=2" --mesh tp=2,pp=2 --layers 2 --sp
+bad 2 "--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none" --mesh pp=2 --layers 2 --inject-fault 1
+bad 4 "--layers-per-stage: every virtual stage needs at least 1 layer (got 0)" --mesh pp=4 --layers 4 --layers-per-stage 2,1,1,0
 bad 2 "--micro-batches 0: must be at least 1" --mesh dp=2 --micro-batches 0
 bad 2 "--bucket-mb -1" --mesh dp=2 --bucket-mb -1
 bad 2 "--backend nccl: needs --device cuda" --mesh dp=2 --backend nccl

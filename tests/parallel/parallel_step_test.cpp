@@ -50,10 +50,23 @@ TEST(Plan, RulesNameTheOption) {
   EXPECT_NE(usage_message("dp=3", 4).find("--mesh dp=3"), std::string::npos);
   EXPECT_NE(usage_message("tp=3", 3).find("--mesh tp=3: --heads 4 must be divisible by tp"), std::string::npos);
   EXPECT_NE(usage_message("cp=3", 3).find("--mesh cp=3: --seq 64 must be divisible by 6"), std::string::npos);
+  EXPECT_EQ(usage_message("cp=2", 4), "");  // context parallel runs (main still expected the refusal)
   EXPECT_NE(usage_message("ep=2", 4).find("--mesh ep=2: expert parallel places experts on ranks; needs MoE blocks"),
             std::string::npos);  // a dense model
-  EXPECT_NE(usage_message("pp=2", 4).find("pipeline parallel"), std::string::npos);
+  EXPECT_EQ(usage_message("pp=2", 4), "");  // pipeline parallel runs (tests: pipeline_schedule_test)
   EXPECT_NE(usage_message("dp=2", 2, 0).find("--micro-batches 0: must be at least 1"), std::string::npos);
+}
+
+TEST(Plan, PipelineStageLayers) {
+  Plan p = plan_for("pp=2", 2, 4);
+  p.model.layers = 6;
+  p.vpp = 1;
+  EXPECT_EQ(stage_chunks(p, 0), (std::vector<std::pair<int, int>>{{0, 3}}));
+  EXPECT_EQ(stage_chunks(p, 1), (std::vector<std::pair<int, int>>{{3, 6}}));
+  p.vpp = 2;
+  p.layers_per_stage = {2, 1, 1, 2};  // virtual stages 0..3: rank 0 holds 0 and 2, rank 1 holds 1 and 3
+  EXPECT_EQ(stage_chunks(p, 0), (std::vector<std::pair<int, int>>{{0, 2}, {3, 4}}));
+  EXPECT_EQ(stage_chunks(p, 1), (std::vector<std::pair<int, int>>{{2, 3}, {4, 6}}));
 }
 
 TEST(Plan, BucketRule) {
