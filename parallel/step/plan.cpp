@@ -132,9 +132,6 @@ void validate_pipeline(const Plan& p) {
   if (P > 1 && p.zero > 0)
     throw UsageError(fmt::format("--zero {} with --mesh pp={}: ZeRO shards whole-model units; it does not run "
                                  "with pipeline parallel in this build", p.zero, P));
-  if (P > 1 && p.degrees.cp > 1)
-    throw UsageError(fmt::format("--mesh cp={},pp={}: context parallel with pipeline parallel is not available in "
-                                 "this build", p.degrees.cp, P));
   if (P > 1 && p.sp)
     throw UsageError(fmt::format("--sp with --mesh pp={}: sequence-parallel shards are not sent between stages in "
                                  "this build (tensor parallel without --sp composes with pp)", P));

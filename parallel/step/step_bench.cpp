@@ -605,13 +605,13 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   for (int k = 0; k < st.model->num_chunks(); ++k) layers += st.model->chunk_layers(k).second - st.model->chunk_layers(k).first;
   for (const AnalyticBytes& a : tp_analytic(plan, 4, layers, st.model->first_stage(), st.model->last_stage()))
     analytic.push_back(a);
-  for (const AnalyticBytes& a : cp_analytic(plan, 4)) analytic.push_back(a);
+  for (const AnalyticBytes& a : cp_analytic(plan, 4, layers)) analytic.push_back(a);
   for (const AnalyticBytes& a : ep_analytic(plan.model, plan.degrees.ep, st.model->moe().totals().ep, rec.steps, 4))
     analytic.push_back(a);
   if (st.pipe) {
     const GptConfig& c = plan.model;
     const int t = plan.degrees.tp;
-    const uint64_t msg = uint64_t(c.micro_batch) * uint64_t(c.seq) * uint64_t(c.hidden) * sizeof(float);
+    const uint64_t msg = uint64_t(c.micro_batch) * uint64_t(c.seq / plan.degrees.cp) * uint64_t(c.hidden) * sizeof(float);
     const uint64_t wte = uint64_t((c.vocab + t - 1) / t) * uint64_t(c.hidden) * sizeof(float);  // this rank's rows
     for (const AnalyticBytes& a : pipeline_analytic(*st.pipe, plan.micro_batches, msg, wte)) analytic.push_back(a);
   }

@@ -4,11 +4,11 @@
 
 namespace meshbench::parallel {
 
-std::vector<AnalyticBytes> cp_analytic(const Plan& p, int sb) {
+std::vector<AnalyticBytes> cp_analytic(const Plan& p, int sb, int layers) {
   const int C = p.degrees.cp, t = p.degrees.tp;
   if (C <= 1) return {};
   const GptConfig& c = p.model;
-  const uint64_t m = static_cast<uint64_t>(p.micro_batches), L = static_cast<uint64_t>(c.layers);
+  const uint64_t m = static_cast<uint64_t>(p.micro_batches), L = static_cast<uint64_t>(layers < 0 ? c.layers : layers);
   const uint64_t rows = static_cast<uint64_t>(c.micro_batch) * static_cast<uint64_t>(c.seq) / static_cast<uint64_t>(C);
   const uint64_t hs = static_cast<uint64_t>(c.head_size()), q = static_cast<uint64_t>(c.heads / t) * hs,
                  kv = static_cast<uint64_t>(c.kv_heads / t) * hs, n = rows * 2 * kv * static_cast<uint64_t>(sb);

@@ -17,6 +17,7 @@ namespace meshbench::parallel {
 //              of C n per layer and micro-batch;
 //   ulysses:   all-to-alls of the rank's rows: q, k, v forward and their gradients backward
 //              (b s / C x (q + 2 kv)), the output forward and its gradient backward (x q).
-std::vector<AnalyticBytes> cp_analytic(const Plan& plan, int scalar_bytes);
+// `layers`: this rank's blocks (a pipeline stage's; -1: all).
+std::vector<AnalyticBytes> cp_analytic(const Plan& plan, int scalar_bytes, int layers = -1);
 
 }  // namespace meshbench::parallel
