@@ -126,6 +126,19 @@ def run_statuses(path):
         return {} if runs is None else {rid: text(r.attrs.get("status", "")) for rid, r in runs.items()}
 
 
+def group_spans(run):
+    """Group size and the set of node spans per mesh dimension, from a run's topology/groups
+    (issue 3): ({dim: size}, {dim: {"intra", "inter", ...}})."""
+    gsize, gspan = {}, {}
+    tg = run.get("topology/groups")
+    if tg is not None:
+        for g in tg[()]:
+            dim = text(g["dim"])
+            gsize.setdefault(dim, int(g["size"]))
+            gspan.setdefault(dim, set()).add(text(g["span"]))
+    return gsize, gspan
+
+
 def read_collectives(path, with_samples=False):
     """All collective rows of one file. with_samples adds 'samples' ([iters, ranks] seconds)."""
     import h5py
@@ -139,14 +152,7 @@ def read_collectives(path, with_samples=False):
             if colls is None:
                 continue
             ra = _run_fields(path, run_id, run.attrs)
-            # Group size and node span per mesh dimension, from topology/groups (issue 3).
-            gsize, gspan = {}, {}
-            tg = run.get("topology/groups")
-            if tg is not None:
-                for g in tg[()]:
-                    dim = text(g["dim"])
-                    gsize.setdefault(dim, int(g["size"]))
-                    gspan.setdefault(dim, set()).add(text(g["span"]))
+            gsize, gspan = group_spans(run)
             for coll_name, coll in colls.items():
                 for g in coll.values():
                     if "summary" in g:
@@ -222,12 +228,7 @@ def read_steps(path):
                 r[k] = np.asarray(step[k][()], dtype=float) if k in step else np.zeros((0,))
             for k in ("comm", "memory", "check", "pipeline", "activation_slots", "passes"):
                 r[k] = table(step[k]) if k in step else []
-            # Node span of each mesh dimension's groups (topology/groups; issue 3).
-            r["spans"] = {}
-            tg = run.get("topology/groups")
-            if tg is not None:
-                for g in tg[()]:
-                    r["spans"].setdefault(text(g["dim"]), set()).add(text(g["span"]))
+            r["spans"] = group_spans(run)[1]
             out.append(r)
     return out
 
