@@ -5,13 +5,16 @@ so that `--where` means the same in both. Not a data-frame library.
 """
 import re
 
-from . import reader
+from . import plans, reader
 
 SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 # Columns whose filter values are sizes ('64K'); other numeric columns take plain numbers.
 SIZE_COLUMNS = {"bytes", "count", "total_bytes", "send_bytes_per_rank", "recv_bytes_per_rank"}
-FIELDS = reader.COLLECTIVE_FIELDS + [c for c in reader.STEP_FIELDS if c not in reader.COLLECTIVE_FIELDS]
-NUMERIC = reader.COLLECTIVE_NUMERIC | reader.STEP_NUMERIC
+FIELDS = reader.COLLECTIVE_FIELDS + [c for c in reader.STEP_FIELDS + plans.PLAN_FIELDS
+                                     if c not in reader.COLLECTIVE_FIELDS]
+NUMERIC = reader.COLLECTIVE_NUMERIC | reader.STEP_NUMERIC | plans.PLAN_NUMERIC
+# Per-file step columns: bytes per (dim, kind), memory, the plan table's time split and spans.
+STEP_PREFIXES = ("bytes.", "mem.", "mem_analytic.", "time.", "exposed.", "span.")
 
 
 def parse_size(text):
@@ -32,12 +35,12 @@ def fmt_size(b):
 
 
 def known_column(col):
-    """A fixed column of either table, or a step table's per-file bytes.* / mem* column."""
-    return col in FIELDS or col.startswith(("bytes.", "mem.", "mem_analytic."))
+    """A fixed column of either table, or a step table's per-file column (STEP_PREFIXES)."""
+    return col in FIELDS or col.startswith(STEP_PREFIXES)
 
 
 def is_numeric(col):
-    return col in NUMERIC or col.startswith(("bytes.", "mem.", "mem_analytic."))
+    return col in NUMERIC or (col.startswith(STEP_PREFIXES) and not col.startswith("span."))
 
 
 _OPS = [(">=", lambda a, b: a >= b), ("<=", lambda a, b: a <= b), ("!=", lambda a, b: a != b),
