@@ -41,6 +41,10 @@ PLAN_FIELDS = ["plan", "model", "order", "schedule", "vpp", "nodes", "ranks_per_
                "cross_nodes", "time.compute", "time.bubble"]
 PLAN_NUMERIC = {"vpp", "nodes", "ranks_per_node", "bubble_mean", "bubble_worst", "bubble_worst_rank",
                 "bubble_theory", "mem_peak", "mem_peak_rank", "rss_peak", "time.compute", "time.bubble"}
+# Summary numbers that mean nothing when a run timed no step.
+NO_STEP_BLANKS = ["step_time_median", "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s",
+                  "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction", "exposed_comm_fraction_dp",
+                  "straggler_rank"]
 # What makes two runs the same plan (besides the model): --compare joins on these.
 PLAN_KEY = ["model", "ranks", "plan", "global_batch"]
 MODEL_ATTRS = ["preset", "layers", "hidden", "heads", "kv_heads", "ffn", "seq", "vocab", "micro_batch",
@@ -153,7 +157,10 @@ def plan_rows(runs):
         rss = _per_rank_max(run["memory"], "process_peak_rss")
         if rss is not None:
             r["rss_peak"] = float(rss["measured_bytes"])
-        if s:
+        if not r.get("steps"):
+            # No timed step finished (a run stopped in its warm-up): its summary holds no numbers.
+            r.update({k: None for k in NO_STEP_BLANKS})
+        elif s:
             r.update(_time_split(run, r, steps))
     return rows
 
@@ -237,3 +244,12 @@ def failed_points(paths, rows):
                 continue
             out.append(point_row(rec))
     return out, bad
+
+
+def family(r, dim="dp"):
+    """What a scaling curve holds fixed: the model, the tag and the plan with dim's degree
+    taken out (the single-rank run joins the dp family of 'single')."""
+    deg = {d: (1 if d == dim else r.get(d, 1)) for d in DIMS}
+    shape = plan_label(deg, r.get("order", ""), r.get("vpp", 1), r.get("zero_stage", 0), r.get("schedule", ""),
+                       r.get("microbatches", 1), r.get("sequence_parallel"))
+    return r.get("model", ""), r.get("tag", ""), shape

@@ -8,6 +8,10 @@ h5py directly (not through scripts/report) and checks a report's output against 
   h5truth.py compare REPORT.json A.h5 B.h5   ratio_t = t_median(B)/t_median(A) for every size of every group
   h5truth.py status FILE.h5 [STATUS]         print the status of every run (exit 1 unless all == STATUS)
   h5truth.py attr FILE.h5 NAME               print a run attribute of the first run
+  h5truth.py steps FILE.h5                   print step_truth(FILE.h5) as JSON
+
+From Python (sys.path.insert(0, "tests/scripts"); import h5truth): step_truth(path), the plan
+table's quantities of a file's one step run, computed here from the datasets.
 Exit 0 when every check holds, 1 with the first mismatch.
 """
 import csv
@@ -42,6 +46,39 @@ def truth(files):
                             key = (f, rid, cname, s(g.attrs["placement"]), s(g.attrs["group"]), d["bytes"])
                             out[key] = d
     return out
+
+
+def step_truth(path):
+    """The plan-table quantities of the one step run in path, from the datasets (README,
+    "Reading the report"): summary numbers, exposed seconds per rank and step per dim (pp: the
+    mean receive transfer), worst bubble, largest engine_peak (and the ranks at it), dims whose groups cross nodes."""
+    with h5py.File(path, "r") as h:
+        (rid,) = h["runs"].keys()
+        run = h["runs"][rid]
+        st = run["step"]
+        summ = st["summary"][0]
+        steps, ranks = st["step_times"].shape
+        t = {"run_id": rid, "status": s(run.attrs["status"]), "tag": s(run.attrs["tag"]), "ranks": ranks,
+             "check": s(summ["check"])}
+        for k in ("step_time_median", "tokens_per_s", "mfu_measured_peak"):
+            t[k] = float(summ[k])
+        pipe = st["pipeline"][()] if "pipeline" in st else []
+        exposed = {}
+        for c in st["comm"][()]:
+            d = s(c["dim"])
+            if not (d == "pp" and len(pipe)):
+                exposed[d] = exposed.get(d, 0.0) + float(c["exposed_s"]) / (steps * ranks)
+        if len(pipe):
+            exposed["pp"] = float(sum(p["recv_transfer_s"] for p in pipe)) / len(pipe)
+            t["bubble_worst"] = float(max(p["bubble"] for p in pipe))
+        t["exposed"] = exposed
+        peaks = [(float(m["measured_bytes"]), int(m["rank"])) for m in st["memory"][()]
+                 if s(m["category"]) == "engine_peak"]
+        t["mem_peak"] = max(peaks)[0]
+        t["mem_peak_ranks"] = [r for v, r in peaks if v == t["mem_peak"]]
+        t["cross_nodes"] = sorted({s(g["dim"]) for g in run["topology/groups"][()]
+                                   if s(g["dim"]) != "world" and s(g["span"]) in ("inter", "mixed")})
+    return t
 
 
 def die(msg):
@@ -123,6 +160,8 @@ def main():
         print(" ".join(st))
         if want is not None and any(x != want for x in st):
             sys.exit(1)
+    elif mode == "steps":
+        print(json.dumps(step_truth(arg)))
     elif mode == "attr":
         with h5py.File(arg, "r") as h:
             run = next(iter(h["runs"].values()))

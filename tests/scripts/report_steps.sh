@@ -92,7 +92,8 @@ py "$P" "$WORK/zero" -o "$WORK/plots" > "$WORK/list" || fail "plot exit $?"
 grep -q "$WORK/plots/memory.png" "$WORK/list" && grep -q "$WORK/plots/busbw.png" "$WORK/list" || fail "plot list: $(cat "$WORK/list")"
 rm "$WORK/zero/ar.h5"
 py "$P" "$WORK/zero" -o "$WORK/plots2" > "$WORK/list2" || fail "plot (steps only) exit $?"
-[[ "$(cat "$WORK/list2")" == "$WORK/plots2/memory.png" ]] || fail "steps only: expected memory.png alone: $(cat "$WORK/list2")"
+[[ "$(cat "$WORK/list2")" == "$WORK/plots2/memory.png"$'\n'"$WORK/plots2/steps.png" ]] \
+  || fail "steps only: expected memory.png and steps.png (no scaling.png: one rank count): $(cat "$WORK/list2")"
 py - "$WORK/plots2/memory.png" "$MB_SRC/scripts" "$WORK/zero" <<'PYEOF' || fail "memory.png content"
 import sys
 import matplotlib
