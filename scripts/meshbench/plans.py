@@ -59,7 +59,9 @@ def order_dims(order):
 
 def plan_label(deg, order="", vpp=1, zero=0, schedule="", microbatches=1, sp=False):
     """The plan as one string; degrees above 1 in rank order ('single' when all are 1)."""
-    parts = [" x ".join(f"{d}{deg[d]}" for d in order_dims(order) if int(deg.get(d, 1) or 1) > 1) or "single"]
+    dims = order_dims(order)
+    dims += sorted(d for d in deg if d not in dims)
+    parts = [" x ".join(f"{d}{deg[d]}" for d in dims if int(deg.get(d, 1) or 1) > 1) or "single"]
     if int(deg.get("pp", 1) or 1) > 1:
         parts.append(str(schedule or ""))
         if int(vpp or 1) > 1:

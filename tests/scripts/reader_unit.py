@@ -2,7 +2,7 @@
 """tests/scripts/reader_unit.py: unit tests of scripts/meshbench (reader, tables, names) on
 small files written here with h5py in results/README.md's layout, so every expected value is
 known exactly. Run by reader_unit.sh (argv: MB_SRC MB_BIN WORKDIR); not a test of the binaries'
-numbers (report_steps.sh reads real step_bench files).
+numbers (report_steps.sh and report_plans.sh read real step_bench files).
 """
 import json
 import math
@@ -15,7 +15,7 @@ SRC, BIN, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.join(SRC, "scripts"))
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
-from meshbench import names, reader, tables  # noqa: E402
+from meshbench import names, plans, reader, tables  # noqa: E402
 
 ROW_T = np.dtype([("bytes", "<u8"), ("count", "<u8"), ("dtype", "S8"), ("redop", "S8"), ("inplace", "u1"),
                   ("root", "<i4"), ("t_median", "<f8"), ("t_min", "<f8"), ("t_mean", "<f8"), ("t_p99", "<f8"),
@@ -166,6 +166,40 @@ class Tables(unittest.TestCase):
         self.assertEqual(tables.parse_size("64K"), 65536)
         self.assertEqual(tables.fmt_size(1 << 20), "1M")
         self.assertEqual(tables.fmt_size(1000), "1000")
+
+
+class Plans(unittest.TestCase):
+    def test_label_follows_the_order(self):
+        deg = {"dp": 2, "tp": 2, "pp": 2, "cp": 1, "ep": 1}
+        self.assertEqual(plans.plan_label(deg, "tp-cp-ep-dp-pp", 1, 0, "1f1b", 4), "tp2 x dp2 x pp2 1f1b m=4")
+        self.assertEqual(plans.plan_label(deg, "tp-pp-dp", 2, 1, "interleaved", 8, True),
+                         "tp2 x pp2 x dp2 interleaved vpp=2 zero1 m=8 sp")
+        self.assertEqual(plans.plan_label({"dp": 1}, "", 1, 0, "accumulate", 1), "single")
+        self.assertEqual(plans.plan_label({"dp": 4}, "", 1, 0, "accumulate", 1), "dp4")  # no schedule without pp
+
+    def test_cross_nodes(self):
+        run = {"spans": {"world": {"inter"}, "tp": {"intra"}, "dp": {"inter"}, "pp": {"intra", "inter"}}}
+        self.assertEqual(plans.cross_nodes(run, "tp-cp-ep-dp-pp"), "dp,pp")
+        self.assertEqual(plans.cross_nodes(run, "pp-dp-tp"), "pp,dp")
+        self.assertEqual(plans.cross_nodes({"spans": {"world": {"intra"}, "tp": {"intra"}}}, ""), "none")
+        self.assertEqual(plans.cross_nodes({"spans": {}}, ""), "?")
+
+    def test_family_and_order(self):
+        rows = [{"plan": "a", "tokens_per_s": 5.0}, {"plan": "b", "tokens_per_s": None},
+                {"plan": "c", "tokens_per_s": 9.0}]
+        self.assertEqual([r["plan"] for r in plans.sort_by_throughput(rows)], ["c", "a", "b"])
+        one = {"dp": 1, "tp": 2, "pp": 1, "cp": 1, "ep": 1, "order": "tp-cp-ep-dp-pp", "model": "m", "tag": "shm"}
+        self.assertEqual(plans.family(dict(one, dp=4)), plans.family(one))
+        self.assertEqual(plans.family(one)[2], "tp2")
+        self.assertNotEqual(plans.family(dict(one, tp=1)), plans.family(one))
+
+    def test_failed_point_row(self):
+        rec = {"id": "p1", "status": "timeout", "ranks": 8, "result": "/x/p1.h5",
+               "cmd": "mpiexec -n 8 /b/step_bench --mesh tp=2,pp=2,dp=2 --order tp-pp-dp --schedule gpipe "
+                      "--micro-batches 4 --zero 1 --tag tcp -O /x/p1.h5"}
+        r = plans.point_row(rec)
+        self.assertEqual((r["plan"], r["status"], r["ranks"], r["tag"], r["dp"], r["tp"], r["pp"]),
+                         ("tp2 x pp2 x dp2 gpipe zero1 m=4", "timeout", 8, "tcp", 2, 2, 2))
 
 
 class Names(unittest.TestCase):
