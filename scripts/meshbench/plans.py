@@ -15,7 +15,9 @@ table):
   time.bubble          the pipeline's idle time per rank and step (s): the mean over ranks of
                        step/pipeline bubble (a share of the pipeline span) x the span (first
                        forward to last backward over all ranks, from step/passes)
-  time.compute         step_time_median minus the two above: compute and whatever else
+  step_time_mean       the mean over the timed steps of each step's slowest rank (step_times):
+                       the height of steps.png's bar, since its parts are means over the steps too
+  time.compute         step_time_mean minus the two above: compute and whatever else
                        (optimizer, copies); never below 0
   bubble_worst         the largest step/pipeline bubble over ranks (the worst stage), and
                        bubble_worst_rank
@@ -36,13 +38,13 @@ from . import reader
 
 DIMS = ["dp", "tp", "cp", "pp", "ep"]
 # The columns this module adds (filters accept them, CSV/JSON carry them).
-PLAN_FIELDS = ["plan", "model", "order", "schedule", "vpp", "nodes", "ranks_per_node", "bubble_mean",
+PLAN_FIELDS = ["plan", "model", "order", "schedule", "vpp", "step_time_mean", "nodes", "ranks_per_node", "bubble_mean",
                "bubble_worst", "bubble_worst_rank", "bubble_theory", "mem_peak", "mem_peak_rank", "rss_peak",
                "cross_nodes", "time.compute", "time.bubble"]
-PLAN_NUMERIC = {"vpp", "nodes", "ranks_per_node", "bubble_mean", "bubble_worst", "bubble_worst_rank",
+PLAN_NUMERIC = {"vpp", "step_time_mean", "nodes", "ranks_per_node", "bubble_mean", "bubble_worst", "bubble_worst_rank",
                 "bubble_theory", "mem_peak", "mem_peak_rank", "rss_peak", "time.compute", "time.bubble"}
 # Summary numbers that mean nothing when a run timed no step.
-NO_STEP_BLANKS = ["step_time_median", "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s",
+NO_STEP_BLANKS = ["step_time_mean", "step_time_median", "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s",
                   "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction", "exposed_comm_fraction_dp",
                   "straggler_rank"]
 # What makes two runs the same plan (besides the model): --compare joins on these.
@@ -111,9 +113,8 @@ def _time_split(run, row, steps):
         bubble = sum(float(p["bubble"]) for p in pipe) / n * _span(run["passes"], steps)
     split = {f"time.exposed.{d}": v for d, v in sorted(out.items())}
     split["time.bubble"] = bubble
-    t = row.get("step_time_median")
-    if isinstance(t, (int, float)) and not math.isnan(t):
-        split["time.compute"] = max(0.0, t - bubble - sum(out.values()))
+    t = row["step_time_mean"]
+    split["time.compute"] = max(0.0, t - bubble - sum(out.values()))
     return split
 
 
@@ -159,6 +160,9 @@ def plan_rows(runs):
         rss = _per_rank_max(run["memory"], "process_peak_rss")
         if rss is not None:
             r["rss_peak"] = float(rss["measured_bytes"])
+        st = run["step_times"]
+        if st.ndim == 2 and st.shape[0] and st.shape[1]:
+            r["step_time_mean"] = float(st.max(axis=1).mean())
         if not r.get("steps"):
             # No timed step finished (a run stopped in its warm-up): its summary holds no numbers.
             r.update({k: None for k in NO_STEP_BLANKS})
