@@ -4,6 +4,8 @@ torch_step_bench.py.
   reader   the one reader of meshbench HDF5 files (results/README.md): plain tables (lists of
            dicts, numpy arrays for samples and step times) of collectives and of step runs
   tables   filters, sorting and size formatting over those tables (no HDF5, no I/O)
+  plans    the step runs as parallel plans: plan label, exposed time per dimension, bubble,
+           peak memory over ranks, groups across nodes; scripts/sweep's failed step points
   names    binary, collective, mesh-dimension and group-kind names, read from the binaries
            (`mesh_info --list-json`) instead of copied from the C++
 

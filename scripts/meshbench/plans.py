@@ -44,9 +44,9 @@ PLAN_FIELDS = ["plan", "model", "order", "schedule", "vpp", "step_time_mean", "n
 PLAN_NUMERIC = {"vpp", "step_time_mean", "nodes", "ranks_per_node", "bubble_mean", "bubble_worst", "bubble_worst_rank",
                 "bubble_theory", "mem_peak", "mem_peak_rank", "rss_peak", "time.compute", "time.bubble"}
 # Summary numbers that mean nothing when a run timed no step.
-NO_STEP_BLANKS = ["step_time_mean", "step_time_median", "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s",
-                  "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction", "exposed_comm_fraction_dp",
-                  "straggler_rank"]
+NO_STEP_BLANKS = ["step_time_mean", "step_time_median", "step_time_min", "step_time_p99", "tokens_per_s",
+                  "model_flops_per_s", "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction",
+                  "exposed_comm_fraction_dp", "straggler_rank"]
 # What makes two runs the same plan (besides the model): --compare joins on these.
 PLAN_KEY = ["model", "ranks", "plan", "global_batch"]
 MODEL_ATTRS = ["preset", "layers", "hidden", "heads", "kv_heads", "ffn", "seq", "vocab", "micro_batch",

@@ -157,20 +157,23 @@ PY
 pass "plot: steps.png bars add up to each plan's mean step time, best first; scaling.png: tokens/s of single and dp=2"
 
 # Failed points: a run stopped by --time-limit (checked after each step: without warm-up it
-# times exactly one step, status timeout) and a sweep point record of a run that exited 2 (scripts/sweep's <out>/points/<id>.json) are rows with their status.
+# times exactly one step, status timeout) and a sweep point record of a run that exited 2
+# (scripts/sweep's <out>/points/<id>.json, written here in its format) are rows with their status.
 S="$WORK/sweep"
-rc=0; run2 "${SHM[@]}" -- step_bench "${SHAPE[@]}" --steps 400 --warmup 0 --mesh dp=2 --tag shm --time-limit 0.001 -O "$S/dp2-short.h5" || rc=$?
+rc=0; run2 "${SHM[@]}" -- step_bench "${SHAPE[@]}" --steps 400 --warmup 0 --mesh dp=2 --tag shm --time-limit 0.001 \
+  -O "$S/dp2-short.h5" || rc=$?
 [[ $rc -eq 3 ]] || fail "--time-limit run exit $rc, expected 3"
 cmd=("$MB_MPIEXEC" -n 2 "$MB_BIN/step_bench" "${TINY[@]}" --mesh tp=4 --tag shm -O "$S/tp4.h5")
 rc=0; "${cmd[@]}" > "$S/tp4.log" 2>&1 || rc=$?
 [[ $rc -eq 2 ]] || fail "tp=4 at 2 ranks exit $rc, expected 2"
 py - "$S/points/tp4.json" "$S/tp4.h5" "${cmd[@]}" <<'PY'
 import json, shlex, sys
-json.dump({"id": "tp4", "point": "step ranks=2", "result": sys.argv[2], "cmd": " ".join(shlex.quote(a) for a in sys.argv[3:]),
-           "status": "bad usage", "rc": 2, "ranks": 2}, open(sys.argv[1], "w"))
+json.dump({"id": "tp4", "point": "step ranks=2", "result": sys.argv[2], "status": "bad usage", "rc": 2, "ranks": 2,
+           "cmd": " ".join(shlex.quote(a) for a in sys.argv[3:])}, open(sys.argv[1], "w"))
 PY
 py "$R" "$S" -o "$WORK/failed.md" || fail "report on failed points exit $?"
 grep -q '| status |$' "$WORK/failed.md" && grep -q '^| tp4 | 2 |.*| bad usage |$' "$WORK/failed.md" \
-  && grep -q '^| dp2 | 2 | [0-9.]\+ | [0-9.,e+]\+ | .* | dp | off | timeout |$' "$WORK/failed.md" || fail "failed rows: $(cat "$WORK/failed.md")"
+  && grep -q '^| dp2 | 2 | [0-9.]\+ | [0-9.,e+]\+ | .* | dp | off | timeout |$' "$WORK/failed.md" \
+  || fail "failed rows: $(cat "$WORK/failed.md")"
 [[ $(grep -c '^| dp2 \|^| tp4 ' "$WORK/failed.md") -eq 2 ]] || fail "expected two rows: $(cat "$WORK/failed.md")"
 pass "a timed-out run and an exit-2 sweep point are rows with their status (timeout, bad usage)"
