@@ -51,7 +51,7 @@ def truth(files):
 def step_truth(path):
     """The plan-table quantities of the one step run in path, from the datasets (README,
     "Reading the report"): summary numbers, exposed seconds per rank and step per dim (pp: the
-    mean receive transfer), worst bubble, largest engine_peak (and the ranks at it), dims whose groups cross nodes."""
+    mean receive transfer), worst bubble, bubble_s (mean bubble x the mean pipeline span), largest engine_peak (and the ranks at it), dims whose groups cross nodes."""
     with h5py.File(path, "r") as h:
         (rid,) = h["runs"].keys()
         run = h["runs"][rid]
@@ -71,6 +71,13 @@ def step_truth(path):
         if len(pipe):
             exposed["pp"] = float(sum(p["recv_transfer_s"] for p in pipe)) / len(pipe)
             t["bubble_worst"] = float(max(p["bubble"] for p in pipe))
+            spans = []
+            passes = st["passes"][()]
+            for k in sorted({int(p["step"]) for p in passes}):
+                f = [p["t_start"] for p in passes if p["step"] == k and p["phase"] == b"F"]
+                b = [p["t_end"] for p in passes if p["step"] == k and p["phase"] == b"B"]
+                spans.append(max(b) - min(f))
+            t["bubble_s"] = float(sum(p["bubble"] for p in pipe)) / len(pipe) * sum(spans) / len(spans)
         t["exposed"] = exposed
         peaks = [(float(m["measured_bytes"]), int(m["rank"])) for m in st["memory"][()]
                  if s(m["category"]) == "engine_peak"]

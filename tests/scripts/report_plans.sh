@@ -57,6 +57,7 @@ for r in rows:
     mean = float(h5py.File(r["file"], "r")["runs"][r["run_id"]]["step/step_times"][()].max(axis=1).mean())
     assert r["step_time_mean"] == mean, (name, r["step_time_mean"], mean)
     assert r["time.compute"] >= 0 and (r["time.compute"] == 0 or math.isclose(parts, mean, rel_tol=1e-9)), (name, parts)
+    assert math.isclose(r["time.bubble"], t.get("bubble_s", 0.0), rel_tol=1e-12), (name, r["time.bubble"], t)
     assert (r["time.bubble"] > 0) == (name == "pp2.h5"), (name, r["time.bubble"])
 assert {r["file"].rsplit("/", 1)[1]: r["check"] for r in rows}["tp2.h5"] == "pass"
 print("plan table:", [(r["plan"], round(r["tokens_per_s"]), r["cross_nodes"]) for r in rows])
