@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -28,11 +29,12 @@ struct MemoryRow {
 
 
 struct StepSummary {
-  double step_time_median, step_time_min, step_time_p99, tokens_per_s, flops_per_step,
-      model_flops_per_s, peak_measured_flops, mfu_measured_peak, peak_datasheet_flops,
-      mfu_datasheet, bubble_measured, bubble_theory, exposed_comm_fraction, loss_first,
-      loss_last;
-  int straggler_rank;
+  // NaN until summarize() fills them: a run that timed no step stores NaN, never garbage.
+  double step_time_median = NAN, step_time_min = NAN, step_time_p99 = NAN, tokens_per_s = NAN,
+      flops_per_step = NAN, model_flops_per_s = NAN, peak_measured_flops = NAN, mfu_measured_peak = NAN,
+      peak_datasheet_flops = NAN, mfu_datasheet = NAN, bubble_measured = NAN, bubble_theory = NAN,
+      exposed_comm_fraction = NAN, loss_first = NAN, loss_last = NAN;
+  int straggler_rank = -1;
   std::string check;  // pass, fail, off
   // Per dimension: exposed / busy communication time over ranks and steps (NaN: none),
   // measured and analytic bytes per rank per step, and whether they agree.
