@@ -3,7 +3,7 @@
 back from its HDF5 file and its console output. Exit 0 when every check holds, else 1 with
 every failed check listed.
 
-  compose_check.py FILE.h5 STDOUT DIMS [--group DIM=RANKS]...
+  compose_check.py FILE.h5 STDOUT DIMS [--group DIM=RANKS]... [--memory-exact CATS]
 
 DIMS: the communication the plan must have, comma-separated `dim` or `dim:kind` (e.g.
 "tp,pp,dp:reduce_scatter,dp:all_gather,embedding"). Checks:
@@ -14,6 +14,8 @@ DIMS: the communication the plan must have, comma-separated `dim` or `dim:kind` 
     so a dimension missing from the trace cannot pass trivially;
   - the console's communication table: a row for each of DIMS with an analytic value, and no
     MISMATCH anywhere;
+  - --memory-exact CATS: step/memory's measured bytes equal the analytic on every rank for
+    each category in CATS ("params,grads,optimizer");
   - --group DIM=RANKS: topology/groups holds group 0 of DIM as RANKS ("0,4"), i.e. the rank
     order put the ranks where the order string says.
 """
@@ -37,6 +39,7 @@ def main():
     ap.add_argument("stdout")
     ap.add_argument("dims")
     ap.add_argument("--group", action="append", default=[])
+    ap.add_argument("--memory-exact", default="", help="categories whose measured bytes equal the analytic on every rank")
     a = ap.parse_args()
     path, stdout = a.h5, a.stdout
     groups = [g.split("=", 1) for g in a.group]
@@ -62,6 +65,12 @@ def main():
         for dim, kind in want:
             if kind is not None:
                 check(kind in traced.get(dim, set()), f"no traced {dim} {kind} (traced {sorted(traced.get(dim, []))})")
+        for cat in filter(None, a.memory_exact.split(",")):
+            mem = [r for r in step["memory"][()] if r["category"].decode() == cat]
+            check(len(mem) == int(run.attrs["world_size"]), f"memory {cat}: {len(mem)} rows")
+            off = [(r["rank"], r["measured_bytes"], r["analytic_bytes"]) for r in mem
+                   if r["measured_bytes"] != r["analytic_bytes"]]
+            check(not off, f"memory {cat}: measured != analytic on (rank, measured, analytic) {off}")
         topo = run["topology/groups"][()]
         for dim, ranks in groups:
             g0 = [g["ranks"].decode() for g in topo if g["dim"].decode() == dim and g["id"] == 0]
