@@ -2,7 +2,6 @@
 # step_compose*.sh; not a test itself). compose_case LABEL RANKS DIMS [--group DIM=RANKS]... --
 # STEP_BENCH_ARGS...: one --check run of the plan written to HDF5, then compose_check.py: check
 # pass, every dimension in DIMS traced with bytes equal to the plan's, nothing else traced.
-# shellcheck disable=SC2034
 compose_n=0
 compose_case() {
   local label=$1 n=$2 dims=$3; shift 3
