@@ -124,7 +124,8 @@ class MoeMlp {
   void bind(int layer, const Layout& layout, int64_t unit_lo);
   void add_acts(int layer, Layout& acts, const std::string& prefix);
   // The integer activations (idx, slot, counts) and the host routing state, `copies` of them
-  // (one per micro-batch a pipeline stage holds in flight), and the backward scratch.
+  // (a pipeline stage: one per micro-batch of the step, as its token slots, since several
+  // are in flight between their forward and backward), and the backward scratch.
   void allocate(Backend<S>& be, MemoryTracker* mem, int copies = 1);
   // The copy of the routing state the next forward or backward uses (a micro-batch's slot).
   void use(int copy) { cur_ = copy % copies_; }
