@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/core.h>
@@ -124,7 +125,7 @@ void Gpt<S>::build_activations() {
   dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
   tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
   targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
-  moe_.allocate(*be_, &mem_);
+  moe_.allocate(*be_, &mem_, token_slots_);
   if (tp) {
     row_scratch_ = BackendArray<S, S>(*be_, (N + n) * C, &mem_, kBuf);
     ce_stats_ = BackendArray<S, S>(*be_, 3 * N, &mem_, kBuf);
@@ -226,6 +227,7 @@ void Gpt<S>::use(int chunk, int micro) {
   const int64_t k = int64_t{dims_.tokens} * (micro % token_slots_);
   tok_ = tokens_.data() + k;
   tgt_ = targets_.data() + k;
+  moe_.use(micro % token_slots_);
 }
 
 template <typename S>
@@ -392,13 +394,22 @@ S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32
   }
   trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
   if (tp_) tp_->set_layer(-1);
-  if (!heads) return S(0);  // stage exit: the output stays in the slot (stage_output)
+  // stage exit: the output stays in the slot (stage_output); the chunk's MoE aux losses are
+  // its part of the micro-batch's loss (the pipeline sums the parts over its stages)
+  if (!heads) return static_cast<S>(moe_aux_);
   const int hu = head_unit();
   acquire(hu, 'F');
   const S loss = head_forward(logits_out);
   release(hu, 'F');
   if (tied_embed_) release(embed_unit_, 'F');
   return loss + static_cast<S>(moe_aux_);
+}
+
+template <typename S>
+S* Gpt<S>::grads_at(int64_t offset) {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (offset >= units_[u].lo && offset < units_[u].hi) return G(static_cast<int>(u)) + (offset - units_[u].lo);
+  throw std::out_of_range("Gpt::grads_at: element outside every unit");
 }
 
 template <typename S>

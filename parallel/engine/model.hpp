@@ -140,6 +140,10 @@ class Gpt {
   std::vector<S> download_params() const;
   std::vector<S> download_grads() const;
   void upload_params(const S* host);  // layout().total() elements
+  // The gradient of flat element `offset`, wherever it lives now: the model's flat array, or
+  // the residency's buffer of the unit holding it (ZeRO-2: between its first backward and
+  // its reduce-scatter). A unit's elements are contiguous from there.
+  S* grads_at(int64_t offset);
   int64_t num_params() const;  // without padding
   const std::vector<Unit>& units() const { return units_; }
   void set_residency(Residency<S>* r) { residency_ = r; }
@@ -180,7 +184,9 @@ class Gpt {
   // model and forward/backward above are these calls). stage_input takes the activation
   // slot of (chunk, micro) if not yet taken and returns its input (B,T,C): the received
   // activations go there (the first stage's chunk 0 embeds into it instead).
-  // forward_chunk returns the mean loss on the last stage's last chunk, else 0; its output
+  // forward_chunk returns the chunk's part of the micro-batch's loss: the aux losses of its
+  // MoE blocks (0 for a dense chunk), plus the mean cross-entropy on the last stage's last
+  // chunk, so the parts summed over every chunk of every stage are forward()'s; its output
   // activations stay at stage_output until the backward. backward_chunk starts from the
   // loss (last chunk of the last stage) or from `dout`, the gradient of the chunk's output
   // (B,T,C), and writes the gradient of its input to `din` (the first stage's chunk 0 runs

@@ -123,12 +123,14 @@ void MoeMlp<S>::add_acts(int layer, Layout& acts, const std::string& prefix) {
 }
 
 template <typename S>
-void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem) {
+void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem, int copies) {
   be_ = &be;
   if (c_.moe_blocks() == 0) return;
   const int64_t C = c_.hidden, F = c_.ffn, E = c_.experts, k = c_.top_k, N = c_.tokens(),
                 R = moe_rows(c_), RL = moe_local_rows(c_, ep_);
-  ints_ = BackendArray<int32_t, S>(be, ints_total_, mem, MemCat::kActivations);
+  copies_ = std::max(1, copies);  // one routing state per micro-batch in flight
+  routing_.assign(static_cast<size_t>(c_.layers) * copies_, MoeRouting{});
+  ints_ = BackendArray<int32_t, S>(be, ints_total_ * copies_, mem, MemCat::kActivations);
   const MemCat kBuf = MemCat::kBuffers;
   dlogits_ = BackendArray<S, S>(be, N * E, mem, kBuf);
   dgates_ = BackendArray<S, S>(be, N * k, mem, kBuf);
@@ -148,7 +150,7 @@ void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem) {
 template <typename S>
 template <typename F>
 void MoeMlp<S>::each_expert(int layer, F&& f) const {
-  const std::vector<int32_t>& off = routing_[layer].local;
+  const std::vector<int32_t>& off = route(layer).local;
   for (int e = 0; e + 1 < static_cast<int>(off.size()); ++e)
     if (off[e + 1] > off[e]) f(e, int64_t{off[e]}, off[e + 1] - off[e]);
 }
@@ -157,7 +159,7 @@ template <typename S>
 void MoeMlp<S>::assign(int layer, S* acts, const Timed& timed) {
   const int N = static_cast<int>(c_.tokens()), E = c_.experts, k = c_.top_k;
   const Acts& a = a_[layer];
-  int32_t* idx = ints_.data() + a.idx;
+  int32_t* idx = ints() + a.idx;
   const bool fixed = static_cast<bool>(assignment_);
   if (fixed) {
     host_idx_.resize(static_cast<size_t>(N) * k);
@@ -187,18 +189,18 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   Backend<S>& be = *be_;
   const Weights& w = w_[layer];
   const Acts& a = a_[layer];
-  int32_t* slot = ints_.data() + a.slot;
-  int32_t* counts = ints_.data() + a.counts;
+  int32_t* slot = ints() + a.slot;
+  int32_t* counts = ints() + a.counts;
   timed(Op::kMatmul, [&] {
     be.matmul_forward(acts + a.probs, x, p + w.router_w, zero_bias_.data(), N, C, E, false);
   }, 2.0 * N * C * E);
   assign(layer, acts, timed);
   timed(Op::kRouter, [&] {
-    be.moe_plan(slot, counts, acts + a.prob_sum, ints_.data() + a.idx, acts + a.probs, N, E, k,
+    be.moe_plan(slot, counts, acts + a.prob_sum, ints() + a.idx, acts + a.probs, N, E, k,
                 moe_capacity(c_));
   }, 0.0);
   // The host reads the counts (it sizes the expert GEMMs) and the probability sums (aux).
-  MoeRouting& r = routing_[layer];
+  MoeRouting& r = route(layer);
   std::vector<int32_t> host(static_cast<size_t>(2 * E + 1));
   std::vector<S> psum(static_cast<size_t>(E));
   be.download(host.data(), counts, sizeof(int32_t) * host.size());
@@ -257,8 +259,8 @@ void MoeMlp<S>::restrict_to_slice(int layer) {
   const int lo = static_cast<int>(int64_t{N} * q / t), hi = static_cast<int>(int64_t{N} * (q + 1) / t);
   const Acts& a = a_[layer];
   std::vector<int32_t> slot(static_cast<size_t>(N) * k), idx(slot.size());
-  be_->download(slot.data(), ints_.data() + a.slot, sizeof(int32_t) * slot.size());
-  be_->download(idx.data(), ints_.data() + a.idx, sizeof(int32_t) * idx.size());
+  be_->download(slot.data(), ints() + a.slot, sizeof(int32_t) * slot.size());
+  be_->download(idx.data(), ints() + a.idx, sizeof(int32_t) * idx.size());
   std::vector<int32_t> off(static_cast<size_t>(E + 1), 0);
   for (int n = lo; n < hi; ++n)
     for (int j = 0; j < k; ++j)
@@ -270,14 +272,14 @@ void MoeMlp<S>::restrict_to_slice(int layer) {
       int32_t& s = slot[size_t(n) * k + j];
       s = (n >= lo && n < hi && s >= 0) ? next[size_t(idx[size_t(n) * k + j])]++ : -1;
     }
-  be_->upload(ints_.data() + a.slot, slot.data(), sizeof(int32_t) * slot.size());
-  routing_[layer].offsets = off;
+  be_->upload(ints() + a.slot, slot.data(), sizeof(int32_t) * slot.size());
+  route(layer).offsets = off;
 }
 
 template <typename S>
 void MoeMlp<S>::exchange_counts(int layer) {
   const int E = c_.experts, P = ep_.size, el = E / P;
-  MoeRouting& r = routing_[layer];
+  MoeRouting& r = route(layer);
   std::vector<S> send(static_cast<size_t>(E)), recv(send.size());
   for (int e = 0; e < E; ++e) send[size_t(e)] = static_cast<S>(r.offsets[e + 1] - r.offsets[e]);
   be_->upload(cnt_.data(), send.data(), sizeof(S) * send.size());
@@ -302,7 +304,7 @@ void MoeMlp<S>::exchange_counts(int layer) {
   for (int q = 0; q < P; ++q)
     for (int j = 0; j < el; ++j)
       for (int32_t n = 0; n < r.recv[size_t(q * el + j)]; ++n) lslot[i++] = next[size_t(j)]++;
-  be_->upload(ints_.data() + a_[layer].lslot, lslot.data(), sizeof(int32_t) * lslot.size());
+  be_->upload(ints() + a_[layer].lslot, lslot.data(), sizeof(int32_t) * lslot.size());
   const int64_t own_sent = r.offsets[(ep_.rank + 1) * el] - r.offsets[ep_.rank * el];
   int64_t own_recv = 0;
   for (int j = 0; j < el; ++j) own_recv += r.recv[size_t(ep_.rank * el + j)];
@@ -316,7 +318,7 @@ void MoeMlp<S>::exchange_counts(int layer) {
 template <typename S>
 void MoeMlp<S>::dispatch_sizes(int layer, std::vector<int64_t>& send, std::vector<int64_t>& recv) const {
   const int P = ep_.size, el = c_.experts / P;
-  const MoeRouting& r = routing_[layer];
+  const MoeRouting& r = route(layer);
   send.assign(static_cast<size_t>(P), 0);
   recv.assign(static_cast<size_t>(P), 0);
   for (int q = 0; q < P; ++q) {
@@ -329,8 +331,8 @@ template <typename S>
 double MoeMlp<S>::exchange(int layer, bool to_local, S* to, const S* from, const Timed& timed) {
   std::vector<int64_t> sn, rn;
   dispatch_sizes(layer, sn, rn);
-  const int n = static_cast<int>(routing_[layer].local_rows()), C = c_.hidden;
-  const int32_t* lslot = ints_.data() + a_[layer].lslot;
+  const int n = static_cast<int>(route(layer).local_rows()), C = c_.hidden;
+  const int32_t* lslot = ints() + a_[layer].lslot;
   S* rows = recv_.data();  // source-major
   comm_->set_layer(layer);
   double t0 = 0, t1 = 0;
@@ -360,7 +362,7 @@ void MoeMlp<S>::experts_forward(int layer, const S* p, S* acts, const Timed& tim
                         static_cast<int>(rows), C, F, false);
     }, 2.0 * static_cast<double>(rows) * C * F);
   });
-  timed(Op::kGelu, [&] { be.gelu_forward(acts + a.hg, acts + a.h, routing_[layer].local_rows() * F); }, 0.0);
+  timed(Op::kGelu, [&] { be.gelu_forward(acts + a.hg, acts + a.h, route(layer).local_rows() * F); }, 0.0);
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
     timed(Op::kMatmul, [&] {
       be.matmul_forward(acts + a.yl + r0 * C, acts + a.hg + r0 * F, p + w.proj_w[e],
@@ -383,7 +385,7 @@ void MoeMlp<S>::experts_backward(int layer, const S* p, S* g, S* acts, S* dyl, c
                          acts + a.hg + r0 * F, p + w.proj_w[e], static_cast<int>(rows), F, C);
     }, 4.0 * static_cast<double>(rows) * F * C);
   });
-  timed(Op::kGelu, [&] { be.gelu_backward(dh, acts + a.h, dh, routing_[layer].local_rows() * F); }, 0.0);
+  timed(Op::kGelu, [&] { be.gelu_backward(dh, acts + a.h, dh, route(layer).local_rows() * F); }, 0.0);
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
     timed(Op::kMatmul, [&] {
       be.matmul_backward(dyl + r0 * C, g + w.fc_w[e], g + w.fc_b[e], dh + r0 * F,
@@ -400,8 +402,8 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
   Backend<S>& be = *be_;
   const Weights& w = w_[layer];
   const Acts& a = a_[layer];
-  const MoeRouting& r = routing_[layer];
-  const int32_t* slot = ints_.data() + a.slot;
+  const MoeRouting& r = route(layer);
+  const int32_t* slot = ints() + a.slot;
   S* dyp = dyp_.data();  // d(yp), then d(xp), in the sender's permuted layout
   const bool ep = ep_.size > 1;
   S* dyl = ep ? dyl_.data() : dyp;  // the local experts' rows: d(yl), then d(xl) in place
@@ -424,7 +426,7 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
   be.upload(dprobs_.data(), dprobs.data(), sizeof(S) * dprobs.size());
   timed(Op::kRouter, [&] {
     be.moe_topk_backward(dlogits_.data(), dgates_.data(), dprobs_.data(), acts + a.probs,
-                         acts + a.gates, ints_.data() + a.idx, N, E, k);
+                         acts + a.gates, ints() + a.idx, N, E, k);
   }, 0.0);
   timed(Op::kMatmul, [&] {
     be.matmul_backward(dxr_.data(), g + w.router_w, dbias_scratch_.data(), dlogits_.data(), x,
@@ -435,7 +437,7 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
 
 template <typename S>
 double MoeMlp<S>::expert_flops(int layer) const {
-  return 4.0 * static_cast<double>(routing_[layer].local_rows()) * c_.hidden * c_.ffn;
+  return 4.0 * static_cast<double>(route(layer).local_rows()) * c_.hidden * c_.ffn;
 }
 
 template class MoeMlp<float>;

@@ -123,8 +123,13 @@ class MoeMlp {
   // relative to its unit's start `unit_lo`), then its activations added to `acts`.
   void bind(int layer, const Layout& layout, int64_t unit_lo);
   void add_acts(int layer, Layout& acts, const std::string& prefix);
-  // The integer activations (idx, slot, counts) and the backward scratch.
-  void allocate(Backend<S>& be, MemoryTracker* mem);
+  // The integer activations (idx, slot, counts) and the host routing state, `copies` of them
+  // (a pipeline stage: one per micro-batch of the step, as its token slots, since several
+  // are in flight between their forward and backward), and the backward scratch.
+  void allocate(Backend<S>& be, MemoryTracker* mem, int copies = 1);
+  // The copy of the routing state the next forward or backward uses (a micro-batch's slot).
+  void use(int copy) { cur_ = copy % copies_; }
+  int64_t state_bytes() const { return ints_.bytes(); }  // every copy's integer activations
   void set_assignment(Assignment a) { assignment_ = std::move(a); }
   const Assignment& assignment() const { return assignment_; }
   // The forward's tokens (host) and step, for a fixed assignment (Gpt::forward sets them).
@@ -150,7 +155,7 @@ class MoeMlp {
   void backward(int layer, const S* p, S* g, S* acts, const S* x, const S* dout, S* dx,
                 S loss_scale, const Timed& timed);
 
-  const MoeRouting& routing(int layer) const { return routing_[layer]; }
+  const MoeRouting& routing(int layer) const { return routing_[static_cast<size_t>(cur_ * c_.layers + layer)]; }
   const MoeTotals& totals() const { return totals_; }
   void reset_totals() { totals_ = {}; }
   // Multiply-add FLOPs of block `layer`'s expert GEMMs in the last forward (kept rows only):
@@ -197,7 +202,12 @@ class MoeMlp {
   Backend<S>* be_ = nullptr;
   std::vector<Weights> w_;
   std::vector<Acts> a_;
-  std::vector<MoeRouting> routing_;
+  std::vector<MoeRouting> routing_;  // (copy, layer)
+  int copies_ = 1, cur_ = 0;
+  MoeRouting& route(int layer) { return routing_[static_cast<size_t>(cur_ * c_.layers + layer)]; }
+  const MoeRouting& route(int layer) const { return routing(layer); }
+  int32_t* ints() { return ints_.data() + cur_ * ints_total_; }
+  const int32_t* ints() const { return ints_.data() + cur_ * ints_total_; }
   MoeTotals totals_;
   int64_t ints_total_ = 0;
   Assignment assignment_;

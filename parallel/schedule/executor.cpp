@@ -108,7 +108,7 @@ template <typename S>
 void reduce_embedding(StepEnv<S>& env) {
   for (const auto& e : env.model.layout().entries())
     if (e.name == "wte") {
-      comm::View v{env.model.grads() + e.offset, static_cast<size_t>(e.numel), dtype_of<S>(), env.model.backend().mem()};
+      comm::View v{env.model.grads_at(e.offset), static_cast<size_t>(e.numel), dtype_of<S>(), env.model.backend().mem()};
       env.pipe->embedding->order_after(env.model.backend().stream());
       env.pipe->embedding->all_reduce(v, v, comm::RedOp::kSum);
     }
@@ -155,7 +155,6 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
     t_prev = t;
   }
   sample_slots(t_prev);
-  int losses = 0;
   for (const Action& a : actions) {
     tr.tags.micro = a.micro;
     tr.tags.chunk = a.chunk;
@@ -173,13 +172,10 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
         env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
         const size_t first_op = tr.ops.size();
         const double tp0 = core::now_seconds();
-        const bool has_loss = !env.pipe || (env.model.last_stage() && a.chunk + 1 == env.model.num_chunks());
-        const S loss = env.model.forward_chunk(a.chunk, env.pipe ? a.micro : 0, tok.data() + a.micro * n,
-                                               tgt.data() + a.micro * n);
-        if (has_loss) {
-          loss_sum += static_cast<double>(loss);
-          ++losses;
-        }
+        // The chunk's part of the micro-batch's loss (its MoE aux losses; the cross-entropy on
+        // the last stage's last chunk): summed over the chunks here, over the stages below.
+        loss_sum += static_cast<double>(env.model.forward_chunk(a.chunk, env.pipe ? a.micro : 0,
+                                                                tok.data() + a.micro * n, tgt.data() + a.micro * n));
         end_pass(first_op, a, 'F', tp0);
         break;
       }
@@ -211,8 +207,12 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
         tr.tags.layer = -1;
         phase = "grad_sync";
         if (pipe) pipe->drain();
-        if (env.sync) env.sync->finish();
-        if (env.pipe && env.pipe->embedding) reduce_embedding(env);
+        {  // the tied embedding's copies summed before or after the data-parallel reduction
+          const bool tied = env.pipe && env.pipe->embedding, first = env.sync && env.sync->sums_tied_embedding_first();
+          if (tied && first) reduce_embedding(env);
+          if (env.sync) env.sync->finish();
+          if (tied && !first) reduce_embedding(env);
+        }
         break;
       case ActionKind::kOptimizer:
         tr.tags.phase = 'O';
@@ -233,9 +233,9 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
     tr.step_start.push_back(t_begin);
     tr.step_end.push_back(t_prev);
   }
-  double loss = losses ? loss_sum / losses : 0.0;
-  if (env.pipe && env.pipe->stages > 1) {  // the last stage's loss to every stage, off the clock
-    MB_CHECK_MPI(MPI_Bcast(&loss, 1, MPI_DOUBLE, env.pipe->stages - 1, env.pipe->pp->mpi_comm()), "pp");
+  double loss = loss_sum / m;  // this rank's part of the mean over its micro-batches
+  if (env.pipe && env.pipe->stages > 1) {  // the stages' parts summed, on every stage, off the clock
+    MB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, env.pipe->pp->mpi_comm()), "pp");
   }
   return loss;
 }

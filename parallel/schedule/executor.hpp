@@ -44,8 +44,9 @@ struct StepEnv {
 };
 
 // Runs `actions` as step `step` (data index `data_step`; AdamW step t = adam_t) and returns
-// this rank's mean loss over its micro-batches (pipeline: the last stage's, broadcast over
-// the pipeline after the step's clock stops, so every rank reports it). Sends are posted
+// this rank's mean loss over its micro-batches (pipeline: each stage's part, the cross-entropy
+// of the last and the MoE aux losses of each, summed over the pipeline after the step's
+// clock stops, so every rank reports the whole). Sends are posted
 // non-blocking and complete behind the compute; a receive completes before the compute
 // that needs it. Stamps trace.step_start/step_end when on.
 // zero_grads: start from zero gradients (false continues an interrupted list).

@@ -66,9 +66,6 @@ void validate_expert_parallel(const Plan& p) {
     throw UsageError(fmt::format("--mesh ep={}: --experts {} must be divisible by ep (each rank holds E/ep experts)", ep, m.experts));
   if (m.top_k > m.experts)
     throw UsageError(fmt::format("--top-k {}: must be <= --experts {}", m.top_k, m.experts));
-  if (p.degrees.pp > 1)
-    throw UsageError(fmt::format("--mesh ep={},pp={}: expert parallel with pipeline parallel is not available in this build",
-                                 ep, p.degrees.pp));
   if (p.zero > 0)
     throw UsageError(fmt::format("--mesh ep={} with --zero {}: expert parallel with ZeRO is not available in this build "
                                  "(the expert gradients reduce over edp, not over ZeRO's dp shards)", ep, p.zero));
@@ -129,15 +126,14 @@ void validate_pipeline(const Plan& p) {
   const int P = p.degrees.pp, V = p.vpp, L = p.model.layers;
   const std::string broken = pipeline_rule_broken(p.schedule, pipe_shape(p));
   if (!broken.empty()) throw UsageError(broken);
-  if (P > 1 && p.zero > 0)
-    throw UsageError(fmt::format("--zero {} with --mesh pp={}: ZeRO shards whole-model units; it does not run "
-                                 "with pipeline parallel in this build", p.zero, P));
+  if (P > 1 && p.zero == 3)
+    throw UsageError(fmt::format("--zero 3 with --mesh pp={}: ZeRO-3 all-gathers each unit's parameters before "
+                                 "every micro-batch's forward and backward, 2 m gathers per unit per step under a "
+                                 "pipeline schedule (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism for that "
+                                 "reason); --zero 1 or 2 shard each stage's state over its data-parallel group", P));
   if (P > 1 && p.sp)
     throw UsageError(fmt::format("--sp with --mesh pp={}: sequence-parallel shards are not sent between stages in "
                                  "this build (tensor parallel without --sp composes with pp)", P));
-  if (P > 1 && p.model.experts > 0)
-    throw UsageError(fmt::format("--experts {} with --mesh pp={}: the MoE layer's auxiliary loss is not carried "
-                                 "between stages in this build", p.model.experts, P));
   if (p.layers_per_stage.empty()) {
     if (L % (P * V) != 0)
       throw UsageError(fmt::format("--layers {} is not divisible by pp x vpp = {} x {}: give --layers-per-stage "

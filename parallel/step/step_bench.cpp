@@ -176,28 +176,26 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 }
 
 // The memory of this rank per category: the peak bytes allocated during the timed steps,
-// beside the analytic value (ZeRO: the stage's formula over the padded flat array; pipeline:
-// the stage's flat array, and the activation slots the schedule holds at its peak).
+// beside the analytic value (ZeRO or pipeline: the ZeRO stage's formula over this rank's
+// padded flat array, a pipeline stage's; pipeline: the activation slots the schedule holds
+// at its peak).
 std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions) {
   const GptConfig& c = plan.model;
   const MemoryTracker& t = model.memory();
   const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp(), model.cp(), model.ep());
   auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
   double ap = double(ma.params), ag = double(ma.grads), ao = double(ma.optimizer);
-  if (plan.zero > 0) {
-    const double P = double(model.layout().total()) * 4, d = plan.degrees.dp * plan.degrees.cp;
-    ap = plan.zero == 3 ? P / d : P;
-    ag = plan.zero >= 2 ? P / d : P;
-    ao = 2 * P / d;
+  if (plan.zero > 0 || plan.degrees.pp > 1) {
+    const StateBytes z = zero_state_bytes(model.layout().total(), 4, plan.zero, plan.degrees.dp * plan.degrees.cp);
+    ap = z.params;
+    ag = z.grads;
+    ao = z.optimizer;
   }
   double aa = double(ma.activations), ab = double(ma.buffers);
   if (plan.degrees.pp > 1) {
-    const double P = double(model.layout().total()) * 4;
-    ap = ag = P;
-    ao = 2 * P;
     std::vector<int64_t> slot;
     for (int k = 0; k < model.num_chunks(); ++k) slot.push_back(model.slot_elements(k) * 4);
-    aa = double(scheduled_activation_peak(actions, slot));
+    aa = double(scheduled_activation_peak(actions, slot) + model.moe().state_bytes());  // + MoE routing per micro-batch
     ab = NAN;  // plus the pipeline's message buffers
   }
   return {{"params", peak(MemCat::kParams), ap},
@@ -420,9 +418,14 @@ StepRecord gather_record(const Options& o, const Plan& plan, const Setup& st, co
   rec.loss = losses;
   std::vector<AnalyticBytes> analytic;  // this rank's, from the plan; summed over ranks below
   if (st.sync) analytic = st.sync->analytic();
-  int layers = 0;  // this rank's blocks (a pipeline stage holds some)
-  for (int k = 0; k < st.model->num_chunks(); ++k) layers += st.model->chunk_layers(k).second - st.model->chunk_layers(k).first;
-  for (const AnalyticBytes& a : tp_analytic(plan, 4, layers, st.model->first_stage(), st.model->last_stage()))
+  int layers = 0, moe_layers = 0;  // this rank's blocks (a pipeline stage holds some), and its MoE ones
+  for (int k = 0; k < st.model->num_chunks(); ++k)
+    for (int l = st.model->chunk_layers(k).first; l < st.model->chunk_layers(k).second; ++l) {
+      ++layers;
+      moe_layers += plan.model.is_moe(l) ? 1 : 0;
+    }
+  for (const AnalyticBytes& a :
+       tp_analytic(plan, 4, layers, st.model->first_stage(), st.model->last_stage(), moe_layers))
     analytic.push_back(a);
   for (const AnalyticBytes& a : cp_analytic(plan, 4, layers)) analytic.push_back(a);
   for (const AnalyticBytes& a : ep_analytic(plan.model, plan.degrees.ep, st.model->moe().totals().ep, rec.steps, 4))

@@ -47,6 +47,10 @@ class GradSync {
   // --inject-fault: add `delta` to one gradient element on this rank before its reduction.
   virtual void inject_fault(double delta) = 0;
   virtual std::vector<AnalyticBytes> analytic() const = 0;
+  // Pipeline parallel with a tied head: whether the tied embedding's two copies (first and
+  // last stage) must be summed before finish() (a strategy that reduce-scatters in place
+  // leaves only its slice valid) rather than after it (an all-reduce leaves all of it).
+  virtual bool sums_tied_embedding_first() const { return false; }
 };
 
 }  // namespace meshbench::parallel

@@ -4,20 +4,30 @@
 
 namespace meshbench::parallel {
 
-std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool embed, bool head) {
+std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool embed, bool head, int moe_layers) {
   const int t = p.degrees.tp;
   if (t <= 1) return {};
   const GptConfig& c = p.model;
   const uint64_t m = static_cast<uint64_t>(p.micro_batches), L = static_cast<uint64_t>(layers < 0 ? c.layers : layers);
+  const uint64_t Lm = static_cast<uint64_t>(moe_layers < 0 ? c.moe_blocks() : moe_layers);
   const uint64_t e = embed ? 1 : 0, h = head ? 1 : 0;
-  const uint64_t N = static_cast<uint64_t>(c.micro_batch) * static_cast<uint64_t>(c.seq), C = static_cast<uint64_t>(c.hidden);
+  // This rank's token rows: b x s, or b x s / cp under context parallel (its chunks of the sequence).
+  const uint64_t N = static_cast<uint64_t>(c.micro_batch) * static_cast<uint64_t>(c.seq / p.degrees.cp),
+                 C = static_cast<uint64_t>(c.hidden);
   const uint64_t act = N * C * static_cast<uint64_t>(sb);  // one b x s x h activation
   const uint64_t ce = 3 * N * static_cast<uint64_t>(sb);   // max, sum of exponentials, target logit
   auto row = [&](comm::Collective k, uint64_t payload) {
     return AnalyticBytes{"tp", std::string(comm::name(k)), payload, wire_bytes(k, payload, t) * 1.0};
   };
-  if (!p.sp)  // per layer: proj, fcproj forward; qkv, fc input gradients; + embedding, head
-    return {row(comm::Collective::kAllReduce, m * ((4 * L + e + h) * act + h * ce))};
+  if (!p.sp) {  // per layer: proj, fcproj forward; qkv, fc input gradients; + embedding, head
+    // A MoE block (etp = 1, whole experts) has no fcproj/fc pair: replicated on the tp ranks it
+    // moves nothing more; with expert parallel each tp rank dispatches a slice of the tokens,
+    // and the slices' output and d(x) (b x s x h each) and d(gates) (b x s x k) are all-reduced.
+    const bool sliced = p.degrees.ep > 1;
+    const uint64_t blocks = (4 * L - (sliced ? 0 : 2 * Lm) + e + h) * act;
+    const uint64_t gates = sliced ? Lm * N * static_cast<uint64_t>(c.top_k) * static_cast<uint64_t>(sb) : 0;
+    return {row(comm::Collective::kAllReduce, m * (blocks + gates + h * ce))};
+  }
   const uint64_t r = p.sp_regather ? 1 : 0, a16 = (C + 15) / 16 * 16;
   // Norm gradients once per step: per block ln1, ln2 (weight, bias), then lnf (its range, 16-aligned).
   const uint64_t norms = (L * (3 * a16 + C) + a16 + C) * static_cast<uint64_t>(sb);

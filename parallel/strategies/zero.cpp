@@ -41,6 +41,11 @@ Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags
     s.slice = s.len / d_;
     s.shard_off = shard_elems_;
     shard_elems_ += s.slice;
+    if (plan.degrees.pp > 1 && model.config().tied) {
+      const auto& es = model.layout().entries();
+      s.held = std::any_of(es.begin(), es.end(),
+                           [&](const LayoutEntry& e) { return e.name == "wte" && e.offset >= un.lo && e.offset < un.hi; });
+    }
   }
   model.set_optimizer_shard(shard_elems_);
   order_f_ = order('F');
@@ -115,9 +120,7 @@ template <typename S>
 void Zero<S>::begin_backward(int micro, bool last) {
   micro_ = micro;
   last_ = last;
-  armed_ = last && plan_.overlap;
-  if (last)
-    for (UnitState& s : units_) s.posted = false;
+  armed_ = last && plan_.overlap;  // interleaved pipelines: the last micro-batch of each chunk
 }
 
 // ---- reduce-scatter -----------------------------------------------------------------------
@@ -126,7 +129,7 @@ template <typename S>
 void Zero<S>::on_ready(int64_t lo, int layer) {  // stage 1: the model's flat gradients
   if (!armed_) return;
   for (size_t u = 0; u < units_.size(); ++u)
-    if (units_[u].lo == lo) {
+    if (units_[u].lo == lo && !units_[u].held) {
       if (tags_) tags_->layer = layer;
       post_reduce_scatter(static_cast<int>(u));
     }
@@ -188,6 +191,7 @@ void Zero<S>::finish() {
       if (!s.posted) post_reduce_scatter(static_cast<int>(u));
     }
   }
+  for (UnitState& s : units_) s.posted = false;  // the next step reduces every unit again
   for (size_t u = 0; u < units_.size(); ++u) complete_reduce_scatter(static_cast<int>(u));
 }
 
@@ -226,7 +230,7 @@ void Zero<S>::acquire(int u, char phase) {
 template <typename S>
 void Zero<S>::release(int u, char phase) {
   UnitState& s = units_[static_cast<size_t>(u)];
-  if (phase == 'B' && (stage_ == 3 || (last_ && plan_.overlap))) post_reduce_scatter(u);
+  if (phase == 'B' && (stage_ == 3 || (last_ && plan_.overlap && !s.held))) post_reduce_scatter(u);
   if (stage_ == 3 && !(plan_.keep_params && !(phase == 'B' && last_))) {
     if (s.gather) s.gather->wait();
     s.gather.reset();
@@ -303,15 +307,24 @@ std::vector<S> Zero<S>::full_params() {
 
 template <typename S>
 std::vector<AnalyticBytes> Zero<S>::analytic() const {
-  const double f = double(d_ - 1) / d_;
-  const uint64_t P = static_cast<uint64_t>(model_.layout().total()) * sizeof(S);
-  const uint64_t m = static_cast<uint64_t>(plan_.micro_batches);
+  return zero_analytic(static_cast<uint64_t>(model_.layout().total()) * sizeof(S), stage_, d_, plan_.micro_batches,
+                       plan_.keep_params);
+}
+
+std::vector<AnalyticBytes> zero_analytic(uint64_t P, int stage, int d, int micro_batches, bool keep_params) {
+  const double f = double(d - 1) / d;
+  const uint64_t m = static_cast<uint64_t>(micro_batches);
   uint64_t rs = P, ag = P;
-  if (stage_ == 3) {
-    rs = P * m;                             // every micro-batch's gradients
-    ag = plan_.keep_params ? P : 2 * P * m;  // forward and backward of every micro-batch
+  if (stage == 3) {
+    rs = P * m;                           // every micro-batch's gradients
+    ag = keep_params ? P : 2 * P * m;     // forward and backward of every micro-batch
   }
   return {{"dp", "reduce_scatter", rs, f * double(rs)}, {"dp", "all_gather", ag, f * double(ag)}};
+}
+
+StateBytes zero_state_bytes(int64_t flat_elements, int scalar_bytes, int stage, int d) {
+  const double P = double(flat_elements) * scalar_bytes;
+  return {stage >= 3 ? P / d : P, stage >= 2 ? P / d : P, stage >= 1 ? 2 * P / d : 2 * P};
 }
 
 template class Zero<float>;

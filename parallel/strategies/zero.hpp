@@ -1,7 +1,9 @@
 // ZeRO-1, -2 and -3 (Rajbhandari et al.; DeepSpeed's stages, Megatron's distributed
 // optimizer) over the model's units (embeddings, each block, head), each a range of the flat
 // array padded so that it splits evenly over the d ranks of the dp x cp group: rank r owns
-// slice r of every unit, and its shard is those slices, contiguous.
+// slice r of every unit, and its shard is those slices, contiguous. Under pipeline parallel
+// (stages 1 and 2) the units are the stage's and d is the stage's data-parallel group, as in
+// Megatron's distributed optimizer with pipeline parallel.
 //   stage 1: gradients are reduce-scattered unit by unit into the shard as the backward of the
 //            last micro-batch finishes each unit (overlapped, as data parallel); AdamW runs on
 //            the shard (the moments exist only for it); the updated slices are all-gathered.
@@ -29,6 +31,21 @@ namespace meshbench::parallel {
 // How the model must be laid out and owned under ZeRO stage `stage` over d ranks.
 GptOptions zero_model_options(int stage, int d);
 
+// The model state one rank holds, in bytes, for a flat array of `flat_elements` (this rank's:
+// a pipeline stage's, unit padding included) of `scalar_bytes` each, under ZeRO stage
+// `stage` (0: plain data parallel) over d ranks: params 1, grads 1, AdamW moments 2 scalars
+// per element, the sharded ones divided by d (stage 1: moments; 2: and grads; 3: and params).
+struct StateBytes {
+  double params, grads, optimizer;
+};
+StateBytes zero_state_bytes(int64_t flat_elements, int scalar_bytes, int stage, int d);
+
+// The dp payload per rank and step (dim "dp") of ZeRO stage `stage` over d ranks for a flat
+// array of `flat_bytes` (this rank's, a pipeline stage's under pipeline parallel) and m
+// micro-batches: one reduce-scatter and one all-gather of it (stage 3: a reduce-scatter per
+// micro-batch and all-gathers before every forward and backward, or once with keep_params).
+std::vector<AnalyticBytes> zero_analytic(uint64_t flat_bytes, int stage, int d, int m, bool keep_params);
+
 template <typename S>
 class Zero final : public GradSync<S>, public Residency<S> {
  public:
@@ -51,6 +68,7 @@ class Zero final : public GradSync<S>, public Residency<S> {
   std::vector<S> full_params() override;
   void inject_fault(double delta) override { fault_ = delta; }
   std::vector<AnalyticBytes> analytic() const override;
+  bool sums_tied_embedding_first() const override { return true; }
 
   // Residency (stages 2 and 3)
   void acquire(int unit, char phase) override;
@@ -67,6 +85,9 @@ class Zero final : public GradSync<S>, public Residency<S> {
     std::unique_ptr<comm::Request> rs;                  // its pending reduce-scatter
     bool rs_into_scratch = false;                       // stage 3, micro-batch > 0
     bool posted = false;                                // stages 1, 2: reduced this step
+    // Pipeline parallel with a tied head: the unit holds a copy of wte, summed over the
+    // embedding group before its reduce-scatter, so it waits for finish().
+    bool held = false;
   };
   void on_ready(int64_t lo, int layer);
   void post_reduce_scatter(int u);

@@ -5,7 +5,7 @@
 # against the single-rank reference with the measured bytes equal to the plan's.
 source "$(dirname "$0")/lib.bash"
 tiny=(--layers 1 --hidden 32 --heads 4 --kv-heads 4 --seq 16 --vocab 62 --micro-batch 1 --steps 1 --warmup 0
-      --threads 1 --quiet --check)
+      --threads 1 --check)  # not --quiet: the MISMATCH flag is in the console table
 for plan in "--mesh cp=4" "--mesh cp=4 --cp-algo allgather" "--mesh cp=4 --cp-algo ulysses" \
             "--mesh cp=4 --cp-split contiguous" "--mesh cp=2,dp=2 --micro-batches 2" "--mesh cp=2,tp=2" \
             "--mesh cp=2,tp=2 --sp --cp-algo allgather" "--mesh cp=2,tp=2 --cp-algo ulysses --hidden 64 --heads 8" \

@@ -2,8 +2,9 @@
 // interleaved split of two chunks per stage) chained by hand, the output activations of one
 // copied into the next one's input and the input gradients back, give the whole model's loss
 // and every gradient by name (the tied wte's two copies summed); the activation slots are
-// taken at a chunk's forward and freed after its backward. And the bubble metric on a
-// hand-made trace.
+// taken at a chunk's forward and freed after its backward; with MoE blocks, each chunk's aux
+// losses are its part of the loss and two micro-batches in flight keep their own routing.
+// And the bubble metric on a hand-made trace.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,8 +17,10 @@
 using namespace meshbench::parallel;
 
 namespace {
-GptConfig tiny(bool tied) {
+GptConfig tiny(bool tied, int experts = 0) {
   GptConfig c;
+  c.experts = experts;  // MoE blocks in every layer (top-2), aux loss 0.01
+  c.aux_loss_coef = 0.05;
   c.layers = 4;
   c.hidden = 8;
   c.heads = 2;
@@ -39,9 +42,13 @@ std::vector<double> grad_of(const Gpt<double>& m, const std::string& name) {
   return g;
 }
 
-// Stages: per pipeline rank, the (chunk -> layers) list; virtual stage c x P + r.
-void chained_equals_whole(bool tied, const std::vector<std::vector<std::pair<int, int>>>& stage_chunks) {
-  const GptConfig c = tiny(tied);
+// Stages: per pipeline rank, the (chunk -> layers) list; virtual stage c x P + r. With
+// `experts`, MoE blocks, and every micro-batch's forward runs before the first backward
+// (GPipe's order), so each stage holds two micro-batches' routing at once; every chunk's
+// part of the loss (its aux losses, the head's cross-entropy) sums to the whole model's.
+void chained_equals_whole(bool tied, const std::vector<std::vector<std::pair<int, int>>>& stage_chunks,
+                          int experts = 0) {
+  const GptConfig c = tiny(tied, experts);
   validate(c);
   const int P = static_cast<int>(stage_chunks.size()), V = static_cast<int>(stage_chunks[0].size());
   Gpt<double> whole(c);
@@ -58,7 +65,7 @@ void chained_equals_whole(bool tied, const std::vector<std::vector<std::pair<int
   const int64_t n = int64_t{c.tokens()} * c.hidden;
   double loss = 0, ref = 0;
   whole.zero_grad();
-  for (int micro = 0; micro < 2; ++micro) {
+  auto forward = [&](int micro) {
     synthetic_batch(tok.data(), tgt.data(), DataKind::kRandom, 9, 0, micro * c.micro_batch, c.micro_batch, c.seq,
                     c.vocab);
     ref += whole.forward(tok.data(), tgt.data());
@@ -72,14 +79,22 @@ void chained_equals_whole(bool tied, const std::vector<std::vector<std::pair<int
       }
       loss += m.forward_chunk(vs / P, micro, tok.data(), tgt.data());
     }
-    EXPECT_EQ(st.back()->slots_held(), V);
+  };
+  auto backward = [&](int micro) {
     std::vector<double> dout(static_cast<size_t>(n)), din(static_cast<size_t>(n));
     for (int vs = P * V - 1; vs >= 0; --vs) {  // and back
       Gpt<double>& m = *st[static_cast<size_t>(vs % P)];
       m.backward_chunk(vs / P, micro, 0.5, vs == P * V - 1 ? nullptr : dout.data(), vs == 0 ? nullptr : din.data());
       dout = din;
     }
+  };
+  for (int micro = 0; micro < 2; ++micro) {
+    forward(micro);
+    EXPECT_EQ(st.back()->slots_held(), experts > 0 ? V * (micro + 1) : V);
+    if (experts == 0) backward(micro);
   }
+  if (experts > 0)
+    for (int micro = 0; micro < 2; ++micro) backward(micro);
   EXPECT_NEAR(loss, ref, 1e-12);
   for (const auto& s : st) EXPECT_EQ(s->slots_held(), 0);
   for (const auto& e : whole.layout().entries()) {
@@ -103,6 +118,9 @@ void chained_equals_whole(bool tied, const std::vector<std::vector<std::pair<int
 TEST(PipelineStage, TwoStagesTiedEqualWholeModel) { chained_equals_whole(true, {{{0, 2}}, {{2, 4}}}); }
 TEST(PipelineStage, UnevenUntied) { chained_equals_whole(false, {{{0, 3}}, {{3, 4}}}); }
 TEST(PipelineStage, InterleavedChunks) { chained_equals_whole(true, {{{0, 1}, {2, 3}}, {{1, 2}, {3, 4}}}); }
+TEST(PipelineStage, MoeStagesCarryTheirAuxLossAndRoutingPerMicroBatch) {
+  chained_equals_whole(true, {{{0, 1}, {2, 3}}, {{1, 2}, {3, 4}}}, 4);
+}
 
 TEST(PipelineStage, LayoutHoldsTheStagesTensorsByGlobalName) {
   GptOptions o;
