@@ -6,6 +6,7 @@
 #include "comm/communicator.hpp"
 #include "comm/watched_comm.hpp"
 #include "core/routing.hpp"
+#include "core/timer.hpp"
 
 namespace meshbench::parallel {
 
@@ -19,8 +20,10 @@ std::unique_ptr<RecordingComm> group_comm(Setup& st, const Options& o, meshbench
   const auto mem = st.grid->membership(kind, rank);
   MPI_Comm c = st.comms->get(kind);
   if (c == MPI_COMM_NULL) return nullptr;
+  const double t0 = meshbench::core::now_seconds();
   std::unique_ptr<meshbench::comm::Communicator> inner =
       o.backend == "nccl" ? meshbench::comm::make_nccl_communicator(c, dim, device) : meshbench::comm::make_mpi_communicator(c, dim);
+  st.comm_setup_s += meshbench::core::now_seconds() - t0;
   if (st.watch) inner = meshbench::comm::make_watched(std::move(inner), *st.watch);
   return std::make_unique<RecordingComm>(std::move(inner), st.trace, dim, mem ? mem->group : 0);
 }
@@ -48,7 +51,9 @@ MoeMlp<float>::Assignment routing_assignment(const Plan& plan, uint64_t seed) {
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
   st.plan = &plan;
   st.grid = std::make_unique<meshbench::comm::RankGrid>(plan.world, plan.mesh, plan.order);
-  st.comms = std::make_unique<meshbench::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
+  const double t0 = meshbench::core::now_seconds();
+  st.comms = std::make_unique<meshbench::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);  // MPI_Comm_split per group kind
+  st.comm_setup_s = meshbench::core::now_seconds() - t0;
   const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
   GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
   const auto pmem = st.grid->membership(meshbench::comm::GroupKind::kPp, rank);
