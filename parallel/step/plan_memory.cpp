@@ -71,7 +71,9 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
     m.activations = double(scheduled_activation_peak(actions, slot_bytes(plan, mo)));
     const double N = double(tp_dims(plan.model, mo.tp, mo.cp).tokens);
     const double message = double(tp_dims(plan.model, mo.tp, mo.cp).rows) * plan.model.hidden * kScalar;
-    m.buffers += 2 * N * 4 * (plan.micro_batches - 1) + 2 * message;
+    // the received output gradient, and a gradient-send buffer except on virtual stage 0 alone
+    const int messages = pp_rank == 0 && plan.vpp == 1 ? 1 : 2;
+    m.buffers += 2 * N * 4 * (plan.micro_batches - 1) + messages * message;
   }
   return m;
 }

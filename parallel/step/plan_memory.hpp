@@ -33,8 +33,8 @@ struct PlanMemory {
 //     chunk's slot being its layers' activations and its input (the last stage's last chunk:
 //     the final norm, logits and losses instead).
 //   buffers: memory_analytic's backward buffers; with pipeline parallel also the m token and
-//     target slots and at least two messages (the received output gradient, one gradient
-//     send) of b x s/cp x h.
+//     target slots and the messages of b x s/cp x h floats: the received output gradient and
+//     (but on the first stage without interleaving) at least one gradient-send buffer.
 // Tensor-parallel vocabulary padding and the layout's 16-element alignment of activations
 // are not counted (parameters are: the flat arrays' totals include them).
 PlanMemory plan_memory(const Plan& plan, int pp_rank);

@@ -88,4 +88,21 @@ PY
   then pass "real run: setup_time_s and comm_setup_time_s recorded; analytic memory = the plan's"
   else fail "real run's HDF5 attributes or memory differ (above)"; fi
 fi
+# Pipeline parallel: every stage's estimate equals what the run allocated at its peak, per
+# category and in total (engine_peak), on both ranks.
+if expect_rc 0 2 step_bench "${SHAPE[@]}" --mesh pp=2 --micro-batches 4 -O "$WORK/pp.h5"; then
+  "$SB" --plan-only --world 2 "${SHAPE[@]}" --mesh pp=2 --micro-batches 4 > "$WORK/pp.json"
+  if py - "$WORK/pp.h5" "$WORK/pp.json" <<'PY'
+import json, sys, h5py
+f = h5py.File(sys.argv[1], "r")
+mem = f["runs"][list(f["runs"])[0]]["step"]["memory"][()]
+stages = json.load(open(sys.argv[2]))["memory_per_stage"]
+for row in mem:
+    r, cat, measured = int(row[0]), row[1].decode(), float(row[2])
+    want = stages[r]["total" if cat == "engine_peak" else cat] if cat != "process_peak_rss" else measured
+    assert measured == want, (r, cat, measured, want)
+PY
+  then pass "pp=2: each stage's estimate = its measured peak per category and engine_peak"
+  else fail "pp=2: estimate and measured peak differ (above)"; fi
+fi
 finish

@@ -69,8 +69,10 @@ TEST(PlanMemory, PipelineStagesAndSchedulePeak) {
   EXPECT_EQ(s[0].activations, 2 * (kActLayer + 256.0 * 64 * 4));
   // Stage 1: one block plus the input, final norm, logits and losses (2nC + 2n + NV + N); one slot.
   EXPECT_EQ(s[1].activations, kActLayer + (2.0 * 256 * 64 + 2 * 256 + 256 * 512 + 256) * 4);
-  // Buffers: a second pair of token slots and two messages of n C floats.
-  EXPECT_EQ(s[0].buffers, kBuf + 2 * 256 * 4 + 2 * 256.0 * 64 * 4);
+  // Buffers: a second pair of token slots and the received gradient (n C floats); stage 1
+  // also a gradient-send buffer.
+  EXPECT_EQ(s[0].buffers, kBuf + 2 * 256 * 4 + 256.0 * 64 * 4);
+  EXPECT_EQ(s[1].buffers, kBuf + 2 * 256 * 4 + 2 * 256.0 * 64 * 4);
   EXPECT_EQ(plan_memory_worst(plan_for("pp=2", 2, 0, 2)).pp_rank, 0);
   // GPipe holds all m micro-batches on every stage.
   Plan g = plan_for("pp=2", 2, 0, 4);
