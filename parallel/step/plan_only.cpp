@@ -41,6 +41,13 @@ int64_t parameters(const GptConfig& c) {
   return n;
 }
 
+nlohmann::ordered_json model_json(const GptConfig& c, const std::string& preset) {
+  return {{"preset", preset},     {"layers", c.layers}, {"hidden", c.hidden},   {"heads", c.heads},
+          {"kv_heads", c.kv_heads}, {"ffn", c.ffn},       {"seq", c.seq},         {"vocab", c.vocab},
+          {"micro_batch", c.micro_batch}, {"experts", c.experts}, {"top_k", c.top_k},
+          {"parameters", parameters(c)}};
+}
+
 }  // namespace
 
 nlohmann::ordered_json plan_json(const Plan& plan, const std::string& preset) {
@@ -65,9 +72,7 @@ nlohmann::ordered_json plan_json(const Plan& plan, const std::string& preset) {
       {"zero", plan.zero},
       {"sp", plan.sp},
       {"cp_algo", cp_algo_name(plan.cp_algo)},
-      {"model", {{"preset", preset}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
-                 {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"seq", c.seq}, {"vocab", c.vocab},
-                 {"experts", c.experts}, {"top_k", c.top_k}, {"parameters", parameters(c)}}},
+      {"model", model_json(c, preset)},
       {"plan", describe(plan)},
       {"memory", memory_json(plan_memory_worst(plan))},
       {"memory_per_stage", stages},
@@ -82,12 +87,14 @@ namespace {
 int answer(std::vector<char*> args) {
   nlohmann::ordered_json out;
   int rc = 0;
+  std::optional<Options> o;
   try {
-    const std::optional<Options> o = parse_options(static_cast<int>(args.size()), args.data());
+    o = parse_options(static_cast<int>(args.size()), args.data());
     if (!o) return -1;
     out = plan_json(make_plan(*o, o->world > 0 ? o->world : 1), o->preset);
   } catch (const core::UsageError& e) {
     out = {{"valid", false}, {"error", e.what()}};
+    if (o) out["model"] = model_json(o->model, o->preset);  // the options parsed: the plan broke a rule
     rc = core::code(core::ExitCode::kUsage);
   }
   std::printf("%s\n", out.dump().c_str());

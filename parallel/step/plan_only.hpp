@@ -1,8 +1,8 @@
 // step_bench --plan-only: the plan a run would make for --world ranks, validated by the same
 // make_plan / resolve_and_validate, printed as one JSON object on stdout with its analytic
 // memory per rank (plan_memory.hpp); exit 0 when valid, 2 with {"valid": false, "error": the
-// message a real run prints} when not. Runs before MPI_Init: no MPI, no communicator, no
-// model. With --plan-stdin it answers one plan per line of stdin (one JSON line each), so
+// message a real run prints, and "model" when the options parsed} when not. Runs before
+// MPI_Init: no MPI, no communicator, no model. With --plan-stdin it answers one plan per line of stdin (one JSON line each), so
 // scripts/sweep asks about thousands of candidates in one process.
 // Not here: running anything (step_bench.cpp), the rules themselves (plan.hpp).
 #pragma once
