@@ -58,8 +58,8 @@ micro_batches = [2]
 TOML
 SW=(py "$S" "$WORK/s.toml" --bin "$MB_BIN" --out "$OUT" --mpiexec "$MB_MPIEXEC")
 "${SW[@]}" > "$WORK/run1" 2>&1 || { cat "$WORK/run1"; fail "step sweep exit $?"; }
-grep -q '^\[1/2\] step ranks=2 mpi fabric=shm mesh=dp=2 group=world \.\.\. ok' "$WORK/run1" || { cat "$WORK/run1"; fail "no [1/2] dp=2 progress line"; }
-grep -q '^\[2/2\] step ranks=2 mpi fabric=shm mesh=pp=2,dp=1 group=world \.\.\. ok' "$WORK/run1" || { cat "$WORK/run1"; fail "no [2/2] pp=2 progress line"; }
+grep -q '^\[1/2\] step ranks=2 mpi fabric=shm mesh=dp=2 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 \.\.\. ok' "$WORK/run1" || { cat "$WORK/run1"; fail "no [1/2] dp=2 progress line"; }
+grep -q '^\[2/2\] step ranks=2 mpi fabric=shm mesh=pp=2,dp=1 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 --schedule 1f1b --vpp 1 \.\.\. ok' "$WORK/run1" || { cat "$WORK/run1"; fail "no [2/2] pp=2 progress line"; }
 for f in plans.json report.md; do [[ -s "$OUT/$f" ]] || fail "$OUT/$f missing"; done
 [[ -e "$OUT/pruned.txt" ]] || fail "$OUT/pruned.txt missing (empty: nothing pruned)"
 py - "$OUT" <<'PY' || fail "result files or plans.json wrong"

@@ -153,7 +153,7 @@ for j in "$sjid" "$wjid"; do
   st=$(scontrol show job "$j" | grep -oE 'JobState=[A-Z]+|ExitCode=[0-9:]+' | tr '\n' ' ')
   [[ "$st" == *"JobState=COMPLETED"*"ExitCode=0:0"* ]] || { cat "$WORK"/step*-"$j".out; fail "step job $j: $st"; }
 done
-grep -q '\[1/2\] step ranks=2 mpi fabric=shm mesh=dp=2 group=world \.\.\. ok' "$WORK/stepsweep-$wjid.out" \
+grep -q '\[1/2\] step ranks=2 mpi fabric=shm mesh=dp=2 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 \.\.\. ok' "$WORK/stepsweep-$wjid.out" \
   || { cat "$WORK/stepsweep-$wjid.out"; fail "the step sweep did not run its dp=2 point"; }
 [[ -s "$RES/stepsweep/report.md" ]] || fail "the step sweep wrote no report.md"
 steps=("$RES/step/step.h5" "$RES"/stepsweep/step-r2-*.h5)
