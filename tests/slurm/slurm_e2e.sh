@@ -178,3 +178,11 @@ for path in sys.argv[4:]:
 print(f"{len(rows)} step runs, set-up time recorded, each from its own job")
 PY
 pass "step.sbatch job $sjid and step-sweep.sbatch job $wjid: 3 step files ok, setup_time_s, one step table"
+
+# 6. the same step sweep as a job array (scripts/sweep --steps --slurm): one task per plan.
+"$MB_PYTHON" "$MB_SRC/scripts/sweep" --steps --world 2 --model tiny --tp 1 --zero 0 --micro-batches 2 --timeout 120 \
+  --args="--steps 1 --warmup 0 --threads 1" --slurm --wait --wait-timeout 240 --no-report --bin "$MB_BIN" \
+  --out "$RES/steparray" --sbatch-args "-t 10" > "$WORK/steparray.out" 2>&1 || { cat "$WORK/steparray.out"; fail "step sweep --slurm exit $?"; }
+grep -q 'submitted array job of 2 tasks' "$WORK/steparray.out" && grep -q '2 ran ok' "$WORK/steparray.out" \
+  || { cat "$WORK/steparray.out"; fail "the step sweep's array did not run 2 points ok"; }
+pass "step sweep as a 2-task job array: 2 points ok"
