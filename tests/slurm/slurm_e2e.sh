@@ -2,7 +2,8 @@
 # Slurm end to end on a private single-node Slurm this test starts (scripts/slurm-local):
 # submits slurm/collectives.sbatch with 2 tasks and a small size range, slurm/fabrics.sbatch
 # with two presets, a 2-point sweep as a job array (scripts/sweep --slurm), slurm/step.sbatch
-# (one tiny plan) and slurm/step-sweep.sbatch (a step sweep inside one 2-task allocation); waits with a
+# (one tiny plan), slurm/step-sweep.sbatch (a step sweep inside one 2-task allocation) and the same
+# step sweep as a job array (scripts/sweep --steps --slurm); waits with a
 # timeout; checks that the HDF5 files exist, passed verification (status ok, wrong = 0, exit
 # codes 0), carry the job's SLURM_JOB_ID in their provenance, and merge in scripts/report.
 # The daemons are stopped by PID on every exit path. Skips (exit 77) when not root or when Slurm/munge are not installed.
