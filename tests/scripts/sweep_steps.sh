@@ -3,7 +3,7 @@
 # ranks is enumerated and asked of step_bench --plan-only; the refused plans are pruned with the
 # binary's own message (the one a real run prints), plans over --memory-per-rank are pruned by
 # the analytic estimate; two plans run locally at 2 ranks with progress, a re-run skips them,
-# and a point that fails at run time is a recorded result (exit 1, sweep exit 1).
+# a point that fails at run time and one past its timeout are recorded results (sweep exit 1).
 . "$(dirname "$0")/lib.bash"
 S="$MB_SRC/scripts/sweep"
 RUN_ARGS="--steps 1 --warmup 0 --threads 1"
@@ -100,3 +100,12 @@ py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["rc"] == 1 and 
 grep -q 'tp1cp1ep1dp1pp2.*--inject-fault: corrupts a gradient before its data-parallel reduction' "$WORK/fail/pruned.txt" \
   || fail "pruned.txt lacks the pp=2 refusal: $(cat "$WORK/fail/pruned.txt")"
 pass "failing point recorded (exit 1, failed (wrong data)); its refused sibling in pruned.txt"
+
+# 6. A point that runs past its timeout is killed and recorded as a timeout (exit 124).
+rc=0
+py "$S" --steps --world 2 --model tiny --tp 1 --pp 1 --zero 0 --args="--steps 1000000 --warmup 0 --threads 1" \
+  --timeout 3 --bin "$MB_BIN" --out "$WORK/slow" --mpiexec "$MB_MPIEXEC" --no-report > "$WORK/run4" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || { cat "$WORK/run4"; fail "sweep with a timed-out point exit $rc, want 1"; }
+py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["rc"] == 124 and r["status"] == "timeout", r' \
+  "$WORK/slow/points/step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m1-otcedp.json" || { cat "$WORK/run4"; fail "the point record is not a timeout"; }
+pass "a point past its timeout recorded as timeout (exit 124)"
