@@ -164,6 +164,7 @@ void check_options(Options& o) {
   if (o.op_timeout < 0) throw UsageError(fmt::format("--op-timeout {}: must be >= 0 (0: no watchdog)", o.op_timeout));
   if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
   if (o.world < 0) throw UsageError(fmt::format("--world {}: must be >= 1 (0: the launched ranks)", o.world));
+  if (o.plan_stdin && !o.plan_only) throw UsageError("--plan-stdin: reads plans for --plan-only; add --plan-only");
   if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
   mb::comm::parse_order(o.order);
   mb::comm::parse_group_kind(o.group);

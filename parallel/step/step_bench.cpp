@@ -565,6 +565,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   std::optional<Options> parsed = parse_options(argc, argv);
   if (!parsed) return kExitOk;
   const Options& o = *parsed;
+  if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
+    throw UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world_size);
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
