@@ -30,6 +30,18 @@ timeout 120 "$MB_MPIEXEC" -n 4 ${MB_UCX_YIELD:+-genv LD_PRELOAD "$MB_UCX_YIELD"}
 [[ "$(cat "$WORK/real.err")" == "step_bench: error: $msg" ]] || fail "pruned reason '$msg' differs from the real run's '$(cat "$WORK/real.err")'"
 pass "refused plan recorded with the binary's message: $msg"
 
+# Orders: at 8 ranks tp=2 x pp=2 x dp=2 has 3 dimensions above 1, so the 120 orders of the 5
+# dimensions give 3! = 6 distinct rank layouts; with tp=2 x dp=4 (pp = 1) only 2.
+py "$S" --steps --world 8 --model tiny --tp 2 --pp 2 --zero 0 --micro-batches 4 --orders auto --dry-run --bin "$MB_BIN" \
+  --out "$WORK/dry" > "$WORK/orders.txt" 2>&1 || { cat "$WORK/orders.txt"; fail "orders dry run exit $?"; }
+[[ $(grep -c '^\[[0-9]*/6\] step-r8-mpi-shm-tp2cp1ep1dp2pp2-z0-1f1b-m4-o' "$WORK/orders.txt") -eq 6 ]] \
+  || { cat "$WORK/orders.txt"; fail "want 6 distinct orders for tp2 x dp2 x pp2"; }
+py "$S" --steps --world 8 --model tiny --tp 2 --pp 1 --zero 0 --orders auto --dry-run --bin "$MB_BIN" \
+  --out "$WORK/dry" > "$WORK/orders2.txt" 2>&1 || { cat "$WORK/orders2.txt"; fail "orders dry run exit $?"; }
+[[ $(grep -c '^\[[0-9]*/2\] step-r8-mpi-shm-tp2cp1ep1dp4pp1-z0-m1-o' "$WORK/orders2.txt") -eq 2 ]] \
+  || { cat "$WORK/orders2.txt"; fail "want 2 distinct orders for tp2 x dp4"; }
+pass "orders auto: 6 distinct layouts for tp2 x pp2 x dp2 at 8 ranks, 2 for tp2 x dp4"
+
 # 2. Memory pruning: the tiny shape needs 6407168 B (6.11 MiB) per rank at dp=4 (4 x 549888 of
 # params, grads and moments, 3288064 of activations, 919552 of buffers; tests/parallel/
 # plan_memory_test.cpp), so 5M prunes the dp=4 plans by memory and keeps the smaller ones.
