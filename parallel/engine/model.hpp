@@ -160,6 +160,10 @@ class Gpt {
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
   // entries are sliced from and gathered back to by name (sharding.hpp).
   static Layout full_layout(const GptConfig& cfg);
+  // The elements of the flat parameter array a rank built with `opts` holds (its layout's
+  // total: tensor-parallel slices, its experts, its pipeline stage, ZeRO's unit padding), from
+  // the parameter table alone: nothing is allocated (step/plan_memory.hpp).
+  static int64_t flat_elements(const GptConfig& cfg, const GptOptions& opts);
   // The canonical initial weights (see init_weights) as a host array of layout().total():
   // the full model's weights from the seed, this rank's slices taken by name.
   std::vector<S> canonical_weights(uint64_t seed) const;

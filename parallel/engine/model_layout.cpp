@@ -111,6 +111,11 @@ Layout Gpt<S>::full_layout(const GptConfig& cfg) {
 }
 
 template <typename S>
+int64_t Gpt<S>::flat_elements(const GptConfig& cfg, const GptOptions& opts) {
+  return param_table(cfg, opts).layout.total();
+}
+
+template <typename S>
 std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
   // The full model's weights in its layout's entry order, so every plan starts identical.
   const Layout full = full_layout(cfg_);
@@ -188,6 +193,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
 #define MB_LAYOUT_INSTANTIATE(S)                                                                    \
   template Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig&, const GptOptions&);            \
   template Layout Gpt<S>::full_layout(const GptConfig&);                                           \
+  template int64_t Gpt<S>::flat_elements(const GptConfig&, const GptOptions&);                     \
   template std::vector<S> Gpt<S>::canonical_weights(uint64_t) const;                               \
   template MemoryBytes Gpt<S>::memory_analytic(const GptConfig&, int64_t, const TpSpec&, const CpSpec&, \
                                                const EpSpec&);

@@ -120,6 +120,14 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                      "seconds a communication call may stay pending before the watchdog names it, writes "
                      "FILE.hang-rank<R>.json, marks the run hung and exits 3 (0: off)"));
   mb::core::with_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
+  mb::core::with_env(app.add_flag("--plan-only", o.plan_only,
+                     "validate the plan for --world ranks and print it with its analytic memory per rank as "
+                     "one JSON object, without MPI, communicators or a model (exit 0 valid, 2 invalid)"));
+  mb::core::with_env(app.add_flag("--plan-stdin", o.plan_stdin,
+                     "with --plan-only: read one plan per line from stdin (flags added to the command line's) and "
+                     "print one JSON object per line"));
+  mb::core::with_env(app.add_option("--world", o.world, "with --plan-only: the world size to plan for (default 1); "
+                                    "a real run checks it against the launched ranks"));
   mb::core::with_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
 }
 
@@ -155,6 +163,8 @@ void check_options(Options& o) {
   if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0", o.threads));
   if (o.op_timeout < 0) throw UsageError(fmt::format("--op-timeout {}: must be >= 0 (0: no watchdog)", o.op_timeout));
   if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
+  if (o.world < 0) throw UsageError(fmt::format("--world {}: must be >= 1 (0: the launched ranks)", o.world));
+  if (o.plan_stdin && !o.plan_only) throw UsageError("--plan-stdin: reads plans for --plan-only; add --plan-only");
   if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
   mb::comm::parse_order(o.order);
   mb::comm::parse_group_kind(o.group);
@@ -216,6 +226,9 @@ std::optional<Options> parse_options(int argc, char** argv) {
 }
 
 Plan make_plan(const Options& o, int world) {
+  if (o.world > 0 && o.world != world)
+    throw UsageError(fmt::format("--world {}: this run has {} ranks (--world plans for another size with --plan-only)",
+                                 o.world, world));
   Plan p;
   p.model = o.model;
   p.mesh_text = o.mesh;

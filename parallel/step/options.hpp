@@ -42,6 +42,10 @@ struct Options {
   // Pipeline parallel.
   std::string schedule = "1f1b", layers_per_stage;
   int vpp = 1, vpp_group = 0;
+  // --plan-only: print the validated plan and its analytic memory as JSON, run nothing
+  // (plan_only.hpp); --world: the world size it plans for (a real run: must be mpiexec's).
+  bool plan_only = false, plan_stdin = false;
+  int world = 0;
 };
 
 // Parses argv; nullopt after --help. Throws core::UsageError for anything wrong.

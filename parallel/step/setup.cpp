@@ -6,6 +6,7 @@
 #include "comm/communicator.hpp"
 #include "comm/watched_comm.hpp"
 #include "core/routing.hpp"
+#include "core/timer.hpp"
 
 namespace meshbench::parallel {
 
@@ -17,10 +18,15 @@ namespace {
 std::unique_ptr<RecordingComm> group_comm(Setup& st, const Options& o, meshbench::comm::GroupKind kind, const char* dim,
                                           int rank, int device) {
   const auto mem = st.grid->membership(kind, rank);
-  MPI_Comm c = st.comms->get(kind);
-  if (c == MPI_COMM_NULL) return nullptr;
+  const double t0 = meshbench::core::now_seconds();
+  MPI_Comm c = st.comms->get(kind);  // MPI_Comm_split on first use (collective)
+  if (c == MPI_COMM_NULL) {
+    st.comm_setup_s += meshbench::core::now_seconds() - t0;
+    return nullptr;
+  }
   std::unique_ptr<meshbench::comm::Communicator> inner =
       o.backend == "nccl" ? meshbench::comm::make_nccl_communicator(c, dim, device) : meshbench::comm::make_mpi_communicator(c, dim);
+  st.comm_setup_s += meshbench::core::now_seconds() - t0;
   if (st.watch) inner = meshbench::comm::make_watched(std::move(inner), *st.watch);
   return std::make_unique<RecordingComm>(std::move(inner), st.trace, dim, mem ? mem->group : 0);
 }

@@ -43,6 +43,7 @@ struct Setup {
   Zero<float>* zero = nullptr;
   int dp_rank = 0;
   std::vector<Action> actions;
+  double comm_setup_s = 0;  // seconds this rank spent creating its communicators (split + backend)
 };
 
 // Builds everything for world rank `rank` of the plan on backend `be` (GPU `device` for NCCL).

@@ -58,6 +58,7 @@
 #include "metrics.hpp"
 #include "perfetto.hpp"
 #include "plan.hpp"
+#include "plan_only.hpp"
 #include "report.hpp"
 #include "schedule.hpp"
 #include "peak.hpp"
@@ -567,6 +568,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   std::optional<Options> parsed = parse_options(argc, argv);
   if (!parsed) return kExitOk;
   const Options& o = *parsed;
+  if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
+    throw UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world_size);
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
@@ -583,6 +586,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   };
   watch_with("", "");
   std::optional<mb::comm::WatchScope> setup_scope;
+  const double setup_t0 = mb::core::now_seconds();
   setup_scope.emplace(watched, "set-up (topology, groups, model; collective)", 0, "world");
   mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
   if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
@@ -592,8 +596,12 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   st.watch = watched;
   make_setup(st, o, plan, world_rank, *cp.backend, cp.device);
   setup_scope.reset();
+  double setup_s[2] = {mb::core::now_seconds() - setup_t0, st.comm_setup_s};  // the slowest rank's
+  MPI_Allreduce(MPI_IN_PLACE, setup_s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (!o.export_dir.empty()) return run_export(o, *st.model, data, out);
   print_header(out, o, plan, st, cp, topo);
+  out.out("  set-up {:.3f} s (topology, communicators, model; slowest rank), of which communicators {:.3f} s\n",
+          setup_s[0], setup_s[1]);
   const Peak peak = measure_peak(o.model, cp.gpu, cp.prec, cp.device);
   const double datasheet = cp.gpu ? cuda::datasheet_peak(cp.gpu_name, cp.prec) : NAN;
   print_peak(out, cp, peak, datasheet);
@@ -610,6 +618,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
         step_attributes(o, plan, *st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet, cp.gpu_name, st),
         std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(st, topo));
   if (h5) watch_with(o.output, h5->run_id());
+  if (h5) h5->write_step_attrs({{"setup_time_s", setup_s[0]}, {"comm_setup_time_s", setup_s[1]}});
 
   // Clock offsets against rank 0, for the trace's aligned timelines.
   // On one host every rank reads the same monotonic clock: the offset is exactly 0 (the
@@ -654,6 +663,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (plan_only_requested(argc, argv)) return plan_only_main(argc, argv);  // no MPI (plan_only.hpp)
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;

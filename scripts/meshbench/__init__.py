@@ -8,6 +8,7 @@ torch_step_bench.py.
            peak memory over ranks, groups across nodes; scripts/sweep's failed step points
   names    binary, collective, mesh-dimension and group-kind names, read from the binaries
            (`mesh_info --list-json`) instead of copied from the C++
+  steps    the plans of a step sweep, enumerated and asked of `step_bench --plan-only`
 
 Not a plotting or reporting library: report and plot stay scripts. Standard library, h5py and
 numpy only (Debian's /usr/bin/python3; h5py is imported on first read, so `--help` works

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Slurm end to end on a private single-node Slurm this test starts (scripts/slurm-local):
 # submits slurm/collectives.sbatch with 2 tasks and a small size range, slurm/fabrics.sbatch
-# with two presets, and a 2-point sweep as a job array (scripts/sweep --slurm); waits with a
+# with two presets, a 2-point sweep as a job array (scripts/sweep --slurm), slurm/step.sbatch
+# (one tiny plan), slurm/step-sweep.sbatch (a step sweep inside one 2-task allocation) and the same
+# step sweep as a job array (scripts/sweep --steps --slurm); waits with a
 # timeout; checks that the HDF5 files exist, passed verification (status ok, wrong = 0, exit
 # codes 0), carry the job's SLURM_JOB_ID in their provenance, and merge in scripts/report.
 # The daemons are stopped by PID on every exit path. Skips (exit 77) when not root or when Slurm/munge are not installed.
@@ -61,6 +63,17 @@ fjid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/fabrics" MB_FABRICS="sh
       MB_WARMUP=1 MB_POINT_TIMEOUT=120 MB_PLOTS=0 \
       sbatch --parsable -N 1 -n 2 -t 10 -o "$WORK/fabrics-%j.out" slurm/fabrics.sbatch) \
   || fail "sbatch fabrics.sbatch failed"
+# 1c. step.sbatch: one tiny data-parallel plan on 2 tasks; step-sweep.sbatch: every plan of the
+# tiny shape with tp = 1, ZeRO 0 and 2 micro-batches at the allocation's 2 tasks (dp=2 and
+# pp=2), each point an srun of 2 tasks inside the one job.
+STEP_ARGS="--model tiny --steps 1 --warmup 0 --threads 1"
+sjid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/step" MB_STEP_ARGS="$STEP_ARGS" MB_POINT_TIMEOUT=120 MB_PLOTS=0 \
+      sbatch --parsable -N 1 -n 2 -t 10 -o "$WORK/step-%j.out" slurm/step.sbatch --mesh dp=2) \
+  || fail "sbatch step.sbatch failed"
+wjid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/stepsweep" MB_PYTHON="$MB_PYTHON" \
+      sbatch --parsable -N 1 -n 2 -t 10 -o "$WORK/stepsweep-%j.out" slurm/step-sweep.sbatch \
+      --steps --model tiny --tp 1 --zero 0 --micro-batches 2 --timeout 120 --args="--steps 1 --warmup 0 --threads 1") \
+  || fail "sbatch step-sweep.sbatch failed"
 # 2. a 2-point sweep as a job array (submitted right away: both run on the one node).
 cat > "$WORK/sweep.toml" <<'TOML'
 name = "slurm-e2e"
@@ -120,7 +133,8 @@ done
 pass "$n files: status ok, job ids in provenance"
 
 # 4. they merge in scripts/report, every row verified, both jobs present.
-"$MB_PYTHON" "$MB_SRC/scripts/report" "$RES" -f json -o "$WORK/all.json" || fail "report exit $?"
+"$MB_PYTHON" "$MB_SRC/scripts/report" "$RES/collectives" "$RES/fabrics" "$RES/sweep" -f json -o "$WORK/all.json" \
+  || fail "report exit $?"   # not the step jobs' folders: they may still be writing
 "$MB_PYTHON" - "$WORK/all.json" "$jid" "$arr_job" <<'PY' || fail "merged report check"
 import json, sys
 rows = json.load(open(sys.argv[1]))
@@ -132,3 +146,44 @@ assert len(colls) == 7, colls
 print(f"{len(rows)} rows from jobs {sorted(jobs)}, {len(colls)} collectives, all verified")
 PY
 pass "report merges every job's files"
+
+# 5. the step jobs: step.sbatch's file and the step sweep's two points, status ok, set-up time
+# recorded, the sweep's points launched inside its own job, and all three in one step table.
+wait_jobs 300 "$sjid" "$wjid" || fail "step jobs $sjid $wjid still running after 300 s"
+for j in "$sjid" "$wjid"; do
+  st=$(scontrol show job "$j" | grep -oE 'JobState=[A-Z]+|ExitCode=[0-9:]+' | tr '\n' ' ')
+  [[ "$st" == *"JobState=COMPLETED"*"ExitCode=0:0"* ]] || { cat "$WORK"/step*-"$j".out; fail "step job $j: $st"; }
+done
+grep -q '\[1/2\] step ranks=2 mpi fabric=shm mesh=dp=2 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 \.\.\. ok' "$WORK/stepsweep-$wjid.out" \
+  || { cat "$WORK/stepsweep-$wjid.out"; fail "the step sweep did not run its dp=2 point"; }
+[[ -s "$RES/stepsweep/report.md" ]] || fail "the step sweep wrote no report.md"
+steps=("$RES/step/step.h5" "$RES"/stepsweep/step-r2-*.h5)
+[[ ${#steps[@]} -eq 3 ]] || fail "want 3 step files, got ${steps[*]}"
+for f in "${steps[@]}"; do
+  "$MB_PYTHON" "$T" status "$f" ok >/dev/null || fail "$f not ok"
+done
+"$MB_PYTHON" "$MB_SRC/scripts/report" "${steps[@]}" --table steps -f json -o "$WORK/steps.json" || fail "step report exit $?"
+"$MB_PYTHON" - "$WORK/steps.json" "$sjid" "$wjid" "${steps[@]}" <<'PY' || fail "step files check"
+import json, sys, h5py
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 3 and all(r["status"] == "ok" for r in rows), rows
+assert sorted(r["degrees"] for r in rows) == ["dp=2", "dp=2", "pp=2"], [r["degrees"] for r in rows]
+for path in sys.argv[4:]:
+    with h5py.File(path, "r") as f:
+        run = f["runs"][list(f["runs"])[0]]
+        assert float(run["step"].attrs["setup_time_s"]) > 0, path
+        job = run.attrs["slurm_job_id"]
+        job = job.decode() if isinstance(job, bytes) else str(job)
+        want = sys.argv[2] if path.endswith("/step/step.h5") else sys.argv[3]
+        assert job == want, (path, job, want)
+print(f"{len(rows)} step runs, set-up time recorded, each from its own job")
+PY
+pass "step.sbatch job $sjid and step-sweep.sbatch job $wjid: 3 step files ok, setup_time_s, one step table"
+
+# 6. the same step sweep as a job array (scripts/sweep --steps --slurm): one task per plan.
+"$MB_PYTHON" "$MB_SRC/scripts/sweep" --steps --world 2 --model tiny --tp 1 --zero 0 --micro-batches 2 --timeout 120 \
+  --args="--steps 1 --warmup 0 --threads 1" --slurm --wait --wait-timeout 240 --no-report --bin "$MB_BIN" \
+  --out "$RES/steparray" --sbatch-args "-t 10" > "$WORK/steparray.out" 2>&1 || { cat "$WORK/steparray.out"; fail "step sweep --slurm exit $?"; }
+grep -q 'submitted array job of 2 tasks' "$WORK/steparray.out" && grep -q '2 ran ok' "$WORK/steparray.out" \
+  || { cat "$WORK/steparray.out"; fail "the step sweep's array did not run 2 points ok"; }
+pass "step sweep as a 2-task job array: 2 points ok"

@@ -1,0 +1,93 @@
+#include "plan_memory.hpp"
+
+#include <algorithm>
+
+#include "model.hpp"
+#include "schedule.hpp"
+#include "zero.hpp"
+
+namespace meshbench::parallel {
+
+namespace {
+
+constexpr int kScalar = 4;  // fp32 parameters, gradients, moments and activations
+
+// The model options of a rank of this plan (tp/cp/ep rank 0: every rank's sizes are the same).
+GptOptions rank_options(const Plan& plan, int pp_rank) {
+  const comm::Degrees& d = plan.degrees;
+  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d.dp * d.cp) : GptOptions{};
+  mo.tp = TpSpec{d.tp, 0, TpMode{plan.sp, plan.sp_regather, plan.overlap}};
+  mo.cp = CpSpec{d.cp, 0, plan.cp_algo, plan.cp_zigzag, plan.overlap};
+  mo.ep = EpSpec{d.ep, 0};
+  if (d.pp > 1)
+    mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == d.pp - 1, plan.micro_batches};
+  return mo;
+}
+
+MemoryBytes analytic(const GptConfig& c, const GptOptions& mo) {
+  return Gpt<float>::memory_analytic(c, kScalar, mo.tp, mo.cp, mo.ep);
+}
+
+// Bytes of each of the stage's activation slots, in chunk order (pipeline parallel).
+std::vector<int64_t> slot_bytes(const Plan& plan, const GptOptions& mo) {
+  GptConfig none = plan.model, one = plan.model;
+  none.layers = 0;
+  one.layers = 1;
+  const MemoryBytes m0 = analytic(none, mo), m1 = analytic(one, mo);
+  const int64_t per_layer = m1.activations - m0.activations;  // one block's activations
+  const int64_t head = m0.activations;  // the input, final norm, logits and losses
+  const int64_t input = int64_t{tp_dims(plan.model, mo.tp, mo.cp).rows} * plan.model.hidden * kScalar;
+  std::vector<int64_t> bytes;
+  const auto& chunks = mo.stage->chunks;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const bool ends_model = mo.stage->last && k + 1 == chunks.size();
+    bytes.push_back(int64_t{chunks[k].second - chunks[k].first} * per_layer + (ends_model ? head : input));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+PlanMemory plan_memory(const Plan& plan, int pp_rank) {
+  const GptOptions mo = rank_options(plan, pp_rank);
+  const MemoryBytes ma = analytic(plan.model, mo);
+  PlanMemory m;
+  m.pp_rank = pp_rank;
+  m.params = double(ma.params);
+  m.grads = double(ma.grads);
+  m.optimizer = double(ma.optimizer);
+  m.activations = double(ma.activations);
+  m.buffers = double(ma.buffers);
+  const bool pipeline = plan.degrees.pp > 1;
+  if (plan.zero > 0 || pipeline) {
+    const double P = double(Gpt<float>::flat_elements(plan.model, mo)) * kScalar;
+    const double d = plan.zero > 0 ? plan.degrees.dp * plan.degrees.cp : 1;
+    m.params = plan.zero == 3 ? P / d : P;
+    m.grads = plan.zero >= 2 ? P / d : P;
+    m.optimizer = 2 * P / d;
+  }
+  if (pipeline) {
+    const std::vector<Action> actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
+    m.activations = double(scheduled_activation_peak(actions, slot_bytes(plan, mo)));
+    const double N = double(tp_dims(plan.model, mo.tp, mo.cp).tokens);
+    const double message = double(tp_dims(plan.model, mo.tp, mo.cp).rows) * plan.model.hidden * kScalar;
+    // the received output gradient, and a gradient-send buffer except on virtual stage 0 alone
+    const int messages = pp_rank == 0 && plan.vpp == 1 ? 1 : 2;
+    m.buffers += 2 * N * 4 * (plan.micro_batches - 1) + messages * message;
+  }
+  return m;
+}
+
+std::vector<PlanMemory> plan_memory_per_stage(const Plan& plan) {
+  std::vector<PlanMemory> v;
+  for (int r = 0; r < std::max(1, plan.degrees.pp); ++r) v.push_back(plan_memory(plan, r));
+  return v;
+}
+
+PlanMemory plan_memory_worst(const Plan& plan) {
+  const std::vector<PlanMemory> v = plan_memory_per_stage(plan);
+  return *std::max_element(v.begin(), v.end(),
+                           [](const PlanMemory& a, const PlanMemory& b) { return a.total() < b.total(); });
+}
+
+}  // namespace meshbench::parallel

@@ -1,0 +1,46 @@
+// The analytic memory of one rank of a plan, per category, in closed form: what
+// `step_bench --plan-only` prints and what `scripts/sweep` prunes plans by. Nothing is
+// allocated (a 405B shape is arithmetic): the engine's own closed forms do the work,
+// Gpt<float>::memory_analytic (activations, buffers, the whole model's parameters),
+// Gpt<float>::flat_elements (the parameter table of a pipeline stage or a ZeRO-padded model)
+// and the pipeline schedule's activation-slot peak, with the ZeRO and pipeline adjustments
+// step_bench's memory table applies to its analytic column.
+// Not here: measured memory (step_bench's memory rows), the validation rules (plan.hpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan.hpp"
+
+namespace meshbench::parallel {
+
+// Bytes per category on one rank (fp32 parameters, gradients and AdamW moments).
+struct PlanMemory {
+  int pp_rank = 0;  // the pipeline stage this is for (0 without pipeline parallel)
+  double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
+  double total() const { return params + grads + optimizer + activations + buffers; }
+};
+
+// Pipeline stage `pp_rank`'s memory under `plan` (a validated plan: resolve_and_validate).
+//   params, grads, optimizer: memory_analytic's whole-model values (16 bytes per parameter of
+//     the tensor-parallel slice and the rank's experts); ZeRO over d = dp x cp ranks:
+//     P = the ZeRO-padded flat array, params P (stage 3: P/d), grads P (stages 2, 3: P/d),
+//     optimizer 2P/d; pipeline: P = the stage's flat array (its blocks, the embeddings on the
+//     first stage, the head on the last, a tied head's copy of wte there), 4 + 4 + 8 bytes.
+//   activations: memory_analytic's one slot without pipeline parallel; with it, the largest
+//     sum of slot sizes the stage's schedule holds at once (scheduled_activation_peak), a
+//     chunk's slot being its layers' activations and its input (the last stage's last chunk:
+//     the final norm, logits and losses instead).
+//   buffers: memory_analytic's backward buffers; with pipeline parallel also the m token and
+//     target slots and the messages of b x s/cp x h floats: the received output gradient and
+//     (but on the first stage without interleaving) at least one gradient-send buffer.
+// Tensor-parallel vocabulary padding and the layout's 16-element alignment of activations
+// are not counted (parameters are: the flat arrays' totals include them).
+PlanMemory plan_memory(const Plan& plan, int pp_rank);
+
+// Every stage's memory (one entry without pipeline parallel) and the one with the largest total.
+std::vector<PlanMemory> plan_memory_per_stage(const Plan& plan);
+PlanMemory plan_memory_worst(const Plan& plan);
+
+}  // namespace meshbench::parallel

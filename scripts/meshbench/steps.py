@@ -1,0 +1,255 @@
+"""meshbench.steps: the plans of a step sweep. Given a world size, a model shape and
+constraints ([steps] in a sweep file, or `scripts/sweep --steps`), enumerate every plan
+(tp, cp, ep, dp, pp, vpp, ZeRO stage, schedule, micro-batches, order) and ask the binary
+which are valid: `step_bench --plan-only` validates each with the rules a real run uses and
+prints its analytic memory per rank. Plans it refuses, and plans whose worst rank needs more
+than `memory_per_rank`, are pruned with the reason; the rest become sweep points.
+
+Deliberately not here: any rule of what step_bench accepts (only the arithmetic of writing a
+mesh down: dp = world / (tp cp pp) must be a whole number), running points (scripts/sweep).
+
+  [steps]                          # every key optional; lists or "auto"
+  model = "small"                  # a preset (step_bench --model); shape flags go in `args`
+  tp = "auto"                      # "auto": every divisor of the world size
+  cp = [1]
+  ep = [1]                         # default "auto" when the model has experts
+  pp = "auto"
+  zero = [0, 1]
+  schedule = ["1f1b"]              # pipeline plans only; "auto": gpipe, 1f1b, interleaved
+  vpp = [2]                        # interleaved only
+  micro_batches = "auto"           # pp = 1: [1]; pp > 1: [pp, 2 pp]
+  global_batch = 16                # instead of micro_batches: m = global_batch / (b dp)
+  orders = ["tp-cp-ep-dp-pp"]      # "auto": every order, one per distinct rank layout
+  memory_per_rank = "80G"          # prune plans whose worst rank's analytic total exceeds it
+  max_plans = 2000                 # refuse to ask about more candidates than this
+"""
+import itertools
+import json
+import os
+import re
+import subprocess
+
+from . import tables
+
+STEP_KEYS = {"model", "tp", "cp", "ep", "pp", "etp", "zero", "schedule", "vpp", "micro_batches",
+             "global_batch", "orders", "memory_per_rank", "max_plans"}
+SCHEDULES = ["gpipe", "1f1b", "interleaved"]
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+
+
+class StepsError(Exception):
+    """A bad [steps] table: the sweep reports it as exit 2 before anything runs."""
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _ints(value, key, auto):
+    """A list of positive integers, or "auto" -> auto (a list)."""
+    if value == "auto":
+        return auto
+    vals = value if isinstance(value, list) else [value]
+    for v in vals:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise StepsError(f"[steps] {key}: want integers or \"auto\", got {value!r}")
+    return vals
+
+
+def _human(b):
+    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= mult:
+            return f"{b / mult:.2f} {unit}"
+    return f"{int(b)} B"
+
+
+def plan_only(exe, world, argv, lines=None):
+    """step_bench --plan-only --world WORLD ARGV -> its JSON object; with `lines` (a list of
+    argument lists, one candidate each) one process answers them all (--plan-stdin) -> a list."""
+    cmd = [exe, "--plan-only", "--world", str(world)] + argv + (["--plan-stdin"] if lines is not None else [])
+    stdin = "".join(" ".join(a) + "\n" for a in lines) if lines is not None else None
+    out = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=600)
+    docs = []
+    for text in out.stdout.splitlines():
+        try:
+            docs.append(json.loads(text))
+        except ValueError:
+            pass
+    want = len(lines) if lines is not None else 1
+    if len(docs) != want:
+        raise StepsError(f"step_bench --plan-only (exit {out.returncode}) answered {len(docs)} of {want} plans: "
+                         f"{(out.stderr or out.stdout).strip()[:300]}")
+    return docs if lines is not None else docs[0]
+
+
+def layout_key(order, deg, expert_grid):
+    """Orders that give the same rank layout: the relative order of the dimensions whose
+    degree is above 1 (a dimension of size 1 takes no place in the mixed-radix rank), in the
+    dense grid and, for a MoE model, the expert grid (etp in tp's place, edp in dp's)."""
+    dims = order.split("-")
+    dense = tuple(d for d in dims if d in ("tp", "cp", "dp", "pp") and deg[d] > 1)
+    if not expert_grid:
+        return dense
+    edeg = {"tp": deg["etp"], "ep": deg["ep"], "dp": deg["edp"], "pp": deg["pp"]}
+    return dense, tuple(d for d in dims if d in edeg and edeg[d] > 1)
+
+
+def orders_for(spec, order_dims):
+    if spec == "auto":
+        perms = ["-".join(p) for p in itertools.permutations(order_dims)]
+        return [DEFAULT_ORDER] + [p for p in perms if p != DEFAULT_ORDER]
+    orders = spec if isinstance(spec, list) else [spec]
+    for o in orders:
+        bad = [d for d in str(o).split("-") if d not in order_dims]
+        if bad:
+            raise StepsError(f"[steps] orders: '{o}' names {bad} (dimensions: {', '.join(order_dims)})")
+    return [str(o) for o in orders]
+
+
+def model_info(exe, base_args):
+    """The model the sweep's flags describe, as step_bench resolves it (a one-rank plan may
+    break a rule, e.g. --inject-fault without data parallel: the model is still there)."""
+    doc = plan_only(exe, 1, base_args)
+    if "model" not in doc:
+        raise StepsError(f"the model flags {' '.join(base_args)!r} are refused by step_bench: {doc.get('error')}")
+    return doc["model"]
+
+
+def candidates(steps, world, model, order_dims):
+    """Every candidate plan at `world` ranks: dicts with degrees, order, zero, schedule, vpp, m;
+    or a 'pruned' reason already (a global batch the plan cannot divide)."""
+    unknown = set(steps) - STEP_KEYS
+    if unknown:
+        raise StepsError(f"[steps]: unknown key(s) {sorted(unknown)} (known: {', '.join(sorted(STEP_KEYS))})")
+    divs = divisors(world)
+    moe = model.get("experts", 0) > 0
+    tps = _ints(steps.get("tp", "auto"), "tp", divs)
+    cps = _ints(steps.get("cp", [1]), "cp", divs)
+    pps = _ints(steps.get("pp", "auto"), "pp", divs)
+    eps = _ints(steps.get("ep", "auto" if moe else [1]), "ep", divs)
+    etps = _ints(steps.get("etp", [1] if moe else [0]), "etp", divs)
+    zeros = _ints(steps.get("zero", [0, 1]), "zero", [0, 1, 2, 3])
+    vpps = _ints(steps.get("vpp", [2]), "vpp", [2])
+    scheds = steps.get("schedule", ["1f1b"])
+    scheds = SCHEDULES if scheds == "auto" else (scheds if isinstance(scheds, list) else [scheds])
+    for s in scheds:
+        if s not in SCHEDULES:
+            raise StepsError(f"[steps] schedule: unknown '{s}' (known: {', '.join(SCHEDULES)}, auto)")
+    gb = steps.get("global_batch")
+    if gb is not None and "micro_batches" in steps:
+        raise StepsError("[steps]: give micro_batches or global_batch, not both")
+    orders = orders_for(steps.get("orders", [DEFAULT_ORDER]), order_dims)
+    out = []
+    for tp, cp, pp in itertools.product(tps, cps, pps):
+        if tp < 1 or cp < 1 or pp < 1 or world % (tp * cp * pp):
+            continue  # no whole dp: not a mesh of this world
+        dp = world // (tp * cp * pp)
+        if gb is not None:
+            per = model["micro_batch"] * dp
+            mbs = [gb // per] if gb % per == 0 and gb >= per else []
+            if not mbs:
+                out.append({"degrees": {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}, "order": DEFAULT_ORDER,
+                            "zero": 0, "schedule": None, "vpp": 1, "m": 0, "etp": 0,
+                            "pruned": f"global batch {gb} is not a multiple of b x dp = "
+                                      f"{model['micro_batch']} x {dp}"})
+                continue
+        else:
+            mbs = _ints(steps.get("micro_batches", "auto"), "micro_batches", [1] if pp == 1 else [pp, 2 * pp])
+        sched_vpp = [(None, 1)] if pp == 1 else [(s, v) for s in scheds for v in (vpps if s == "interleaved" else [1])]
+        for ep, etp in itertools.product(eps, etps):
+            e_tp = etp if etp > 0 else tp
+            deg = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": e_tp,
+                   "edp": world // (e_tp * ep * pp) if world % (e_tp * ep * pp) == 0 else 0}
+            seen = set()
+            for order in orders:
+                key = layout_key(order, deg, moe)
+                if key in seen:
+                    continue  # the same rank layout as an order already listed
+                seen.add(key)
+                for zero, (sched, vpp), m in itertools.product(zeros, sched_vpp, mbs):
+                    out.append({"degrees": {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}, "etp": etp,
+                                "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m})
+    return out
+
+
+def mesh_text(c):
+    d = c["degrees"]
+    parts = [f"{k}={d[k]}" for k in ("tp", "cp", "ep", "pp") if d[k] > 1]
+    if c.get("etp"):
+        parts.append(f"etp={c['etp']}")
+    return ",".join(parts + [f"dp={d['dp']}"])
+
+
+def plan_id(c):
+    """The plan's part of a point id: degrees, ZeRO, schedule, micro-batches, order."""
+    d = c["degrees"]
+    short = "".join(x[0] for x in c["order"].split("-"))  # tp-cp-ep-dp-pp -> tcedp
+    sched = "" if c["schedule"] is None else f"-{c['schedule']}" + (f"v{c['vpp']}" if c["vpp"] > 1 else "")
+    etp = f"etp{c['etp']}" if c.get("etp") else ""
+    return f"tp{d['tp']}cp{d['cp']}ep{d['ep']}{etp}dp{d['dp']}pp{d['pp']}-z{c['zero']}{sched}-m{c['m']}-o{short}"
+
+
+def plan_args(c):
+    """The step_bench flags of one candidate (besides --mesh and --order, which the sweep adds)."""
+    a = ["--zero", str(c["zero"]), "--micro-batches", str(c["m"])]
+    if c["schedule"] is not None:
+        a += ["--schedule", c["schedule"], "--vpp", str(c["vpp"])]
+    return a
+
+
+def _memory_reason(mem, limit):
+    parts = ", ".join(f"{k} {_human(mem[k])}" for k in ("params", "grads", "optimizer", "activations", "buffers"))
+    return (f"memory: {_human(mem['total'])} per rank (pp stage {mem['pp_rank']}: {parts}) exceeds "
+            f"memory_per_rank {_human(limit)}")
+
+
+def enumerate_plans(steps, world, exe, base_args, order_dims):
+    """(valid, pruned) for one world size. valid: candidates with 'id', 'mesh', 'args' (the
+    flags besides the sweep's own args, --mesh and --order) and the
+    binary's JSON ('plan'); pruned: candidates with 'id' and 'reason' (the binary's message,
+    the memory estimate against memory_per_rank, or the global batch)."""
+    model_args = (["--model", str(steps["model"])] if steps.get("model") else []) + base_args
+    model = model_info(exe, model_args)
+    cands = candidates(steps, world, model, order_dims)
+    cap = int(steps.get("max_plans", 2000))
+    if len(cands) > cap:
+        raise StepsError(f"[steps]: {len(cands)} candidate plans at {world} ranks exceed max_plans = {cap}: "
+                         f"narrow tp/cp/ep/pp/zero/schedule/micro_batches/orders, or raise max_plans")
+    limit = None
+    if steps.get("memory_per_rank") is not None:
+        try:
+            limit = tables.parse_size(steps["memory_per_rank"])
+        except ValueError:
+            raise StepsError(f"[steps] memory_per_rank = {steps['memory_per_rank']!r} is not a size like 80G")
+    for c in cands:
+        c["id"] = plan_id(c)
+        c["mesh"] = mesh_text(c)
+        c["args"] = model_args[:2 if steps.get("model") else 0] + plan_args(c)
+
+    asked = [c for c in cands if "pruned" not in c]
+    docs = plan_only(exe, world, model_args, [["--mesh", c["mesh"], "--order", c["order"]] + plan_args(c) for c in asked])
+    answers = {id(c): d for c, d in zip(asked, docs)}
+    valid, pruned = [], []
+    for c in cands:
+        doc = answers.get(id(c))
+        if doc is None:
+            pruned.append(c | {"reason": c.pop("pruned")})
+        elif not doc.get("valid"):
+            pruned.append(c | {"reason": doc.get("error", "refused")})
+        elif limit is not None and doc["memory"]["total"] > limit:
+            pruned.append(c | {"reason": _memory_reason(doc["memory"], limit), "plan": doc})
+        else:
+            valid.append(c | {"plan": doc})
+    return valid, pruned
+
+
+def write_pruned(out_dir, valid, pruned):
+    """<out>/plans.json (every candidate: valid with its plan, pruned with its reason) and
+    <out>/pruned.txt (one line per pruned plan: id, reason)."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "plans.json"), "w") as fh:
+        json.dump({"valid": valid, "pruned": pruned}, fh, indent=1)
+    with open(os.path.join(out_dir, "pruned.txt"), "w") as fh:
+        for p in pruned:
+            reason = re.sub(r"\s+", " ", p["reason"])
+            fh.write(f"{p['id']}\t{reason}\n")

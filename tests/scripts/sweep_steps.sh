@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Step sweeps (scripts/sweep --steps, and a [steps] table): every plan of the tiny shape at 4
+# ranks is enumerated and asked of step_bench --plan-only; the refused plans are pruned with the
+# binary's own message (the one a real run prints), plans over --memory-per-rank are pruned by
+# the analytic estimate; two plans run locally at 2 ranks with progress, a re-run skips them,
+# a point that fails at run time and one past its timeout are recorded results (sweep exit 1).
+. "$(dirname "$0")/lib.bash"
+S="$MB_SRC/scripts/sweep"
+RUN_ARGS="--steps 1 --warmup 0 --threads 1"
+
+# 1. Enumeration at 4 ranks (dry run). tp, pp auto (1, 2, 4), cp = ep = 1, zero 0 and 1,
+# 1F1B, m = 1 (pp = 1) or pp and 2 pp: 18 candidates. The tiny shape (2 layers, 4 heads) runs
+# dp4, tp2 x dp2, tp4 with ZeRO 0, dp4 with ZeRO 1, and pp2 x dp2, tp2 x pp2 at m = 2 and 4:
+# 8 valid. Refused: ZeRO 1 with tp or pp (7), 2 layers over 4 stages (2), and pp4 with ZeRO (2, whose
+# first refusal is the layer split or ZeRO, whichever the binary checks first): 10 pruned.
+py "$S" --steps --world 4 --model tiny --args="$RUN_ARGS" --dry-run --bin "$MB_BIN" --out "$WORK/dry" > "$WORK/dry.txt" 2>&1 \
+  || { cat "$WORK/dry.txt"; fail "dry run exit $?"; }
+n_valid=$(grep -c '^\[[0-9]*/8\] step-r4-' "$WORK/dry.txt" || true)
+[[ $n_valid -eq 8 ]] || { cat "$WORK/dry.txt"; fail "want 8 valid plans at 4 ranks, got $n_valid"; }
+grep -q '^pruned 10 plan(s):' "$WORK/dry.txt" || { cat "$WORK/dry.txt"; fail "want 10 pruned plans"; }
+pass "4 ranks, tiny shape: 8 valid plans, 10 pruned"
+
+# The refusal recorded for tp=2 x dp=2 with ZeRO 1 is the message a real run prints.
+line=$(grep '  step-r4-tp2cp1ep1dp2pp1-z1-m1-otcedp: ' "$WORK/dry.txt") || { cat "$WORK/dry.txt"; fail "the tp2 x dp2 ZeRO-1 plan is not listed as pruned"; }
+msg=${line#*otcedp: }
+rc=0
+timeout 120 "$MB_MPIEXEC" -n 4 ${MB_UCX_YIELD:+-genv LD_PRELOAD "$MB_UCX_YIELD"} "$MB_BIN/step_bench" --model tiny $RUN_ARGS \
+  --mesh tp=2,dp=2 --order tp-cp-ep-dp-pp --zero 1 --micro-batches 1 > "$WORK/real.out" 2> "$WORK/real.err" || rc=$?
+[[ $rc -eq 2 ]] || fail "the real run of the refused plan exited $rc, want 2"
+[[ "$(cat "$WORK/real.err")" == "step_bench: error: $msg" ]] || fail "pruned reason '$msg' differs from the real run's '$(cat "$WORK/real.err")'"
+pass "refused plan recorded with the binary's message: $msg"
+
+# Orders: at 8 ranks tp=2 x pp=2 x dp=2 has 3 dimensions above 1, so the 120 orders of the 5
+# dimensions give 3! = 6 distinct rank layouts; with tp=2 x dp=4 (pp = 1) only 2.
+py "$S" --steps --world 8 --model tiny --tp 2 --pp 2 --zero 0 --micro-batches 4 --orders auto --dry-run --bin "$MB_BIN" \
+  --out "$WORK/dry" > "$WORK/orders.txt" 2>&1 || { cat "$WORK/orders.txt"; fail "orders dry run exit $?"; }
+[[ $(grep -c '^\[[0-9]*/6\] step-r8-mpi-shm-tp2cp1ep1dp2pp2-z0-1f1b-m4-o' "$WORK/orders.txt") -eq 6 ]] \
+  || { cat "$WORK/orders.txt"; fail "want 6 distinct orders for tp2 x dp2 x pp2"; }
+py "$S" --steps --world 8 --model tiny --tp 2 --pp 1 --zero 0 --orders auto --dry-run --bin "$MB_BIN" \
+  --out "$WORK/dry" > "$WORK/orders2.txt" 2>&1 || { cat "$WORK/orders2.txt"; fail "orders dry run exit $?"; }
+[[ $(grep -c '^\[[0-9]*/2\] step-r8-mpi-shm-tp2cp1ep1dp4pp1-z0-m1-o' "$WORK/orders2.txt") -eq 2 ]] \
+  || { cat "$WORK/orders2.txt"; fail "want 2 distinct orders for tp2 x dp4"; }
+pass "orders auto: 6 distinct layouts for tp2 x pp2 x dp2 at 8 ranks, 2 for tp2 x dp4"
+
+# 2. Memory pruning: the tiny shape needs 6407168 B (6.11 MiB) per rank at dp=4 (4 x 549888 of
+# params, grads and moments, 3288064 of activations, 919552 of buffers; tests/parallel/
+# plan_memory_test.cpp), so 5M prunes the dp=4 plans by memory and keeps the smaller ones.
+py "$S" --steps --world 4 --model tiny --zero 0 --memory-per-rank 5M --args="$RUN_ARGS" --dry-run --bin "$MB_BIN" \
+  --out "$WORK/dry" > "$WORK/mem.txt" 2>&1 || { cat "$WORK/mem.txt"; fail "memory dry run exit $?"; }
+grep -q 'step-r4-tp1cp1ep1dp4pp1-z0-m1-otcedp: memory: 6.11 MiB per rank (pp stage 0: params 537.00 KiB, grads 537.00 KiB, optimizer 1.05 MiB, activations 3.14 MiB, buffers 898.00 KiB) exceeds memory_per_rank 5.00 MiB' "$WORK/mem.txt" \
+  || { cat "$WORK/mem.txt"; fail "the dp=4 plan is not pruned by memory with its breakdown"; }
+grep -q '^\[[0-9]*/[0-9]*\] step-r4-mpi-shm-tp2cp1ep1dp2pp1-z0-m1' "$WORK/mem.txt" || { cat "$WORK/mem.txt"; fail "tp2 x dp2 should fit in 5M"; }
+pass "memory pruning: dp=4 (6.11 MiB per rank) pruned against 5M, tp=2 x dp=2 kept"
+
+# 3. A local run of 2 plans at 2 ranks from a sweep file: dp=2 and pp=2 with 2 micro-batches.
+OUT="$WORK/run"
+cat > "$WORK/s.toml" <<TOML
+name = "steps-test"
+ranks = [2]
+fabrics = ["shm"]
+timeout = $RUN_TIMEOUT
+args = ["--steps", "1", "--warmup", "0", "--threads", "1"]
+
+[steps]
+model = "tiny"
+tp = [1]
+pp = "auto"
+zero = [0]
+micro_batches = [2]
+TOML
+SW=(py "$S" "$WORK/s.toml" --bin "$MB_BIN" --out "$OUT" --mpiexec "$MB_MPIEXEC")
+"${SW[@]}" > "$WORK/run1" 2>&1 || { cat "$WORK/run1"; fail "step sweep exit $?"; }
+grep -q '^\[1/2\] step ranks=2 mpi fabric=shm mesh=dp=2 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 \.\.\. ok' "$WORK/run1" || { cat "$WORK/run1"; fail "no [1/2] dp=2 progress line"; }
+grep -q '^\[2/2\] step ranks=2 mpi fabric=shm mesh=pp=2,dp=1 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 --schedule 1f1b --vpp 1 \.\.\. ok' "$WORK/run1" || { cat "$WORK/run1"; fail "no [2/2] pp=2 progress line"; }
+for f in plans.json report.md; do [[ -s "$OUT/$f" ]] || fail "$OUT/$f missing"; done
+[[ -e "$OUT/pruned.txt" ]] || fail "$OUT/pruned.txt missing (empty: nothing pruned)"
+py - "$OUT" <<'PY' || fail "result files or plans.json wrong"
+import glob, json, os, sys
+sys.path.insert(0, os.path.join(os.environ["MB_SRC"], "scripts"))
+from meshbench import reader
+out = sys.argv[1]
+files = sorted(glob.glob(os.path.join(out, "*.h5")))
+assert len(files) == 2, files
+for f in files:
+    assert set(reader.run_statuses(f).values()) == {"ok"}, f
+plans = json.load(open(os.path.join(out, "plans.json")))
+assert len(plans["valid"]) == 2 and all(p["plan"]["valid"] for p in plans["valid"]), plans["valid"]
+import h5py
+with h5py.File(files[0], "r") as h:
+    st = h["runs"][list(h["runs"])[0]]["step"].attrs
+    assert float(st["setup_time_s"]) > 0, dict(st)
+PY
+pass "2 plans ran at 2 ranks (status ok, setup_time_s recorded), pruned.txt, plans.json and report.md written"
+
+# 4. Resume: both points are done and skipped, files untouched.
+before=$(stat -c '%Y %s %n' "$OUT"/*.h5 | sort)
+"${SW[@]}" > "$WORK/run2" 2>&1 || { cat "$WORK/run2"; fail "re-run exit $?"; }
+[[ $(grep -c 'skip (done)' "$WORK/run2") -eq 2 ]] || { cat "$WORK/run2"; fail "re-run did not skip 2 done points"; }
+[[ "$(stat -c '%Y %s %n' "$OUT"/*.h5 | sort)" == "$before" ]] || fail "a done point's file changed"
+pass "re-run skipped both finished points"
+
+# 5. A point that fails at run time is a recorded result: --check with a fault injected on rank
+# 1 (the dp=2 plan accepts it; pp=2 x dp=1 has no data-parallel reduction and is pruned).
+rc=0
+py "$S" --steps --world 2 --model tiny --tp 1 --zero 0 --micro-batches 2 --args="$RUN_ARGS --check --inject-fault 1" \
+  --bin "$MB_BIN" --out "$WORK/fail" --mpiexec "$MB_MPIEXEC" --timeout "$RUN_TIMEOUT" --no-report > "$WORK/run3" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || { cat "$WORK/run3"; fail "sweep with a failing point exit $rc, want 1"; }
+grep -qE 'step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m2-otcedp +exit 1 +failed \(wrong data\)' "$WORK/run3" \
+  || { cat "$WORK/run3"; fail "the summary lacks the failed point and its exit code"; }
+py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["rc"] == 1 and r["status"] == "failed (wrong data)", r' \
+  "$WORK/fail/points/step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m2-otcedp.json" || fail "the point record lacks exit 1"
+grep -q 'tp1cp1ep1dp1pp2.*--inject-fault: corrupts a gradient before its data-parallel reduction' "$WORK/fail/pruned.txt" \
+  || fail "pruned.txt lacks the pp=2 refusal: $(cat "$WORK/fail/pruned.txt")"
+pass "failing point recorded (exit 1, failed (wrong data)); its refused sibling in pruned.txt"
+
+# 6. A point that runs past its timeout is killed and recorded as a timeout (exit 124).
+rc=0
+py "$S" --steps --world 2 --model tiny --tp 1 --pp 1 --zero 0 --args="--steps 1000000 --warmup 0 --threads 1" \
+  --timeout 3 --bin "$MB_BIN" --out "$WORK/slow" --mpiexec "$MB_MPIEXEC" --no-report > "$WORK/run4" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || { cat "$WORK/run4"; fail "sweep with a timed-out point exit $rc, want 1"; }
+py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["rc"] == 124 and r["status"] == "timeout", r' \
+  "$WORK/slow/points/step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m1-otcedp.json" || { cat "$WORK/run4"; fail "the point record is not a timeout"; }
+pass "a point past its timeout recorded as timeout (exit 124)"
