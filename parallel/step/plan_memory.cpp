@@ -60,11 +60,11 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
   m.buffers = double(ma.buffers);
   const bool pipeline = plan.degrees.pp > 1;
   if (plan.zero > 0 || pipeline) {
-    const double P = double(Gpt<float>::flat_elements(plan.model, mo)) * kScalar;
-    const double d = plan.zero > 0 ? plan.degrees.dp * plan.degrees.cp : 1;
-    m.params = plan.zero == 3 ? P / d : P;
-    m.grads = plan.zero >= 2 ? P / d : P;
-    m.optimizer = 2 * P / d;
+    const StateBytes z = zero_state_bytes(Gpt<float>::flat_elements(plan.model, mo), kScalar, plan.zero,
+                                          plan.degrees.dp * plan.degrees.cp);
+    m.params = z.params;
+    m.grads = z.grads;
+    m.optimizer = z.optimizer;
   }
   if (pipeline) {
     const std::vector<Action> actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);

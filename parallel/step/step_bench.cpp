@@ -58,6 +58,7 @@
 #include "metrics.hpp"
 #include "perfetto.hpp"
 #include "plan.hpp"
+#include "plan_memory.hpp"
 #include "plan_only.hpp"
 #include "report.hpp"
 #include "schedule.hpp"
@@ -177,27 +178,21 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 }
 
 // The memory of this rank per category: the peak bytes allocated during the timed steps,
-// beside the analytic value (ZeRO or pipeline: the ZeRO stage's formula over this rank's
-// padded flat array, a pipeline stage's; pipeline: the activation slots the schedule holds
-// at its peak).
-std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions) {
-  const GptConfig& c = plan.model;
+// beside the analytic value. Parameters, gradients, optimizer state and buffers come from
+// plan_memory (the closed forms --plan-only prints and the sweep prunes by, so a run checks
+// them); pipeline activations from the slots this stage's schedule holds at its peak, sized
+// by the model that was built, plus the MoE routing state kept per micro-batch.
+std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions,
+                                   int pp_rank) {
   const MemoryTracker& t = model.memory();
-  const MemoryBytes ma = Gpt<float>::memory_analytic(c, 4, model.tp(), model.cp(), model.ep());
   auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
-  double ap = double(ma.params), ag = double(ma.grads), ao = double(ma.optimizer);
-  if (plan.zero > 0 || plan.degrees.pp > 1) {
-    const StateBytes z = zero_state_bytes(model.layout().total(), 4, plan.zero, plan.degrees.dp * plan.degrees.cp);
-    ap = z.params;
-    ag = z.grads;
-    ao = z.optimizer;
-  }
-  double aa = double(ma.activations), ab = double(ma.buffers);
+  const PlanMemory pm = plan_memory(plan, pp_rank);
+  const double ap = pm.params, ag = pm.grads, ao = pm.optimizer, ab = pm.buffers;
+  double aa = pm.activations;
   if (plan.degrees.pp > 1) {
     std::vector<int64_t> slot;
     for (int k = 0; k < model.num_chunks(); ++k) slot.push_back(model.slot_elements(k) * 4);
-    aa = double(scheduled_activation_peak(actions, slot) + model.moe().state_bytes());  // + MoE routing per micro-batch
-    ab = NAN;  // plus the pipeline's message buffers
+    aa = double(scheduled_activation_peak(actions, slot) + model.moe().state_bytes());
   }
   return {{"params", peak(MemCat::kParams), ap},
           {"grads", peak(MemCat::kGrads), ag},
@@ -651,7 +646,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
     r.rec.pipeline = gather_rows(std::vector<PipelineRow>{r.pipe}, MPI_COMM_WORLD);
   }
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
-  r.mem = memory_rows(*st.model, plan, st.actions);
+  r.mem = memory_rows(*st.model, plan, st.actions, st.pipe ? st.pipe->rank : 0);
   report_moe(o.model, st.model->moe().totals(), plan.degrees.tp, h5.get(), out);
   report_ep(st.model->moe().totals().ep, plan.degrees.ep, r.rec.steps, h5.get(), out, MPI_COMM_WORLD);
   report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);

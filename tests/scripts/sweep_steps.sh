@@ -10,15 +10,15 @@ RUN_ARGS="--steps 1 --warmup 0 --threads 1"
 
 # 1. Enumeration at 4 ranks (dry run). tp, pp auto (1, 2, 4), cp = ep = 1, zero 0 and 1,
 # 1F1B, m = 1 (pp = 1) or pp and 2 pp: 18 candidates. The tiny shape (2 layers, 4 heads) runs
-# dp4, tp2 x dp2, tp4 with ZeRO 0, dp4 with ZeRO 1, and pp2 x dp2, tp2 x pp2 at m = 2 and 4:
-# 8 valid. Refused: ZeRO 1 with tp or pp (7), 2 layers over 4 stages (2), and pp4 with ZeRO (2, whose
-# first refusal is the layer split or ZeRO, whichever the binary checks first): 10 pruned.
+# dp4, tp2 x dp2, tp4 with ZeRO 0, dp4 with ZeRO 1, pp2 x dp2 with ZeRO 0 and 1 and tp2 x pp2, each
+# pipeline plan at m = 2 and 4: 10 valid. Refused: ZeRO 1 with tp (4) and 2 layers over 4 stages
+# (4, with and without ZeRO): 8 pruned.
 py "$S" --steps --world 4 --model tiny --args="$RUN_ARGS" --dry-run --bin "$MB_BIN" --out "$WORK/dry" > "$WORK/dry.txt" 2>&1 \
   || { cat "$WORK/dry.txt"; fail "dry run exit $?"; }
-n_valid=$(grep -c '^\[[0-9]*/8\] step-r4-' "$WORK/dry.txt" || true)
-[[ $n_valid -eq 8 ]] || { cat "$WORK/dry.txt"; fail "want 8 valid plans at 4 ranks, got $n_valid"; }
-grep -q '^pruned 10 plan(s):' "$WORK/dry.txt" || { cat "$WORK/dry.txt"; fail "want 10 pruned plans"; }
-pass "4 ranks, tiny shape: 8 valid plans, 10 pruned"
+n_valid=$(grep -c '^\[[0-9]*/10\] step-r4-' "$WORK/dry.txt" || true)
+[[ $n_valid -eq 10 ]] || { cat "$WORK/dry.txt"; fail "want 10 valid plans at 4 ranks, got $n_valid"; }
+grep -q '^pruned 8 plan(s):' "$WORK/dry.txt" || { cat "$WORK/dry.txt"; fail "want 8 pruned plans"; }
+pass "4 ranks, tiny shape: 10 valid plans, 8 pruned"
 
 # The refusal recorded for tp=2 x dp=2 with ZeRO 1 is the message a real run prints.
 line=$(grep '  step-r4-tp2cp1ep1dp2pp1-z1-m1-otcedp: ' "$WORK/dry.txt") || { cat "$WORK/dry.txt"; fail "the tp2 x dp2 ZeRO-1 plan is not listed as pruned"; }
