@@ -267,7 +267,7 @@ def step_table(runs):
         a, s, f = run["attrs"], run["summary"], run["fields"]
         deg = a.get("degrees") if isinstance(a.get("degrees"), dict) else {}
         steps = int(run["step_times"].shape[0]) if run["step_times"].ndim == 2 else 0
-        r = {k: f[k] for k in ("file", "run_id", "binary", "tag", "status", "ranks", "start_time")}
+        r = {k: f[k] for k in ("file", "run_id", "binary", "tag", "status", "ranks", "oversubscribed", "start_time")}
         r.update(strategy=str(a.get("strategy", "")), zero_stage=int(a.get("zero_stage", 0) or 0),
                  degrees=",".join(f"{k}={v}" for k, v in deg.items() if v != 1) or "single",
                  microbatches=a.get("microbatches"), global_batch=a.get("global_batch"), steps=steps)
