@@ -33,20 +33,20 @@ int64_t moe_local_rows(const GptConfig& c, const EpSpec& ep) {
   return ep.size * (cap > 0 ? std::min(per, el * cap) : per);
 }
 
-MoeMemory moe_memory(const GptConfig& c, int64_t sb, const EpSpec& ep) {
+MoeMemory moe_memory(const GptConfig& c, int64_t sb, const EpSpec& ep, int tp) {
   MoeMemory m;
   const int64_t L = c.moe_blocks();
   if (L == 0) return m;
   const int64_t C = c.hidden, F = c.ffn, E = c.experts, k = c.top_k, N = c.tokens(),
-                R = moe_rows(c), RL = moe_local_rows(c, ep), el = E / ep.size;
-  const int64_t dense_mlp = F * C + F + C * F + C;
-  m.param_elements = L * (E * C + el * dense_mlp - dense_mlp);
+                R = moe_rows(c), RL = moe_local_rows(c, ep), el = E / ep.size, Ft = F / std::max(1, tp);
+  const int64_t expert = F * C + F + C * F + C, dense_mlp = Ft * C + Ft + C * Ft + C;
+  m.param_elements = L * (E * C + el * expert - dense_mlp);
   // per MoE block: probs (N,E), gates (N,k), prob_sum (E), xp, yp (R,C), h, hg (R,F) in S;
-  // idx, slot (N,k) and counts (2E+1) in int32; the dense block's fch, fch_gelu are gone.
+  // idx, slot (N,k) and counts (2E+1) in int32; the dense block's fch, fch_gelu (N,F/tp) are gone.
   // h, hg hold the local experts' RL rows; expert parallel adds x_local, y_local (RL,C) and
   // the received rows' places (RL int32).
   const int64_t epx = ep.size > 1 ? RL : 0;
-  m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C - 2 * N * F) * sb +
+  m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C - 2 * N * Ft) * sb +
                             (2 * N * k + 2 * E + 1 + epx) * 4);
   // dlogits (N,E), dgates (N,k), dyp (R,C), dh (R,F), dxr (N,C), dprobs, zero bias, dbias (E)
   // (expert parallel: received rows and d(local rows) (RL,C), the counts 2E)

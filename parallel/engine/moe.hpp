@@ -96,7 +96,9 @@ int64_t moe_rows(const GptConfig& c);
 // Rows of this rank's expert-major buffer: moe_rows on one rank; with ep = P the most its
 // E/P experts can receive from P sources.
 int64_t moe_local_rows(const GptConfig& c, const EpSpec& ep);
-MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes, const EpSpec& ep = {});
+// tp: the tensor-parallel degree; the replaced dense MLP is the rank's F/tp slice (the experts
+// are whole on every tensor-parallel rank, etp = 1).
+MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes, const EpSpec& ep = {}, int tp = 1);
 // Appends one MoE block's parameter entries (prefix "h.3.") where the dense MLP's would be:
 // moe.router.weight (E,C), then per expert e (the global index) moe.expert.<e>.fc.weight
 // (F,C), .fc.bias (F), .proj.weight (C,F), .proj.bias (C).
