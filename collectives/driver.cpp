@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
-#include <thread>
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -15,6 +13,7 @@
 
 #include "comm/agree.hpp"
 #include "comm/clock_sync.hpp"
+#include "comm/finalize.hpp"
 #include "comm/topology.hpp"
 #include "comm/watched_comm.hpp"
 #include "core/op_watch.hpp"
@@ -362,30 +361,6 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   return 0;
 }
 
-// MPI_Finalize with a deadline (MESHBENCH_FINALIZE_TIMEOUT seconds, default 10): past it,
-// the process exits with the run's own exit code.
-void finalize_with_watchdog(int rank, int rc) {
-  double limit = 10;
-  if (const char* v = std::getenv("MESHBENCH_FINALIZE_TIMEOUT")) limit = std::atof(v);
-  static std::atomic<bool> done{false};
-  if (limit > 0) {
-    std::thread([limit, rank, rc] {
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit);
-      while (std::chrono::steady_clock::now() < deadline) {
-        if (done.load()) return;
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      if (rank == 0)
-        std::fprintf(stderr, "meshbench: MPI_Finalize did not return within %g s (a known MPICH 4.0 hang over "
-                             "TCP); results are complete, exiting with code %d\n", limit, rc);
-      std::fflush(nullptr);
-      std::_Exit(rc);
-    }).detach();
-  }
-  MPI_Finalize();
-  done.store(true);
-}
-
 }  // namespace
 
 int run(const Spec& spec, int argc, char** argv) {
@@ -413,7 +388,7 @@ int run(const Spec& spec, int argc, char** argv) {
   MPI_Comm_free(&world);
   // Results are on disk by now. MPICH 4.0 over UCX TCP can hang in MPI_Finalize (fixed
   // upstream in 4.2); do not let that turn a finished run into a job that never ends.
-  finalize_with_watchdog(rank, rc);
+  comm::finalize_with_deadline(rank, rc, fs::path(argv[0]).filename().c_str());
   return rc;
 }
 
