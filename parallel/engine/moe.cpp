@@ -33,6 +33,10 @@ int64_t moe_local_rows(const GptConfig& c, const EpSpec& ep) {
   return ep.size * (cap > 0 ? std::min(per, el * cap) : per);
 }
 
+int64_t moe_routing_ints(const GptConfig& c, const EpSpec& ep) {
+  return 2 * c.tokens() * c.top_k + 2 * c.experts + 1 + (ep.size > 1 ? moe_local_rows(c, ep) : 0);
+}
+
 MoeMemory moe_memory(const GptConfig& c, int64_t sb, const EpSpec& ep, int tp) {
   MoeMemory m;
   const int64_t L = c.moe_blocks();
@@ -47,7 +51,7 @@ MoeMemory moe_memory(const GptConfig& c, int64_t sb, const EpSpec& ep, int tp) {
   // the received rows' places (RL int32).
   const int64_t epx = ep.size > 1 ? RL : 0;
   m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C - 2 * N * Ft) * sb +
-                            (2 * N * k + 2 * E + 1 + epx) * 4);
+                            moe_routing_ints(c, ep) * 4);
   // dlogits (N,E), dgates (N,k), dyp (R,C), dh (R,F), dxr (N,C), dprobs, zero bias, dbias (E)
   // (expert parallel: received rows and d(local rows) (RL,C), the counts 2E)
   m.buffer_bytes = (N * E + N * k + R * C + RL * F + N * C + 3 * E + (ep.size > 1 ? 2 * RL * C + 2 * E : 0)) * sb;

@@ -96,6 +96,9 @@ int64_t moe_rows(const GptConfig& c);
 // Rows of this rank's expert-major buffer: moe_rows on one rank; with ep = P the most its
 // E/P experts can receive from P sources.
 int64_t moe_local_rows(const GptConfig& c, const EpSpec& ep);
+// The int32 routing state of one MoE block for one micro-batch (indices, slots, counts, and
+// with ep the received rows' places); a pipeline stage keeps one copy per micro-batch.
+int64_t moe_routing_ints(const GptConfig& c, const EpSpec& ep = {});
 // tp: the tensor-parallel degree; the replaced dense MLP is the rank's F/tp slice (the experts
 // are whole on every tensor-parallel rank, etp = 1).
 MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes, const EpSpec& ep = {}, int tp = 1);

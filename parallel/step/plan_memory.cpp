@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model.hpp"
+#include "moe.hpp"
 #include "schedule.hpp"
 #include "zero.hpp"
 
@@ -28,22 +29,39 @@ MemoryBytes analytic(const GptConfig& c, const GptOptions& mo) {
   return Gpt<float>::memory_analytic(c, kScalar, mo.tp, mo.cp, mo.ep);
 }
 
-// Bytes of each of the stage's activation slots, in chunk order (pipeline parallel).
+// Bytes of each of the stage's activation slots, in chunk order (pipeline parallel): a dense
+// block's activations from the dense model's closed form, a MoE block's plus its MoE terms
+// (without the routing ints: the stage keeps those per micro-batch, routing_bytes).
 std::vector<int64_t> slot_bytes(const Plan& plan, const GptOptions& mo) {
   GptConfig none = plan.model, one = plan.model;
+  none.experts = one.experts = 0;
   none.layers = 0;
   one.layers = 1;
   const MemoryBytes m0 = analytic(none, mo), m1 = analytic(one, mo);
-  const int64_t per_layer = m1.activations - m0.activations;  // one block's activations
+  const int64_t dense = m1.activations - m0.activations;  // one dense block's activations
+  const int64_t blocks = plan.model.moe_blocks();
+  const int64_t moe = blocks == 0 ? 0
+                                  : moe_memory(plan.model, kScalar, mo.ep, mo.tp.size).activation_bytes / blocks -
+                                        moe_routing_ints(plan.model, mo.ep) * 4;  // a MoE block's extra
   const int64_t head = m0.activations;  // the input, final norm, logits and losses
   const int64_t input = int64_t{tp_dims(plan.model, mo.tp, mo.cp).rows} * plan.model.hidden * kScalar;
   std::vector<int64_t> bytes;
   const auto& chunks = mo.stage->chunks;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const bool ends_model = mo.stage->last && k + 1 == chunks.size();
-    bytes.push_back(int64_t{chunks[k].second - chunks[k].first} * per_layer + (ends_model ? head : input));
+    int64_t b = ends_model ? head : input;
+    for (int l = chunks[k].first; l < chunks[k].second; ++l) b += dense + (plan.model.is_moe(l) ? moe : 0);
+    bytes.push_back(b);
   }
   return bytes;
+}
+
+// The stage's MoE routing state: one copy per micro-batch of the step for each of its MoE blocks.
+int64_t routing_bytes(const Plan& plan, const GptOptions& mo) {
+  int64_t blocks = 0;
+  for (const auto& [lo, hi] : mo.stage->chunks)
+    for (int l = lo; l < hi; ++l) blocks += plan.model.is_moe(l) ? 1 : 0;
+  return blocks * plan.micro_batches * moe_routing_ints(plan.model, mo.ep) * 4;
 }
 
 }  // namespace
@@ -68,7 +86,7 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
   }
   if (pipeline) {
     const std::vector<Action> actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
-    m.activations = double(scheduled_activation_peak(actions, slot_bytes(plan, mo)));
+    m.activations = double(scheduled_activation_peak(actions, slot_bytes(plan, mo)) + routing_bytes(plan, mo));
     const double N = double(tp_dims(plan.model, mo.tp, mo.cp).tokens);
     const double message = double(tp_dims(plan.model, mo.tp, mo.cp).rows) * plan.model.hidden * kScalar;
     // the received output gradient, and a gradient-send buffer except on virtual stage 0 alone

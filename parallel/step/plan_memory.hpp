@@ -30,8 +30,9 @@ struct PlanMemory {
 //     first stage, the head on the last, a tied head's copy of wte there), 4 + 4 + 8 bytes.
 //   activations: memory_analytic's one slot without pipeline parallel; with it, the largest
 //     sum of slot sizes the stage's schedule holds at once (scheduled_activation_peak), a
-//     chunk's slot being its layers' activations and its input (the last stage's last chunk:
-//     the final norm, logits and losses instead).
+//     chunk's slot being its layers' activations (a dense or a MoE block's, each by its type)
+//     and its input (the last stage's last chunk: the final norm, logits and losses instead),
+//     plus the MoE routing state the stage keeps per micro-batch for each of its MoE blocks.
 //   buffers: memory_analytic's backward buffers; with pipeline parallel also the m token and
 //     target slots and the messages of b x s/cp x h floats: the received output gradient and
 //     (but on the first stage without interleaving) at least one gradient-send buffer.
