@@ -4,6 +4,12 @@
 
 namespace meshbench::parallel {
 
+int64_t Layout::numel() const {
+  int64_t n = 0;
+  for (const LayoutEntry& e : entries_) n += e.numel;
+  return n;
+}
+
 int64_t Layout::add(std::string name, std::vector<int64_t> shape, bool weight_decay, Shard shard) {
   int64_t numel = 1;
   for (int64_t d : shape) numel *= d;

@@ -46,6 +46,7 @@ class Layout {
   int64_t add(std::string name, std::vector<int64_t> shape, bool weight_decay, Shard shard = {});
   const std::vector<LayoutEntry>& entries() const { return entries_; }
   int64_t total() const { return total_; }  // elements, padding included
+  int64_t numel() const;                     // elements of the tensors, padding left out
   const LayoutEntry& find(const std::string& name) const;  // throws std::out_of_range
   const LayoutEntry* find_if(const std::string& name) const;  // null when absent
   // Ends a unit that started at `unit_lo`: pads the total so the unit's length is a multiple

@@ -158,9 +158,7 @@ void Gpt<S>::upload_params(const S* host) {
 
 template <typename S>
 int64_t Gpt<S>::num_params() const {
-  int64_t n = 0;
-  for (const auto& e : layout_.entries()) n += e.numel;
-  return n;
+  return layout_.numel();
 }
 
 template <typename S>

@@ -34,18 +34,11 @@ nlohmann::ordered_json memory_json(const PlanMemory& m) {
           {"total", m.total()}};
 }
 
-int64_t parameters(const GptConfig& c) {
-  const Layout full = Gpt<float>::full_layout(c);  // kept: entries() refers into it
-  int64_t n = 0;
-  for (const auto& e : full.entries()) n += e.numel;
-  return n;
-}
-
 nlohmann::ordered_json model_json(const GptConfig& c, const std::string& preset) {
   return {{"preset", preset},     {"layers", c.layers}, {"hidden", c.hidden},   {"heads", c.heads},
           {"kv_heads", c.kv_heads}, {"ffn", c.ffn},       {"seq", c.seq},         {"vocab", c.vocab},
           {"micro_batch", c.micro_batch}, {"experts", c.experts}, {"top_k", c.top_k},
-          {"parameters", parameters(c)}};
+          {"parameters", Gpt<float>::full_layout(c).numel()}};
 }
 
 }  // namespace
