@@ -87,7 +87,7 @@ void merge_worst(std::map<std::string, CheckRow>& worst, std::vector<std::string
 // arrays are in the full model's layout (Gpt::full_layout).
 struct Reference {
   double loss = 0;
-  std::vector<float> grads, params;
+  std::vector<float> grads, params0;  // after the backward; the canonical weights before the step
   std::vector<std::vector<float>> first_logits;  // per dp rank: the logits of its first micro-batch
 };
 
@@ -117,9 +117,21 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
   }
   out.loss /= mb;
   out.grads = ref.download_grads();
-  ref.update(env.adam, 1);
-  out.params = ref.download_params();
+  out.params0 = ref.download_params();
   return out;
+}
+
+// The parameters AdamW step 1 makes from `params0` with a rank's own gradients (the full
+// layout, weight decay per tensor), on the CPU backend's update: what that rank's optimizer
+// (replicated, or ZeRO's shard) must have produced. Against the reference's own update instead,
+// a 1e-7 difference in a gradient near AdamW's eps moves a weight by up to lr.
+std::vector<float> adamw_of(const Layout& full, const std::vector<float>& params0, const std::vector<float>& grads,
+                            const AdamWConfig& cfg) {
+  std::vector<float> p(params0), m(params0.size(), 0.f), v(params0.size(), 0.f);
+  for (const auto& e : full.entries())
+    cpu_backend<float>().adamw_update(p.data() + e.offset, grads.data() + e.offset, m.data() + e.offset,
+                                      v.data() + e.offset, e.numel, cfg, e.weight_decay ? cfg.weight_decay : 0.0, 1);
+  return p;
 }
 
 // The logits of this rank's first micro-batch before the step (its vocabulary columns
@@ -287,6 +299,7 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
         MB_CHECK_MPI(MPI_Recv(other.owned.data(), Pf, MPI_UINT8_T, r, 903, world, MPI_STATUS_IGNORE), "world");
       }
       const InFull& f = r == 0 ? mine : other;
+      const std::vector<float> want_params = adamw_of(full, ref.params0, f.grads, env.adam);
       all_a.clear();
       all_r.clear();
       pa.clear();
@@ -298,7 +311,7 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
                                           kParallelTolerance));
         all_a.insert(all_a.end(), xa.begin(), xa.end());
         all_r.insert(all_r.end(), xr.begin(), xr.end());
-        owned_elements(e, f.owned.data(), f.params.data(), ref.params.data(), xa, xr);
+        owned_elements(e, f.owned.data(), f.params.data(), want_params.data(), xa, xr);
         pa.insert(pa.end(), xa.begin(), xa.end());
         pr.insert(pr.end(), xr.begin(), xr.end());
       }

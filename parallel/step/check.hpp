@@ -5,8 +5,11 @@
 // canonical weights as m x dp micro-batches of gradient accumulation (1e-5): the loss,
 // every parameter gradient of every rank put back into the full model's layout by name
 // (sharding.hpp: tensor-parallel slices, a rank's pipeline stage or experts, ZeRO shards),
-// compared over the elements that rank holds, and the parameters after the AdamW step; a
-// coverage row fails when some element of the full model is held by no rank. Rows go to
+// compared over the elements that rank holds, and the parameters after its optimizer step
+// against AdamW step 1 applied to the canonical weights and that rank's own (reduced)
+// gradients, which proves the optimizer (replicated or ZeRO-sharded) without letting AdamW's
+// g/(|g| + eps) amplify a gradient's last-bit difference into an lr-sized one; a coverage row
+// fails when some element of the full model is held by no rank. Rows go to
 // step/check; a failed row makes the run exit 1.
 // Not here: the strategies being checked, output.
 #pragma once

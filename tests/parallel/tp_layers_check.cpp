@@ -1,13 +1,19 @@
 // Tensor-parallel layers and mappings against a full single-rank reference on every rank
 // (issue 10; run at 1, 2 and 4 ranks). Mappings: rank-valued tensors through the group's
 // all-reduce (sum, max), all-gather and reduce-scatter, blocking and posted, compared exactly
-// (as Megatron's test_mappings.py). Layers, for all-reduce and sequence-parallel modes
-// (re-gather on and off) with overlap on and off:
-//   column-parallel: the output shard equals the reference output's columns bit for bit,
-//     the weight and bias gradient shards the reference slices, the input gradient the
-//     reference (full rows, or this rank's rows under SP) within 1e-6 relative;
-//   row-parallel: the output (full, or this rank's rows) within 1e-6, the input gradient's
-//     columns and the weight gradient's columns bit for bit, the bias gradient exactly.
+// (integer-valued floats: every reduction order gives the same sum; as Megatron's
+// test_mappings.py). Layers, for all-reduce and sequence-parallel modes (re-gather on and off)
+// with overlap on and off, against the full layer within kTol (normalised L2):
+//   column-parallel: the output shard against the reference output's columns, the weight and
+//     bias gradient shards against the reference slices, the input gradient against the
+//     reference (full rows, or this rank's rows under SP);
+//   row-parallel: the output (full, or this rank's rows), the input gradient's columns and the
+//     weight gradient's columns; the bias gradient bit for bit.
+// Why a tolerance: a shard is a GEMM of another shape than the full layer's, and BLAS may block
+// and round it differently (an 8-row GEMM is not bit-identical to those rows of a 16-row GEMM
+// on an AVX-512 EPYC under OPENBLAS_CORETYPE=Haswell). The row-parallel bias gradient is the
+// one bitwise comparison: both sides are the same call on the same (N, OC) gradient, since the
+// sharded layer reduces (or, under SP, gathers) dY back to the full matrix first.
 // Exit 0 when every comparison holds on every rank, 1 otherwise (rank 0 prints them).
 #include <mpi.h>
 
@@ -53,6 +59,13 @@ double rel(const float* a, const float* b, size_t n) {
     den += double(b[i]) * double(b[i]);
   }
   return std::sqrt(num / (den > 0 ? den : 1));
+}
+constexpr double kTol = 1e-6;  // fp32 GEMMs of K <= 16: observed errors are about 1e-7
+
+// Records "label (rel E)" as passing when E <= kTol.
+void expect_close(const float* a, const float* b, size_t n, const std::string& label) {
+  const double e = rel(a, b, n);
+  expect(e <= kTol, label + " (rel " + std::to_string(e) + ")");
 }
 bool same(const float* a, const float* b, size_t n) {
   for (size_t i = 0; i < n; ++i)
@@ -118,11 +131,10 @@ void column(CommGroup<float>* tp, const TpMode& m, const std::string& label) {
                          w.data(), N, C, ol);
   const Vec ys = cols(Y, N, OC, r * ol, ol), dws = rows(dW, r * ol, ol, C), dbs(db.begin() + r * ol, db.begin() + (r + 1) * ol);
   const Vec dxs = m.sp ? rows(dX, r * n, n, C) : dX;
-  expect(same(y.data(), ys.data(), ys.size()), label + " column: output shard == reference columns (bitwise)");
-  expect(same(dw.data(), dws.data(), dws.size()), label + " column: weight-gradient shard == reference rows (bitwise)");
-  expect(same(dbl.data(), dbs.data(), dbs.size()), label + " column: bias-gradient shard == reference slice (bitwise)");
-  const double e = rel(dx.data(), dxs.data(), dxs.size());
-  expect(e <= 1e-6, label + " column: input gradient == reference" + (m.sp ? " rows" : "") + " (rel " + std::to_string(e) + ")");
+  expect_close(y.data(), ys.data(), ys.size(), label + " column: output shard == reference columns");
+  expect_close(dw.data(), dws.data(), dws.size(), label + " column: weight-gradient shard == reference rows");
+  expect_close(dbl.data(), dbs.data(), dbs.size(), label + " column: bias-gradient shard == reference slice");
+  expect_close(dx.data(), dxs.data(), dxs.size(), label + " column: input gradient == reference" + (m.sp ? " rows" : ""));
 }
 
 void row(CommGroup<float>* tp, const TpMode& m, const std::string& label) {
@@ -141,10 +153,10 @@ void row(CommGroup<float>* tp, const TpMode& m, const std::string& label) {
   const Vec dy = m.sp ? rows(dY, r * n, n, OC) : dY;
   row_backward<float>(be, {}, tp, m, dx.data(), dw.data(), dbl.data(), dy.data(), dyfull.data(), x.data(), w.data(), N, kl, OC);
   const Vec ys = m.sp ? rows(Y, r * n, n, OC) : Y, dxs = cols(dX, N, K, r * kl, kl), dws = cols(dW, OC, K, r * kl, kl);
-  const double e = rel(y.data(), ys.data(), ys.size());
-  expect(e <= 1e-6, label + " row: output == reference" + (m.sp ? " rows" : "") + " (rel " + std::to_string(e) + ")");
-  expect(same(dx.data(), dxs.data(), dxs.size()), label + " row: input-gradient columns == reference (bitwise)");
-  expect(same(dw.data(), dws.data(), dws.size()), label + " row: weight-gradient columns == reference (bitwise)");
+  expect_close(y.data(), ys.data(), ys.size(), label + " row: output == reference" + (m.sp ? " rows" : ""));
+  expect_close(dx.data(), dxs.data(), dxs.size(), label + " row: input-gradient columns == reference");
+  expect_close(dw.data(), dws.data(), dws.size(), label + " row: weight-gradient columns == reference");
+  // Same call, same shapes: matmul_backward's bias reduction over the full (N, OC) dY.
   expect(same(dbl.data(), db.data(), db.size()), label + " row: bias gradient == reference (bitwise)");
 }
 }  // namespace
