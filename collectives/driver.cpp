@@ -76,6 +76,12 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   auto parsed = parse_options(binary, spec.reduces, spec.rooted, argc, argv, rank == 0, spec.peers != nullptr);
   if (!parsed) return 0;
   Options opt = *parsed;
+  // Output: claimed by rank 0 before any set-up (results/output_path.hpp): never overwritten,
+  // one writer at a time, folders made once.
+  results::OutputClaim claim;
+  std::string out_error;
+  if (!opt.output.empty() && rank == 0) out_error = claim.claim(opt.output, opt.append, binary);
+  comm::agree_or_throw(world, out_error);
   // The watchdog covers the set-up too (topology, groups, the output file): a rank stuck
   // there is reported without a file to mark; it restarts with the file once there is one.
   core::OpWatch* watched = opt.op_timeout > 0 ? &watch : nullptr;
@@ -168,12 +174,6 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   std::vector<std::vector<std::size_t>> counts;
   for (auto& [t, op] : keys) counts.push_back(counts_for(spec, opt, t, n, binary));
 
-  // Output: never overwrite; --append adds a run.
-  std::string out_error;
-  if (!opt.output.empty() && rank == 0) out_error = results::output_problem(opt.output, opt.append);
-  comm::agree_or_throw(world, out_error);
-  bool append = opt.append && fs::exists(opt.output);
-
   results::RunContext ctx = results::make_run_context(world, binary, argc, argv, topo);
   auto& a = ctx.attrs;
   a["tag"] = opt.tag;
@@ -232,21 +232,39 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   }
   results::sync_from_root(ctx, world);
 
+  // Reporters live on rank 0 (the records are gathered there); the files are its alone.
   std::vector<std::unique_ptr<results::Reporter>> reporters;
-  reporters.push_back(std::make_unique<results::ConsoleReporter>(rank, opt.quiet));
-  if (!opt.output.empty()) {
-    reporters.push_back(std::make_unique<results::Hdf5Reporter>(opt.output, append, world, ctx));
-    reporters.push_back(std::make_unique<results::JsonLinesReporter>(results::jsonl_path(opt.output), rank));
+  std::string write_error;  // rank 0: the first failure to write, which ends the run
+  auto report = [&](auto&& f) {
+    if (rank != 0 || !write_error.empty()) return;
+    try {
+      for (auto& r : reporters) {
+        f(*r);
+        if (write_error.empty() && !r->error().empty()) write_error = r->error();
+      }
+    } catch (const std::exception& e) {
+      write_error = e.what();
+    }
+  };
+  if (rank == 0) {
+    reporters.push_back(std::make_unique<results::ConsoleReporter>(rank, opt.quiet));
+    if (!opt.output.empty()) {
+      try {
+        reporters.push_back(std::make_unique<results::Hdf5Reporter>(opt.output, claim.appending(), ctx));
+      } catch (const std::exception& e) {
+        write_error = fmt::format("cannot read {} to append to it: {}", opt.output, e.what());
+      }
+      reporters.push_back(std::make_unique<results::JsonLinesReporter>(results::jsonl_path(opt.output)));
+    }
   }
+  results::sync_from_root(ctx, world);  // the run id, made unique in the file by rank 0
   setup_scope.reset();
   if (watched) {
     site = {rank, comm::host_name(), binary, plan.dim, opt.op_timeout, opt.output, ctx.run_id};
     watch.start(opt.op_timeout, [site](const core::Hang& h) { report_hang(site, h); });
   }
-  {
-    comm::WatchScope w(watched, "HDF5 create run (collective)", 0, "world");
-    for (auto& r : reporters) r->begin_run(ctx, plan.all_groups);
-  }
+  report([&](results::Reporter& r) { r.begin_run(ctx, plan.all_groups); });
+  comm::agree_on_fault(world, write_error);
   if (rank == 0 && !opt.quiet) {
     for (const auto& w : plan.warnings) std::printf("# warning: %s\n", w.c_str());
     for (const auto& s : skipped) std::printf("# skipped %s\n", s.c_str());
@@ -277,10 +295,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   bool stop = false;
   for (std::size_t k = 0; k < blocks.size() && !stop; ++k) {
     const results::Block& b = blocks[k];
-    {
-      comm::WatchScope w(watched, "HDF5 create series (collective)", 0, "world");
-      for (auto& r : reporters) r->begin_block(b);
-    }
+    report([&](results::Reporter& r) { r.begin_block(b); });
     for (std::size_t ci = 0; ci < counts[k].size(); ++ci) {
       std::size_t count = counts[k][ci];
       std::optional<PeerMatrix> peers;
@@ -306,23 +321,23 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
         wrong_total += pt.wrong;
         row.by_placement[static_cast<std::size_t>(p)] = std::move(pt);
       }
-      {
-        comm::WatchScope w(watched, "HDF5 write of a finished size (collective)", 0, "world");
-        for (auto& r : reporters) r->row(b, row);
-      }
-      // Stop together: a signal on any rank, or rank 0's clock past --time-limit.
+      report([&](results::Reporter& r) { r.row(b, row); });
+      // Stop together: rank 0 could not write, a signal on any rank, or rank 0's clock past
+      // --time-limit (the highest code wins).
       int code = g_signal.load() ? 2 : 0;
       if (rank == 0 && opt.time_limit > 0 && core::now_seconds() - t0 > opt.time_limit) code = std::max(code, 1);
+      if (rank == 0 && !write_error.empty()) code = 3;
       int agreed = 0;
       comm::WatchScope w(watched, "MPI_Allreduce (stop decision)", sizeof code, "world");
       MB_CHECK_MPI(MPI_Allreduce(&code, &agreed, 1, MPI_INT, MPI_MAX, world), "world");
+      if (agreed == 3) comm::agree_on_fault(world, write_error);
       if (agreed) {
         status = agreed == 2 ? results::RunStatus::kKilled : results::RunStatus::kTimeout;
         stop = true;
         break;
       }
     }
-    for (auto& r : reporters) r->end_block(b);
+    report([&](results::Reporter& r) { r.end_block(b); });
   }
   if (status == results::RunStatus::kOk && wrong_total > 0) status = results::RunStatus::kFailed;
   if (opt.timing == Timing::kWindow) {
@@ -334,12 +349,10 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
     nlohmann::ordered_json drift = nlohmann::ordered_json::array();
     for (std::size_t r = 0; r < off.size(); ++r) drift.push_back((off[r].get<double>() - offsets_start[r]) / elapsed);
     nlohmann::ordered_json end = {{"clock_offset_end_s", off}, {"clock_error_end_s", err}, {"clock_drift", drift}};
-    for (auto& r : reporters) r->add_run_attrs(end);
+    report([&](results::Reporter& r) { r.add_run_attrs(end); });
   }
-  {
-    comm::WatchScope w(watched, "HDF5 finish run (collective)", 0, "world");
-    for (auto& r : reporters) r->finish(status);
-  }
+  report([&](results::Reporter& r) { r.finish(status); });
+  comm::agree_on_fault(world, write_error);
   watch.stop();
   if (rank == 0) {
     if (status == results::RunStatus::kTimeout)
@@ -380,6 +393,13 @@ int run(const Spec& spec, int argc, char** argv) {
   } catch (const UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", fs::path(argv[0]).filename().c_str(), e.what());
     rc = static_cast<int>(core::ExitCode::kUsage);
+  } catch (const core::OutputFault& e) {
+    // Every rank agreed to stop here (comm::agree_on_fault): no one waits in a collective.
+    if (rank == 0)
+      std::fprintf(stderr, "%s: error: %s; the results file keeps what was published before (status 'running' "
+                           "if the end could not be recorded)\n",
+                   fs::path(argv[0]).filename().c_str(), e.what());
+    rc = static_cast<int>(core::ExitCode::kRuntime);
   } catch (const core::RuntimeFault& e) {
     core::fatal_runtime("run", "world", e.what());
   } catch (const std::bad_alloc&) {

@@ -187,8 +187,8 @@ void Runner::summarize(std::vector<double> mine, double first, std::uint64_t wro
               std::max(worst[static_cast<std::size_t>(i)], by_iter[static_cast<std::size_t>(i * world_size_ + m)]);
       r.group_t_median.push_back(core::median(worst));
     }
+    r.samples = std::move(by_iter);
   }
-  r.my_samples = std::move(mine);
 }
 
 results::PointResult Runner::measure(const Inputs& in, Placement placement, Buffers& b, const std::string& where) {

@@ -103,6 +103,10 @@ class Backend {
   virtual void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, int64_t cols) = 0;
   virtual void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n,
                             const AdamWConfig& cfg, double weight_decay, int t) = 0;
+  // The gradient elements adamw_update found not finite since the last call (then zero):
+  // every strategy's optimizer reads exactly its rank's reduced gradients there, so this is
+  // the divergence check's view of the gradient. Outside timed regions (it may synchronize).
+  virtual int64_t take_nonfinite_grads() = 0;
 
   // The mixture-of-experts ops (moe_layers.hpp; the wiring is moe.hpp). moe_plan's counts are
   // what the host reads (download) to size the per-expert GEMMs.

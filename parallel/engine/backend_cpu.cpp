@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <utility>
 
 #include "backend.hpp"
 
@@ -129,8 +130,9 @@ class CpuBackend final : public Backend<S> {
   }
   void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
                     double weight_decay, int t) override {
-    parallel::adamw_update(param, grad, m, v, n, cfg, weight_decay, t);
+    nonfinite_ += parallel::adamw_update(param, grad, m, v, n, cfg, weight_decay, t);
   }
+  int64_t take_nonfinite_grads() override { return std::exchange(nonfinite_, 0); }
 
   void moe_topk_forward(int32_t* idx, S* gates, S* probs, const S* logits, int N, int E, int k,
                         bool assigned) override {
@@ -158,6 +160,9 @@ class CpuBackend final : public Backend<S> {
                               const int32_t* slot, int N, int C, int k) override {
     parallel::moe_unpermute_backward(dyp, dgates, dout, yp, gates, slot, N, C, k);
   }
+
+ private:
+  int64_t nonfinite_ = 0;  // adamw_update's count since take_nonfinite_grads (one caller thread)
 };
 
 }  // namespace

@@ -97,6 +97,7 @@ class EmulatedBackend final : public Backend<float> {
                     const AdamWConfig& cfg, double wd, int t) override {
     cpu_.adamw_update(p, g, m, v, n, cfg, wd, t);
   }
+  int64_t take_nonfinite_grads() override { return cpu_.take_nonfinite_grads(); }
   // The MoE routing ops have no GEMM: the CPU backend's (the expert GEMMs are matmuls above).
   void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
                         int k, bool assigned) override {

@@ -444,8 +444,8 @@ void bias_residual_add(S* out, const S* x, const S* bias, int N, int C) {
 }
 
 template <typename S>
-void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
-                  double weight_decay, int t) {
+int64_t adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
+                     double weight_decay, int t) {
   // 1 - beta in double, then rounded: 1 - 0.999f in float is off by 1.3e-5 relative.
   const S lr = S(cfg.lr), b1 = S(cfg.beta1), b2 = S(cfg.beta2), eps = S(cfg.eps);
   const S omb1 = S(1.0 - cfg.beta1), omb2 = S(1.0 - cfg.beta2);
@@ -453,15 +453,18 @@ void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWCon
   const S bc1 = S(1.0 - std::pow(cfg.beta1, t));
   const S bc2_sqrt = S(std::sqrt(1.0 - std::pow(cfg.beta2, t)));
   const S step = lr / bc1;
-#pragma omp parallel for simd schedule(static)
+  int64_t bad = 0;
+#pragma omp parallel for simd schedule(static) reduction(+ : bad)
   for (int64_t i = 0; i < n; ++i) {
     const S g = grad[i];
+    bad += std::isfinite(g) ? 0 : 1;
     const S mi = b1 * m[i] + omb1 * g;
     const S vi = b2 * v[i] + omb2 * g * g;
     m[i] = mi;
     v[i] = vi;
     param[i] = param[i] * decay - step * mi / (std::sqrt(vi) / bc2_sqrt + eps);
   }
+  return bad;
 }
 
 template <typename S>
@@ -628,7 +631,7 @@ void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, 
   template void attention_rowdot<S>(S*, const S*, int, const S*, int, int, int, int, int);        \
   template void copy_2d<S>(S*, int64_t, const S*, int64_t, int64_t, int64_t);                    \
   template void add_2d<S>(S*, int64_t, const S*, int64_t, int64_t, int64_t);                     \
-  template void adamw_update<S>(S*, const S*, S*, S*, int64_t, const AdamWConfig&, double, int);
+  template int64_t adamw_update<S>(S*, const S*, S*, S*, int64_t, const AdamWConfig&, double, int);
 
 MB_INSTANTIATE(float)
 MB_INSTANTIATE(double)

@@ -151,12 +151,13 @@ template <typename S>
 void bias_residual_add(S* out, const S* x, const S* bias, int N, int C);
 
 // AdamW (torch.optim.AdamW semantics) on a flat range: param *= 1 - lr*wd, then the Adam
-// step with bias corrections for step t (1-based). m, v are updated in place.
+// step with bias corrections for step t (1-based). m, v are updated in place. Returns how
+// many gradient elements were not finite (the step's divergence check reads it).
 struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
 };
 template <typename S>
-void adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
-                  double weight_decay, int t);
+int64_t adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
+                     double weight_decay, int t);
 
 }  // namespace meshbench::parallel

@@ -122,15 +122,15 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
 }
 
 // The parameters AdamW step 1 makes from `params0` with a rank's own gradients (the full
-// layout, weight decay per tensor), on the CPU backend's update: what that rank's optimizer
+// layout, weight decay per tensor), by the CPU layers' update: what that rank's optimizer
 // (replicated, or ZeRO's shard) must have produced. Against the reference's own update instead,
 // a 1e-7 difference in a gradient near AdamW's eps moves a weight by up to lr.
 std::vector<float> adamw_of(const Layout& full, const std::vector<float>& params0, const std::vector<float>& grads,
                             const AdamWConfig& cfg) {
   std::vector<float> p(params0), m(params0.size(), 0.f), v(params0.size(), 0.f);
   for (const auto& e : full.entries())
-    cpu_backend<float>().adamw_update(p.data() + e.offset, grads.data() + e.offset, m.data() + e.offset,
-                                      v.data() + e.offset, e.numel, cfg, e.weight_decay ? cfg.weight_decay : 0.0, 1);
+    adamw_update(p.data() + e.offset, grads.data() + e.offset, m.data() + e.offset, v.data() + e.offset, e.numel,
+                 cfg, e.weight_decay ? cfg.weight_decay : 0.0, 1);
   return p;
 }
 

@@ -172,11 +172,6 @@ void check_options(Options& o) {
   if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1) || !(o.adam.beta2 >= 0 && o.adam.beta2 < 1))
     throw UsageError("--beta1/--beta2: must be in [0, 1)");
   if (!(o.adam.eps > 0)) throw UsageError("--eps: must be positive");
-  if (!o.output.empty()) {  // the policy every binary shares (results/output_path.hpp)
-    const std::string problem = results::output_problem(o.output, o.append);
-    if (!problem.empty()) throw UsageError(problem);
-    o.append = o.append && std::filesystem::exists(o.output);  // --append to a new file starts it
-  }
 }
 
 // "3,3,2,2" -> {3, 3, 2, 2}; "" -> {}.

@@ -1,5 +1,10 @@
 #include "perfetto.hpp"
 
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.hpp"
+
 #include <fmt/core.h>
 
 #include <fstream>
@@ -63,9 +68,10 @@ void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
   const nlohmann::json doc = {{"traceEvents", ev}, {"displayTimeUnit", "ms"},
                               {"otherData", {{"generator", "meshbench step_bench"}, {"clock_offsets", meta.dump()}}}};
   std::ofstream f(path);
-  if (!f) throw std::runtime_error("--trace " + path + ": cannot open for writing");
+  if (!f) throw core::RuntimeFault("--trace " + path + ": cannot open for writing: " + std::strerror(errno));
   f << doc.dump() << "\n";
-  if (!f) throw std::runtime_error("--trace " + path + ": write failed");
+  f.flush();
+  if (!f) throw core::RuntimeFault("--trace " + path + ": write failed: " + std::strerror(errno));
 }
 
 }  // namespace meshbench::parallel

@@ -14,7 +14,7 @@
 
 namespace meshbench::parallel {
 
-// On rank 0, with every rank's rows and clock offset; throws std::runtime_error on I/O.
+// On rank 0, with every rank's rows and clock offset; throws core::RuntimeFault on I/O.
 // Pipeline runs add, per rank, a "pipeline" track with one block per forward or backward
 // pass ("F3", "B3c1": micro-batch 3, chunk 1) and a counter of the stored activations.
 void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,

@@ -1,5 +1,10 @@
 #include "report.hpp"
 
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.hpp"
+
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -215,6 +220,8 @@ void write_step_jsonl(const std::string& path, const std::string& run_id, const 
                                {"bytes_match", s.bytes_match}, {"check", s.check}}
             .dump()
      << "\n";
+  js.flush();
+  if (!js) throw core::RuntimeFault("cannot write " + path + ": " + std::strerror(errno));
 }
 
 }  // namespace meshbench::parallel

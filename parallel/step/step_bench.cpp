@@ -13,7 +13,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <csignal>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -42,7 +45,9 @@
 #include "results/run_context.hpp"
 #include "results/run_file.hpp"
 #include "check.hpp"
+#include "comm/agree.hpp"
 #include "comm/clock_sync.hpp"
+#include "compute/device.hpp"
 #include "comm/finalize.hpp"
 #include "comm/mesh_comm.hpp"
 #include "comm/watched_comm.hpp"
@@ -76,6 +81,24 @@ constexpr int kExitOk = mb::core::code(ExitCode::kOk), kExitCheck = mb::core::co
 using namespace mb::parallel;
 
 namespace {
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
+  std::signal(sig, SIG_DFL);  // a second signal ends the process at once
+}
+
+// A write to rank 0's results file; a throw (an HDF5 call that failed) is held like a failed
+// publish, and the next stop decision ends the run.
+template <typename F>
+void write_or_hold(StepH5& h5, F&& f) {
+  if (!h5.error().empty()) return;
+  try {
+    f();
+  } catch (const std::exception& e) {
+    h5.hold_error(e.what());
+  }
+}
 
 bool model_on_device(const Gpt<float>& m) { return m.backend().mem() == mb::compute::MemKind::kDevice; }
 
@@ -269,24 +292,60 @@ void report_moe(const GptConfig& c, const MoeTotals& mine, int tp, StepH5* h5, c
                           {"moe_drop_fraction", frac}, {"moe_worst_expert_rows", double(t.worst_expert)}});
 }
 
-// The timed loop: warm-up, then steps; every rank starts each step after a barrier.
-// Returns false when --time-limit stopped it.
-bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, std::vector<double>& losses,
-                 const mb::core::Log& out) {
+// Why the timed loop stopped early, agreed by every rank (bits OR-ed over the world).
+enum StopBits : int { kStopTime = 1, kStopSignal = 2, kStopWrite = 4, kStopDiverged = 8 };
+
+struct LoopEnd {
+  int why = 0;          // StopBits, 0: every step ran
+  int at_step = -1;     // the step (counting warm-up) that stopped it
+  std::string detail;   // diverged: what was not finite
+};
+
+// One agreement per step, before it: the time limit (rank 0's clock), a SIGTERM/SIGINT on any
+// rank, a write that failed on rank 0, or a divergence any rank saw in the step before. It is
+// also every step's common start (it replaces a barrier).
+int stop_decision(int mine, mb::core::OpWatch* watch) {
+  int all = 0;
+  mb::comm::WatchScope w(watch, "MPI_Allreduce (stop decision, step start)", sizeof all, "world");
+  MB_CHECK_MPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_BOR, MPI_COMM_WORLD), "world");
+  return all;
+}
+
+// The timed loop: warm-up, then steps; every rank starts each step after the stop decision.
+LoopEnd timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, std::vector<double>& losses,
+                    const mb::core::Log& out) {
   const double t_origin = mb::core::now_seconds();
   const int total = o.warmup + o.steps;
+  int world = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  Backend<float>& be = st.model->backend();
+  be.take_nonfinite_grads();  // the check's steps are not this loop's
+  LoopEnd end;
+  int diverged = 0;
+  std::string diverged_detail;
+  std::vector<double> times(static_cast<size_t>(world)), phases(static_cast<size_t>(world) * kPhaseNames.size());
   using mb::comm::WatchScope;
-  for (int s = 0; s < total; ++s) {
+  for (int s = 0; s <= total; ++s) {
+    int mine = diverged ? kStopDiverged : 0;
+    if (g_signal.load() != 0) mine |= kStopSignal;
+    if (rank == 0 && o.time_limit > 0 && mb::core::now_seconds() - t_origin > o.time_limit) mine |= kStopTime;
+    if (rank == 0 && h5 && !h5->error().empty()) mine |= kStopWrite;
+    const int why = stop_decision(mine, st.watch);
+    if (why != 0) {
+      end = {why, s - 1, diverged_detail};
+      if (why & kStopDiverged) {  // every rank learns what the diverging ranks saw
+        std::string first = diverged_detail;
+        try {
+          mb::comm::agree_on_fault(MPI_COMM_WORLD, first);
+        } catch (const mb::core::OutputFault& e) {
+          end.detail = e.what();
+        }
+      }
+      return end;
+    }
+    if (s == total) break;
     if (st.watch) st.watch->set_context(fmt::format("step {} of {} ({} warm-up)", s, total, o.warmup));
-    int stop = o.time_limit > 0 && mb::core::now_seconds() - t_origin > o.time_limit;
-    {
-      WatchScope w(st.watch, "MPI_Bcast (time limit)", sizeof stop, "world");
-      MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);  // every rank stops at the same step
-    }
-    if (stop) {
-      out.warn("step_bench: --time-limit {} s reached after {} of {} steps\n", o.time_limit, s, total);
-      return false;
-    }
     const bool timed = s >= o.warmup;
     if (s == o.warmup) {  // the op profile and the memory peaks cover the timed steps only
       st.model->reset_profile();
@@ -294,31 +353,38 @@ bool timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepH5* h5, s
       st.model->moe().reset_totals();
     }
     st.trace.on = timed;
-    {
-      WatchScope w(st.watch, "MPI_Barrier (step start)", 0, "world");
-      MPI_Barrier(MPI_COMM_WORLD);
-    }
     const int step = timed ? s - o.warmup : -1;
     const double loss_local = run_step(env, st.actions, step, s, s + 1);
     st.trace.on = false;
-    if (!std::isfinite(loss_local)) out.warn("step_bench: loss is {} at step {}\n", loss_local, s);
+    // Divergence: this rank's loss (its share, or a pipeline stage's part) or the gradient
+    // elements its optimizer consumed (Backend::take_nonfinite_grads) are not finite.
+    const int64_t bad_grads = be.take_nonfinite_grads();
+    if (!std::isfinite(loss_local) || bad_grads > 0) {
+      diverged = 1;
+      diverged_detail = fmt::format("step {}{}: rank {} loss {}, {} non-finite gradient elements", s,
+                                    timed ? fmt::format(" (timed step {})", step) : std::string(" (warm-up)"),
+                                    rank, loss_local, bad_grads);
+    }
     if (!timed) continue;
     double loss = 0;  // the global batch's mean loss (reporting, outside the step)
     {
       WatchScope w(st.watch, "MPI_Allreduce (loss)", sizeof loss, "world");
       MPI_Allreduce(&loss_local, &loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     }
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
     loss /= world;
     losses.push_back(loss);
-    if (h5) {
-      const std::array<double, 4> ph = step_phases(st.trace, step);
-      WatchScope w(st.watch, "HDF5 append step (collective)", 0, "world");
-      h5->append_step(st.trace.step_end.back() - st.trace.step_start.back(), ph, loss);
+    if (o.output.empty()) continue;
+    // Every rank's step time and phases to rank 0, the writer.
+    const std::array<double, 4> ph = step_phases(st.trace, step);
+    const double t = st.trace.step_end.back() - st.trace.step_start.back();
+    {
+      WatchScope w(st.watch, "MPI_Gather (step times for the results file)", sizeof t, "world");
+      MB_CHECK_MPI(MPI_Gather(&t, 1, MPI_DOUBLE, times.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD), "world");
+      MB_CHECK_MPI(MPI_Gather(ph.data(), 4, MPI_DOUBLE, phases.data(), 4, MPI_DOUBLE, 0, MPI_COMM_WORLD), "world");
     }
+    if (h5) write_or_hold(*h5, [&] { h5->append_step(times, phases, loss); });
   }
-  return true;
+  return end;
 }
 
 // The compute backend of this rank: the CPU, or one GPU (local rank modulo the node's GPUs).
@@ -465,22 +531,6 @@ std::vector<std::pair<std::string, double>> print_profile(const mb::core::Log& o
   return ops;
 }
 
-// --trace: every rank's events, on rank 0's clock, into one Perfetto file.
-void write_trace(const Options& o, const std::vector<EventRow>& events, const std::vector<SlotRow>& slots,
-                 const std::vector<PassRow>& passes, const mb::comm::ClockOffset& clock,
-                 const mb::comm::Topology& topo, const mb::core::Log& out, int rank, int world) {
-  const std::vector<EventRow> all = gather_rows(events, MPI_COMM_WORLD);
-  const std::vector<SlotRow> all_slots = gather_rows(slots, MPI_COMM_WORLD);
-  const std::vector<PassRow> all_passes = gather_rows(passes, MPI_COMM_WORLD);
-  std::vector<mb::comm::ClockOffset> offsets(static_cast<size_t>(world));
-  MPI_Gather(&clock, 2, MPI_DOUBLE, offsets.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  if (rank != 0) return;
-  std::vector<std::string> hosts;
-  for (const auto& p : topo.ranks) hosts.push_back(p.host);
-  write_perfetto(o.trace_file, all, offsets, hosts, all_slots, all_passes);
-  out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
-}
-
 // Pipeline parallel: this rank's stored activations and bubble (metrics.hpp), the steps'
 // pipeline spans and the senders' post times exchanged over the world first.
 PipelineRow pipeline_metrics(const Setup& st, const Plan& plan, double offset) {
@@ -507,40 +557,77 @@ struct Outcome {
   StepSummary sum;
   std::vector<MemoryRow> mem;
   std::vector<CheckRow> check_rows;
-  std::vector<CommRow> comm;
   std::string check;
-  bool finished = true;
+  LoopEnd end;
 };
 
+// The run's status in the file and its exit code, from how the loop ended and the check.
+std::pair<std::string, int> verdict(const Outcome& r) {
+  if (r.end.why & kStopDiverged) return {"diverged", mb::core::code(ExitCode::kDiverged)};
+  if (r.end.why & kStopSignal) return {"killed", kExitRuntime};
+  if (r.end.why & kStopTime) return {"timeout", kExitRuntime};
+  if (r.check == "fail") return {"failed", kExitCheck};
+  return {"ok", kExitOk};
+}
+
+// Console on rank 0; the results file (rank 0 writes what every rank sends it); the trace.
+// Rank 0's write errors are held in `write_error` for the caller to agree on.
 void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, const mb::comm::ClockOffset& clock,
-            double t_origin, const mb::comm::Topology& topo, const mb::core::Log& out, int rank) {
+            double t_origin, const mb::comm::Topology& topo, const mb::core::Log& out, int rank,
+            std::string& write_error) {
   if (r.rec.steps > 0) print_step_report(out, r.rec, r.sum);
   print_memory(out, r.mem, *st.plan);
   std::vector<std::pair<std::string, double>> ops;
   if (o.profile) ops = print_profile(out, *st.model, r.rec.steps, r.sum.step_time_median);
+  // Every rank's rows, gathered once for the file and the trace (events: with --profile or --trace).
   std::vector<EventRow> events;
   if (o.profile || !o.trace_file.empty()) events = event_rows(st.trace, rank, t_origin, clock.offset_s);
-  if (!o.trace_file.empty())
-    write_trace(o, events, slot_rows(st.trace, rank, t_origin, clock.offset_s), pass_rows(st.trace, rank, t_origin, clock.offset_s),
-                clock, topo, out, rank, r.rec.ranks);
+  const std::vector<EventRow> all_events = gather_rows(events, MPI_COMM_WORLD);
+  const std::vector<SlotRow> slots = gather_rows(slot_rows(st.trace, rank, t_origin, clock.offset_s), MPI_COMM_WORLD);
+  const std::vector<PassRow> passes = gather_rows(pass_rows(st.trace, rank, t_origin, clock.offset_s), MPI_COMM_WORLD);
+  const std::vector<MemoryCell> mem = gather_rows(memory_cells(r.mem, rank), MPI_COMM_WORLD);
+  std::vector<mb::comm::ClockOffset> offsets(static_cast<size_t>(r.rec.ranks));
+  MPI_Gather(&clock, 2, MPI_DOUBLE, offsets.data(), 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   double clock_err = clock.error_s;
   MPI_Allreduce(MPI_IN_PLACE, &clock_err, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  auto hold = [&](const char* what, auto&& f) {
+    if (!write_error.empty()) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      write_error = fmt::format("{}: {}", what, e.what());
+    }
+  };
+  if (!o.trace_file.empty())
+    hold("--trace", [&] {
+      std::vector<std::string> hosts;
+      for (const auto& p : topo.ranks) hosts.push_back(p.host);
+      write_perfetto(o.trace_file, all_events, offsets, hosts, slots, passes);
+      out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
+    });
+  const auto [status, rc] = verdict(r);
+  (void)rc;
   if (h5) {
-    h5->write_memory(r.mem);
-    h5->write_comm(r.comm);
-    h5->write_check(r.check_rows);
-    h5->write_summary(r.sum);
-    if (o.profile) h5->write_op_profile(ops);
-    h5->write_events(events);
-    if (st.pipe)
-      h5->write_pipeline(r.pipe, slot_rows(st.trace, rank, t_origin, clock.offset_s),
-                         pass_rows(st.trace, rank, t_origin, clock.offset_s));
-    h5->write_step_attrs({{"clock_offset_error_max_s", clock_err}});
-    h5->finish(!r.finished ? "timeout" : (r.check == "fail" ? "failed" : "ok"));
-    if (rank == 0 && r.rec.steps > 0)
-      write_step_jsonl(mb::results::jsonl_path(o.output), h5->run_id(), o.tag, r.rec,
-                       r.sum, omp_get_max_threads());
-    out.always("step_bench: wrote run {} to {}\n", h5->run_id(), o.output);
+    write_or_hold(*h5, [&] {
+      h5->write_memory(mem);
+      h5->write_comm(r.rec.comm);
+      h5->write_check(r.check_rows);
+      h5->write_summary(r.sum);
+      if (o.profile) h5->write_op_profile(ops);
+      h5->write_events(all_events);
+      if (st.pipe) h5->write_pipeline(r.rec.pipeline, slots, passes);
+      nlohmann::ordered_json attrs = {{"clock_offset_error_max_s", clock_err}};
+      if (r.end.why & kStopDiverged) attrs["diverged"] = r.end.detail;
+      h5->write_step_attrs(attrs);
+      h5->finish(status);
+    });
+    if (write_error.empty() && !h5->error().empty()) write_error = h5->error();
+    if (write_error.empty() && r.rec.steps > 0)
+      hold("JSON lines", [&] {
+        write_step_jsonl(mb::results::jsonl_path(o.output), h5->run_id(), o.tag, r.rec, r.sum, omp_get_max_threads());
+      });
+    if (write_error.empty()) out.always("step_bench: wrote run {} to {} (status {})\n", h5->run_id(), o.output, status);
   }
   if (r.rec.steps > 0)
     out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured GEMM peak), check {}\n",
@@ -559,6 +646,77 @@ int run_export(const Options& o, Gpt<float>& model, DataKind data, const mb::cor
   return kExitOk;
 }
 
+// Before set-up, rank 0 claims -O (one writer, never overwritten: results/output_path.hpp) and
+// checks that --trace and --export can be written; a problem is exit 2 on every rank.
+void claim_outputs(const Options& o, mb::results::OutputClaim& claim, int rank) {
+  std::string problem;
+  if (rank == 0) {
+    if (!o.output.empty()) problem = claim.claim(o.output, o.append, "step_bench");
+    if (problem.empty() && !o.trace_file.empty()) problem = mb::results::writable_problem("--trace", o.trace_file, false);
+    if (problem.empty() && !o.export_dir.empty()) problem = mb::results::writable_problem("--export", o.export_dir, true);
+  }
+  mb::comm::agree_or_throw(MPI_COMM_WORLD, problem);
+}
+
+// Before the model is allocated: the plan's analytic memory (plan_memory, what --plan-only
+// prints) against what each rank can have, the ranks of a host sharing its memory (or each
+// its GPU's). --check adds the single-rank reference model on rank 0. A plan that does not fit
+// is exit 2 on every rank, with the estimate; one that fits by this count can still run out
+// (the estimate leaves out the MPI library, BLAS workspaces and the allocator), which ends the
+// run with a named error instead (main).
+void check_memory(const Options& o, const Plan& plan, const Compute& cp, const mb::comm::Topology& topo, int rank) {
+  const mb::comm::RankGrid grid(plan.world, plan.mesh, plan.order);
+  const auto pm = grid.membership(mb::comm::GroupKind::kPp, rank);
+  const PlanMemory mine = plan_memory(plan, pm ? pm->index : 0);
+  double need = mine.total();
+  if (o.check && rank == 0 && plan.world > 1) {
+    const MemoryBytes ref = Gpt<float>::memory_analytic(plan.model, 4);
+    need += double(ref.params + ref.grads + ref.optimizer + ref.activations + ref.buffers);
+  }
+  const double have = double(cp.gpu ? mb::compute::device_memory_free() : mb::compute::host_memory_available());
+  const int node = topo.ranks[static_cast<size_t>(rank)].node;
+  std::vector<double> needs(static_cast<size_t>(plan.world)), haves(needs.size());
+  std::vector<int> nodes(needs.size());
+  MB_CHECK_MPI(MPI_Allgather(&need, 1, MPI_DOUBLE, needs.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD), "world");
+  MB_CHECK_MPI(MPI_Allgather(&have, 1, MPI_DOUBLE, haves.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD), "world");
+  MB_CHECK_MPI(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, MPI_COMM_WORLD), "world");
+  auto gib = [](double b) { return b / double(1 << 30); };
+  std::string problem;
+  if (cp.gpu) {  // one GPU per rank
+    for (size_t r = 0; r < needs.size() && problem.empty(); ++r)
+      if (haves[r] > 0 && needs[r] > haves[r])
+        problem = fmt::format("the plan needs about {:.2f} GiB on rank {} (plan_memory: parameters, gradients, "
+                              "optimizer, activations, buffers{}) but its GPU has {:.2f} GiB free; shrink the "
+                              "model or raise the parallel degrees (step_bench --plan-only prints the estimate)",
+                              gib(needs[r]), r, r == 0 && o.check ? ", and --check's reference model" : "", gib(haves[r]));
+  } else {  // the ranks of a host share its memory
+    std::map<int, std::pair<double, double>> by_node;  // node -> (sum of needs, least available seen)
+    std::map<int, int> ranks_on;
+    for (size_t r = 0; r < needs.size(); ++r) {
+      auto [it, fresh] = by_node.try_emplace(nodes[r], 0.0, haves[r]);
+      it->second.first += needs[r];
+      it->second.second = std::min(it->second.second, haves[r]);
+      ++ranks_on[nodes[r]];
+    }
+    for (const auto& [n, v] : by_node)
+      if (problem.empty() && v.second > 0 && v.first > v.second) {
+        std::string host;
+        for (const auto& p : topo.ranks)
+          if (p.node == n) host = p.host;
+        problem = fmt::format("the plan needs about {:.2f} GiB on host {} ({} ranks, plan_memory per rank: "
+                              "parameters, gradients, optimizer, activations, buffers{}) but the host has {:.2f} GiB "
+                              "available (MemAvailable, or its cgroup's limit); shrink the model, raise the parallel "
+                              "degrees or spread the ranks over more hosts (step_bench --plan-only prints the estimate)",
+                              gib(v.first), host, ranks_on[n], o.check ? ", and --check's reference model on rank 0" : "",
+                              gib(v.second));
+      }
+  }
+  mb::comm::agree_or_throw(MPI_COMM_WORLD, problem);
+}
+
+// The run's last agreement: rank 0's write error, if any, ends every rank with exit 3.
+void agree_written(const std::string& write_error) { mb::comm::agree_on_fault(MPI_COMM_WORLD, write_error); }
+
 // options -> plan -> groups and sharded model -> check -> timed steps -> metrics -> reports.
 int run(int argc, char** argv, int world_rank, int world_size, int thread_level) {
   std::optional<Options> parsed = parse_options(argc, argv);
@@ -569,6 +727,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   const Plan plan = make_plan(o, world_size);
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
+  mb::results::OutputClaim claim;
+  claim_outputs(o, claim, world_rank);
   const mb::core::Log out(world_rank, o.quiet);
   set_threads(o);
   const DataKind data = o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom;
@@ -577,7 +737,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   mb::core::OpWatch* watched = o.op_timeout > 0 ? &watch : nullptr;
   auto watch_with = [&](const std::string& output, const std::string& run_id) {
     if (!watched) return;
-    const mb::results::HangSite site{world_rank, mb::comm::host_name(), "step_bench", "dp", o.op_timeout, output, run_id};
+    // The dimension is the pending call's group's (results/hang.hpp: empty dim).
+    const mb::results::HangSite site{world_rank, mb::comm::host_name(), "step_bench", "", o.op_timeout, output, run_id};
     watch.start(o.op_timeout, [site](const mb::core::Hang& h) { mb::results::report_hang(site, h); });
   };
   watch_with("", "");
@@ -588,6 +749,7 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
   Compute cp;
   make_compute(cp, o, topo, world_rank);
+  check_memory(o, plan, cp, topo, world_rank);
   Setup st;
   st.watch = watched;
   make_setup(st, o, plan, world_rank, *cp.backend, cp.device);
@@ -607,14 +769,24 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   Outcome r;
   r.check = run_check(o, st, env, world_size, out, r.check_rows);
   mb::results::RunContext ctx = make_context(o, plan, cp, argc, argv, topo);
+  // The results file: rank 0's alone, in memory and published whole (step_h5.hpp).
   std::unique_ptr<StepH5> h5;
-  if (!o.output.empty())
-    h5 = std::make_unique<StepH5>(
-        o.output, o.append, MPI_COMM_WORLD, ctx,
-        step_attributes(o, plan, *st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet, cp.gpu_name, st),
-        std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(st, topo));
-  if (h5) watch_with(o.output, h5->run_id());
-  if (h5) h5->write_step_attrs({{"setup_time_s", setup_s[0]}, {"comm_setup_time_s", setup_s[1]}});
+  std::string write_error;
+  if (!o.output.empty() && world_rank == 0) {
+    try {
+      h5 = std::make_unique<StepH5>(
+          o.output, claim.appending(), ctx, world_size,
+          step_attributes(o, plan, *st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet, cp.gpu_name, st),
+          std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(st, topo));
+      h5->write_step_attrs({{"setup_time_s", setup_s[0]}, {"comm_setup_time_s", setup_s[1]}});
+      write_error = h5->error();
+    } catch (const std::exception& e) {
+      write_error = e.what();
+    }
+  }
+  agree_written(write_error);
+  mb::results::sync_from_root(ctx, MPI_COMM_WORLD);  // the run id, made unique in the file
+  if (!o.output.empty()) watch_with(o.output, ctx.run_id);
 
   // Clock offsets against rank 0, for the trace's aligned timelines.
   // On one host every rank reads the same monotonic clock: the offset is exactly 0 (the
@@ -623,12 +795,22 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
                                     [&](const auto& p) { return p.host == topo.ranks.front().host; });
   mb::comm::ClockOffset clock = mb::comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
   if (one_host) clock = {};
-  if (h5) h5->write_step_attrs({{"clock_shared_host", one_host}});
+  if (h5) write_or_hold(*h5, [&] { h5->write_step_attrs({{"clock_shared_host", one_host}}); });
   double t_origin = mb::core::now_seconds() - clock.offset_s;  // on rank 0's clock
   MPI_Bcast(&t_origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   st.model->set_profiling(o.profile);
   std::vector<double> losses;
-  r.finished = timed_steps(o, env, st, h5.get(), losses, out);
+  r.end = timed_steps(o, env, st, h5.get(), losses, out);
+  if (r.end.why & kStopWrite) agree_written(h5 ? h5->error() : std::string("the results file could not be written"));
+  if (r.end.why & kStopTime)
+    out.warn("step_bench: --time-limit {} s reached after {} of {} steps\n", o.time_limit, r.end.at_step + 1,
+             o.warmup + o.steps);
+  if (r.end.why & kStopSignal)
+    out.warn("step_bench: stopped by a signal after {} of {} steps; the finished steps are saved\n",
+             r.end.at_step + 1, o.warmup + o.steps);
+  if (r.end.why & kStopDiverged)
+    out.warn("step_bench: diverged at {}; status 'diverged', exit {}\n", r.end.detail,
+             mb::core::code(ExitCode::kDiverged));
 
   // On a shared machine the GEMM rate drifts while the steps run: measure the peak again
   // after them and normalise by the higher of the two (the lower, conservative MFU).
@@ -637,10 +819,11 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
           cp.gpu ? "cuBLAS GEMM" : "SGEMM", after.best / 1e9, peak.best / 1e9);
   const double peak_used = std::max(peak.best, after.best);
   if (h5)
-    h5->write_step_attrs({{"peak_measured_flops_before", peak.best}, {"peak_measured_flops_after", after.best},
-                          {"peak_measured_flops", peak_used}});
+    write_or_hold(*h5, [&] {
+      h5->write_step_attrs({{"peak_measured_flops_before", peak.best}, {"peak_measured_flops_after", after.best},
+                            {"peak_measured_flops", peak_used}});
+    });
   const RankMetrics rm = rank_metrics(st.trace, world_rank);
-  r.comm = rm.comm;  // this rank's rows, for the HDF5 table
   r.rec = gather_record(o, plan, st, rm, losses, peak_used);
   if (st.pipe) {
     r.pipe = pipeline_metrics(st, plan, clock.offset_s);
@@ -650,10 +833,11 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   r.mem = memory_rows(*st.model, plan, st.actions, st.pipe ? st.pipe->rank : 0);
   report_moe(o.model, st.model->moe().totals(), plan.degrees.tp, h5.get(), out);
   report_ep(st.model->moe().totals().ep, plan.degrees.ep, r.rec.steps, h5.get(), out, MPI_COMM_WORLD);
-  report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank);
+  if (h5 && write_error.empty() && !h5->error().empty()) write_error = h5->error();
+  report(o, st, r, h5.get(), clock, t_origin, topo, out, world_rank, write_error);
+  agree_written(write_error);
   if (watched) watch.stop();
-  if (!r.finished) return kExitRuntime;  // DESIGN.md: a timeout is a runtime fault; the file says how far it got
-  return r.check == "fail" ? kExitCheck : kExitOk;
+  return verdict(r).second;
 }
 
 }  // namespace
@@ -666,15 +850,29 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   mb::core::set_fault_identity(rank, mb::comm::host_name());
+  // SIGTERM (Slurm's time limit, scancel) and SIGINT stop the run at the next step boundary:
+  // status 'killed', exit 3, the finished steps kept. A second signal takes its default action.
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
   int rc = 0;
   try {
     rc = run(argc, argv, rank, size, provided);
   } catch (const UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "step_bench: error: %s\n", e.what());
     rc = kExitUsage;
+  } catch (const mb::core::OutputFault& e) {
+    // Every rank agreed to stop here: no rank waits in a collective.
+    if (rank == 0)
+      std::fprintf(stderr, "step_bench: error: %s; the results file keeps what was published before (its status "
+                           "stays 'running' when the end could not be recorded)\n", e.what());
+    rc = kExitRuntime;
   } catch (const mb::core::RuntimeFault& e) {
     std::fprintf(stderr, "step_bench: rank %d: %s\n", rank, e.what());
     rc = kExitRuntime;
+  } catch (const std::bad_alloc&) {
+    mb::core::fatal_runtime("memory allocation", "-",
+                            "out of memory (the plan passed the memory check, which leaves out MPI, BLAS and the "
+                            "allocator's own use: lower the model or raise the parallel degrees)");
   }
   // Results are on disk by now; a finalize that hangs (MPICH 4.0 over TCP) must not keep the job.
   mb::comm::finalize_with_deadline(rank, rc, "step_bench");

@@ -15,33 +15,12 @@ using results::h5_check;
 
 namespace {
 
-// A table with no rows (write_table creates it and writes nothing: HDF5 1.10's collective
-// write of a zero-sized dataset fails).
-void create_empty(hid_t loc, const std::string& name, hid_t type) {
-  results::write_table(loc, name, type, nullptr, 0, false);
-}
-
-// A table of every rank's rows: gathered to rank 0, which writes them all (the dataset's
-// size is the same on every rank, as the collective create needs).
+// A table of rows (an empty one when there are none).
 template <typename T>
-void write_all_ranks(hid_t loc, MPI_Comm world, int rank, const char* name, hid_t type,
-                     const std::vector<T>& local) {
-  const std::vector<T> all = gather_rows(local, world);
-  uint64_t n = all.size();
-  MB_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, world), "world");
-  if (n == 0) {
-    create_empty(loc, name, type);
-    return;
-  }
-  T dummy{};
-  results::write_table(loc, name, type, rank == 0 ? all.data() : &dummy, n, rank == 0);
+void write_rows(hid_t loc, const char* name, hid_t type, const std::vector<T>& rows) {
+  results::write_table(loc, name, type, rows.data(), rows.size());
 }
 
-struct MemoryRowH5 {
-  int32_t rank;
-  char category[24];
-  double measured, analytic;
-};
 struct CheckRowH5 {
   char quantity[64];
   double max_abs, rel, tolerance;
@@ -54,75 +33,70 @@ struct OpRowH5 {
 
 }  // namespace
 
+std::vector<MemoryCell> memory_cells(const std::vector<MemoryRow>& rows, int rank) {
+  std::vector<MemoryCell> out(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    out[i].rank = rank;
+    results::put_fixed(out[i].category, rows[i].category);
+    out[i].measured_bytes = rows[i].measured_bytes;
+    out[i].analytic_bytes = rows[i].analytic_bytes;
+  }
+  return out;
+}
+
 struct StepH5::Impl {
   std::unique_ptr<results::RunFile> file;
-  MPI_Comm world = MPI_COMM_NULL;
   size_t n_phases = 0;
-  int rank = 0, size = 1;
+  int ranks = 1;
   H5Id step;
   std::unique_ptr<results::AppendMatrix> step_times, phases, loss;
 };
 
-StepH5::StepH5(const std::string& path, bool append, MPI_Comm world, results::RunContext& ctx,
+StepH5::StepH5(const std::string& path, bool append, results::RunContext& ctx, int ranks,
                const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names,
                const std::vector<results::GroupInfo>& groups)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
-  m.file = std::make_unique<results::RunFile>(path, append, world, ctx);
-  m.rank = m.file->rank();
-  m.size = m.file->size();
+  m.file = std::make_unique<results::RunFile>(path, append, ctx);
+  m.ranks = ranks;
   run_id_ = ctx.run_id;
-  m.world = world;
   m.n_phases = phase_names.size();
   m.file->begin(ctx, groups);
-  hid_t f = m.file->file();
   m.step = results::create_group(m.file->run(), "step");
   results::write_attrs(m.step.get(), step_attrs);
   nlohmann::ordered_json names = phase_names;
   results::write_attr(m.step.get(), "phase_names", names);
-  const auto R = static_cast<hsize_t>(m.size);
+  const auto R = static_cast<hsize_t>(ranks);
   constexpr hsize_t kChunk = 64;  // steps per chunk
   m.step_times = std::make_unique<results::AppendMatrix>(m.step.get(), "step_times", std::vector<hsize_t>{R}, kChunk);
   m.phases = std::make_unique<results::AppendMatrix>(m.step.get(), "phases",
                                                      std::vector<hsize_t>{R, phase_names.size()}, kChunk);
   m.loss = std::make_unique<results::AppendMatrix>(m.step.get(), "loss", std::vector<hsize_t>{}, kChunk);
-  results::flush(f);
+  m.file->publish(true);
 }
 
 StepH5::~StepH5() = default;
 
-void StepH5::append_step(double step_time, std::span<const double> phases, double loss) {
+void StepH5::append_step(std::span<const double> step_times, std::span<const double> phases, double loss) {
   Impl& m = *impl_;
-  const bool w = m.rank == 0;
-  // Rank 0 writes the whole row: every rank's step time and phases, gathered.
-  std::vector<double> times(static_cast<size_t>(m.size)), ph(static_cast<size_t>(m.size) * m.n_phases);
-  std::vector<double> mine(phases.begin(), phases.end());
-  mine.resize(m.n_phases, NAN);
-  MB_CHECK_MPI(MPI_Gather(&step_time, 1, MPI_DOUBLE, times.data(), 1, MPI_DOUBLE, 0, m.world), "world");
-  MB_CHECK_MPI(MPI_Gather(mine.data(), static_cast<int>(m.n_phases), MPI_DOUBLE, ph.data(),
-                          static_cast<int>(m.n_phases), MPI_DOUBLE, 0, m.world),
-               "world");
-  m.step_times->append(times, w);
-  m.phases->append(ph, w);
-  m.loss->append(std::span<const double>(&loss, 1), w);
-  m.file->flush();
+  m.step_times->append(step_times);
+  m.phases->append(phases);
+  m.loss->append(std::span<const double>(&loss, 1));
+  m.file->publish();
 }
 
-void StepH5::write_memory(const std::vector<MemoryRow>& rows) {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(MemoryRowH5)), H5Tclose);
+bool StepH5::publish(bool force) { return impl_->file->publish(force); }
+const std::string& StepH5::error() const { return impl_->file->error(); }
+void StepH5::hold_error(const std::string& why) { impl_->file->hold_error(why); }
+
+void StepH5::write_memory(const std::vector<MemoryCell>& rows) {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(MemoryCell)), H5Tclose);
   H5Id s24 = results::string_type(24);
-  H5Tinsert(t.get(), "rank", HOFFSET(MemoryRowH5, rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "category", HOFFSET(MemoryRowH5, category), s24.get());
-  H5Tinsert(t.get(), "measured_bytes", HOFFSET(MemoryRowH5, measured), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "analytic_bytes", HOFFSET(MemoryRowH5, analytic), H5T_NATIVE_DOUBLE);
-  std::vector<MemoryRowH5> out(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    out[i].rank = impl_->rank;
-    results::put_fixed(out[i].category, rows[i].category);
-    out[i].measured = rows[i].measured_bytes;
-    out[i].analytic = rows[i].analytic_bytes;
-  }
-  write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "memory", t.get(), out);
+  H5Tinsert(t.get(), "rank", HOFFSET(MemoryCell, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "category", HOFFSET(MemoryCell, category), s24.get());
+  H5Tinsert(t.get(), "measured_bytes", HOFFSET(MemoryCell, measured_bytes), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "analytic_bytes", HOFFSET(MemoryCell, analytic_bytes), H5T_NATIVE_DOUBLE);
+  write_rows(impl_->step.get(), "memory", t.get(), rows);
 }
 
 void StepH5::write_comm(const std::vector<CommRow>& rows) {
@@ -136,7 +110,7 @@ void StepH5::write_comm(const std::vector<CommRow>& rows) {
   H5Tinsert(ct.get(), "wire_bytes", HOFFSET(CommRow, wire_bytes), H5T_NATIVE_DOUBLE);
   H5Tinsert(ct.get(), "busy_s", HOFFSET(CommRow, busy_s), H5T_NATIVE_DOUBLE);
   H5Tinsert(ct.get(), "exposed_s", HOFFSET(CommRow, exposed_s), H5T_NATIVE_DOUBLE);
-  write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "comm", ct.get(), rows);
+  write_rows(impl_->step.get(), "comm", ct.get(), rows);
 }
 
 void StepH5::write_check(const std::vector<CheckRow>& rows) {
@@ -155,12 +129,7 @@ void StepH5::write_check(const std::vector<CheckRow>& rows) {
     out[i].tolerance = rows[i].tolerance;
     out[i].pass = rows[i].pass ? 1 : 0;
   }
-  if (out.empty()) {
-    create_empty(impl_->step.get(), "check", t.get());
-    return;
-  }
-  results::write_table(impl_->step.get(), "check", t.get(), out.data(), out.size(),
-                       impl_->rank == 0);
+  write_rows(impl_->step.get(), "check", t.get(), out);
 }
 
 void StepH5::write_op_profile(const std::vector<std::pair<std::string, double>>& ops) {
@@ -173,9 +142,7 @@ void StepH5::write_op_profile(const std::vector<std::pair<std::string, double>>&
     results::put_fixed(out[i].op, ops[i].first);
     out[i].seconds = ops[i].second;
   }
-  OpRowH5 dummy{};
-  results::write_table(impl_->step.get(), "op_profile", t.get(),
-                       out.empty() ? &dummy : out.data(), out.size(), impl_->rank == 0);
+  write_rows(impl_->step.get(), "op_profile", t.get(), out);
 }
 
 void StepH5::write_summary(const StepSummary& s) {
@@ -221,7 +188,7 @@ void StepH5::write_summary(const StepSummary& s) {
   H5Tinsert(t.get(), "straggler_rank", HOFFSET(Row, straggler_rank), H5T_NATIVE_INT32);
   H5Id s8 = results::string_type(8);
   H5Tinsert(t.get(), "check", HOFFSET(Row, check), s8.get());
-  results::write_table(impl_->step.get(), "summary", t.get(), &r, 1, impl_->rank == 0);
+  results::write_table(impl_->step.get(), "summary", t.get(), &r, 1);
 }
 
 std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, double offset) {
@@ -265,7 +232,7 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
   return rows;
 }
 
-void StepH5::write_events(const std::vector<EventRow>& local) {
+void StepH5::write_events(const std::vector<EventRow>& rows) {
   H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose);
   H5Id s24 = results::string_type(24), s16 = results::string_type(16), s4 = results::string_type(4);
   H5Tinsert(t.get(), "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32);
@@ -282,7 +249,7 @@ void StepH5::write_events(const std::vector<EventRow>& local) {
   H5Tinsert(t.get(), "t_post", HOFFSET(EventRow, t_post), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "t_start", HOFFSET(EventRow, t_start), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "t_end", HOFFSET(EventRow, t_end), H5T_NATIVE_DOUBLE);
-  write_all_ranks(impl_->step.get(), impl_->world, impl_->rank, "events", t.get(), local);
+  write_rows(impl_->step.get(), "events", t.get(), rows);
 }
 
 std::vector<SlotRow> slot_rows(const Trace& tr, int rank, double t_origin, double offset) {
@@ -306,7 +273,7 @@ std::vector<PassRow> pass_rows(const Trace& tr, int rank, double t_origin, doubl
   return v;
 }
 
-void StepH5::write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& slots,
+void StepH5::write_pipeline(const std::vector<PipelineRow>& rows, const std::vector<SlotRow>& slots,
                             const std::vector<PassRow>& passes) {
   hid_t loc = impl_->step.get();
   H5Id pt(H5Tcreate(H5T_COMPOUND, sizeof(PipelineRow)), H5Tclose);
@@ -316,14 +283,14 @@ void StepH5::write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& 
 #define MB_F(f) H5Tinsert(pt.get(), #f, HOFFSET(PipelineRow, f), H5T_NATIVE_DOUBLE)
   MB_F(bubble); MB_F(bubble_window); MB_F(bubble_theory); MB_F(recv_wait_s); MB_F(recv_transfer_s);
 #undef MB_F
-  write_all_ranks(loc, impl_->world, impl_->rank, "pipeline", pt.get(), std::vector<PipelineRow>{row});
+  write_rows(loc, "pipeline", pt.get(), rows);
   H5Id st(H5Tcreate(H5T_COMPOUND, sizeof(SlotRow)), H5Tclose);
   H5Tinsert(st.get(), "rank", HOFFSET(SlotRow, rank), H5T_NATIVE_INT32);
   H5Tinsert(st.get(), "step", HOFFSET(SlotRow, step), H5T_NATIVE_INT32);
   H5Tinsert(st.get(), "held", HOFFSET(SlotRow, held), H5T_NATIVE_INT32);
   H5Tinsert(st.get(), "bytes", HOFFSET(SlotRow, bytes), H5T_NATIVE_INT64);
   H5Tinsert(st.get(), "t", HOFFSET(SlotRow, t), H5T_NATIVE_DOUBLE);
-  write_all_ranks(loc, impl_->world, impl_->rank, "activation_slots", st.get(), slots);
+  write_rows(loc, "activation_slots", st.get(), slots);
   H5Id ps(H5Tcreate(H5T_COMPOUND, sizeof(PassRow)), H5Tclose);
   H5Id s4 = results::string_type(4);
   H5Tinsert(ps.get(), "rank", HOFFSET(PassRow, rank), H5T_NATIVE_INT32);
@@ -333,15 +300,13 @@ void StepH5::write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& 
   H5Tinsert(ps.get(), "phase", HOFFSET(PassRow, phase), s4.get());
   H5Tinsert(ps.get(), "t_start", HOFFSET(PassRow, t_start), H5T_NATIVE_DOUBLE);
   H5Tinsert(ps.get(), "t_end", HOFFSET(PassRow, t_end), H5T_NATIVE_DOUBLE);
-  write_all_ranks(loc, impl_->world, impl_->rank, "passes", ps.get(), passes);
+  write_rows(loc, "passes", ps.get(), passes);
 }
 
 void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {
   results::write_attrs(impl_->step.get(), attrs);
 }
 
-void StepH5::finish(const std::string& status) {
-  impl_->file->finish(status);
-}
+void StepH5::finish(const std::string& status) { impl_->file->finish(status); }
 
 }  // namespace meshbench::parallel

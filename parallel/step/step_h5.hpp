@@ -1,11 +1,11 @@
 // The step/ group of a run (DESIGN.md "HDF5 schema", results/README.md), written through the
-// results/ HDF5 layer: step_times [steps, ranks], phases [steps, ranks, n_phases] and loss
-// [steps] grow one step at a time and are flushed after each, so a killed run keeps every
-// finished step; memory, summary, check and comm tables are written at the end.
+// results/ HDF5 layer by world rank 0, the one writer: step_times [steps, ranks], phases
+// [steps, ranks, n_phases] and loss [steps] grow one step at a time and are published after
+// each while that is cheap (results/run_file.hpp), so a killed run keeps its finished steps;
+// memory, summary, check and comm tables are written at the end. Every method takes rows the
+// driver already gathered from every rank: nothing here communicates.
 // Not here: the run attributes themselves (results::RunContext) or any timing.
 #pragma once
-
-#include <mpi.h>
 
 #include <cmath>
 #include <memory>
@@ -26,6 +26,14 @@ struct MemoryRow {
   std::string category;  // params, grads, optimizer, activations, buffers, process_peak_rss
   double measured_bytes, analytic_bytes;  // analytic NaN where there is no closed form
 };
+
+// One rank's memory row as step/memory stores it (plain, so the driver can gather it).
+struct MemoryCell {
+  int32_t rank;
+  char category[24];
+  double measured_bytes, analytic_bytes;
+};
+std::vector<MemoryCell> memory_cells(const std::vector<MemoryRow>& rows, int rank);
 
 
 struct StepSummary {
@@ -71,28 +79,34 @@ std::vector<PassRow> pass_rows(const Trace& trace, int rank, double t_origin, do
 
 class StepH5 {
  public:
-  // Creates (or with append opens) the file on `world`, writes the root and run attributes
-  // and creates /runs/<run_id>/step with `step_attrs`. ctx.run_id may gain a -2 suffix.
-  StepH5(const std::string& path, bool append, MPI_Comm world, results::RunContext& ctx,
+  // Loads (append) or starts the file in memory, writes the root and run attributes and
+  // creates /runs/<run_id>/step with `step_attrs`, then publishes. ctx.run_id may gain a -2
+  // suffix. Throws core::RuntimeFault when the file cannot be read.
+  StepH5(const std::string& path, bool append, results::RunContext& ctx, int ranks,
          const nlohmann::ordered_json& step_attrs, std::vector<std::string> phase_names,
          const std::vector<results::GroupInfo>& groups);
   ~StepH5();
   StepH5(const StepH5&) = delete;
   StepH5& operator=(const StepH5&) = delete;
 
-  // One timed step (collective): this rank's step time and phase times; the loss from rank 0.
-  void append_step(double step_time, std::span<const double> phases, double loss);
-  // Tables of every rank (collective; each rank passes its own rows).
-  void write_memory(const std::vector<MemoryRow>& rows);
+  // One timed step: every rank's step time [rank] and phases [rank][phase], the global loss.
+  void append_step(std::span<const double> step_times, std::span<const double> phases, double loss);
+  // Tables of every rank's rows.
+  void write_memory(const std::vector<MemoryCell>& rows);
   void write_comm(const std::vector<CommRow>& rows);
   void write_events(const std::vector<EventRow>& rows);
   // Pipeline parallel: step/pipeline (one row per rank), step/activation_slots, step/passes.
-  void write_pipeline(const PipelineRow& row, const std::vector<SlotRow>& slots, const std::vector<PassRow>& passes);
+  void write_pipeline(const std::vector<PipelineRow>& rows, const std::vector<SlotRow>& slots,
+                      const std::vector<PassRow>& passes);
   void write_check(const std::vector<CheckRow>& rows);
   void write_summary(const StepSummary& s);
   void write_op_profile(const std::vector<std::pair<std::string, double>>& op_seconds);
   void write_step_attrs(const nlohmann::ordered_json& attrs);  // adds or overwrites
-  void finish(const std::string& status);  // end_time, status; flushes
+  void finish(const std::string& status);  // end_time, status; publishes durably
+  // Publishes when due (or `force`); false once a write failed. error() says what failed.
+  bool publish(bool force = false);
+  const std::string& error() const;
+  void hold_error(const std::string& why);  // a write that threw: held like a failed publish
 
   const std::string& run_id() const { return run_id_; }
 

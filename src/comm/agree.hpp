@@ -12,6 +12,10 @@ namespace meshbench::comm {
 // Collective over `comm`. `my_error` empty means "fine on this rank".
 void agree_or_throw(MPI_Comm comm, const std::string& my_error);
 
+// The same for a fault found on some ranks (a results file that could not be written on
+// rank 0): every rank throws core::OutputFault with the lowest such rank's message.
+void agree_on_fault(MPI_Comm comm, const std::string& my_error);
+
 // Runs `f` on every rank; a core::UsageError thrown on any rank is re-thrown on all.
 template <typename F>
 void agreed(MPI_Comm comm, F&& f);

@@ -28,6 +28,12 @@ std::string device_name(int index);
 std::string cuda_version();       // "13.0" or "none"
 void set_device(int index);
 
+// Bytes this process can still allocate: on the current device (cudaMemGetInfo's free; 0
+// without CUDA), and on the host (MemAvailable of /proc/meminfo, lowered to what the
+// process's cgroup limit leaves; 0 when unknown). Read before a run allocates its model.
+std::size_t device_memory_free();
+std::size_t host_memory_available();
+
 void* device_alloc(std::size_t bytes);
 void device_free(void* p) noexcept;
 // Copies queued on `stream` (an opaque cudaStream_t; null: the legacy default stream) that

@@ -70,6 +70,12 @@ std::string cuda_version() {
 
 void set_device(int index) { MB_CHECK_CUDA(cudaSetDevice(index), "-"); }
 
+std::size_t device_memory_free() {
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+  return free;
+}
+
 void* device_alloc(std::size_t bytes) {
   void* p = nullptr;
   MB_CHECK_CUDA(cudaMalloc(&p, bytes), "-");

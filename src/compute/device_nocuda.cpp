@@ -15,6 +15,7 @@ int device_count() { return 0; }
 std::string device_name(int) { return "none"; }
 std::string cuda_version() { return "none"; }
 void set_device(int) { no_cuda(); }
+std::size_t device_memory_free() { return 0; }
 void* device_alloc(std::size_t) { no_cuda(); }
 void device_free(void*) noexcept {}
 void copy_to_device(void*, const void*, std::size_t, void*) { no_cuda(); }

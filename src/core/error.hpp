@@ -1,5 +1,5 @@
 // Errors and check macros shared by every binary.
-// Exit codes (DESIGN.md): 0 ok, 1 a check failed, 2 bad usage, 3 runtime fault.
+// Exit codes (DESIGN.md): 0 ok, 1 a check failed, 2 bad usage, 3 runtime fault, 4 diverged.
 // UsageError is thrown for anything the user can fix (exit 2); RuntimeFault for MPI/NCCL/CUDA
 // failures (exit 3). Check macros name the statement, file, line, rank and host, in the
 // manner of ggml's and PyTorch c10d's generated checks.
@@ -11,8 +11,10 @@
 namespace meshbench::core {
 
 // Exit codes of every binary (DESIGN.md): ok, a check failed, bad usage or an impossible
-// configuration, a runtime fault (MPI/NCCL/CUDA error, timeout, hang).
-enum class ExitCode : int { kOk = 0, kCheckFailed = 1, kUsage = 2, kRuntime = 3 };
+// configuration, a runtime fault (MPI/NCCL/CUDA error, timeout, hang, signal, a results file
+// that could not be written), and step_bench's training that diverged (a loss or gradient
+// that is not finite).
+enum class ExitCode : int { kOk = 0, kCheckFailed = 1, kUsage = 2, kRuntime = 3, kDiverged = 4 };
 constexpr int code(ExitCode c) { return static_cast<int>(c); }
 
 // A bad option or an impossible configuration. The message names the option and the rule.
@@ -25,6 +27,14 @@ class UsageError : public std::runtime_error {
 class RuntimeFault : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Results could not be written (a full disk, an I/O error) and every rank has agreed to stop
+// (comm::agree_on_fault): the driver prints the message once and exits 3 without MPI_Abort,
+// since no rank is left waiting in a collective.
+class OutputFault : public RuntimeFault {
+ public:
+  using RuntimeFault::RuntimeFault;
 };
 
 // Set once by the driver after MPI_Init so fault messages can name the rank and host.

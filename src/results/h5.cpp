@@ -1,19 +1,32 @@
 #include "results/h5.hpp"
 
-#include <initializer_list>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/timer.hpp"
 
 namespace meshbench::results {
 namespace {
 
-H5Id collective_xfer() {
-  H5Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-  H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
-  return dxpl;
-}
+// HDF5's automatic error stack printing, off for the scope (probes that may fail by design).
+class QuietH5 {
+ public:
+  QuietH5() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietH5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
 
 // A float64 dataset [0 (unlimited), tail...], one row per chunk, NaN where never written.
 H5Id growing_f64(hid_t loc, const std::string& name, const std::vector<hsize_t>& tail, hsize_t chunk_rows = 1) {
@@ -35,6 +48,39 @@ H5Id growing_f64(hid_t loc, const std::string& name, const std::vector<hsize_t>&
               H5Dclose);
 }
 
+// One hyperslab write of `mem` (count elements of `type`) at `start` of dset.
+void write_at(hid_t dset, hid_t type, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count,
+              const void* mem, const std::string& what) {
+  H5Id fspace(H5Dget_space(dset), H5Sclose);
+  H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  H5Id mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+  h5_check(H5Dwrite(dset, type, mspace.get(), fspace.get(), H5P_DEFAULT, mem), "H5Dwrite", what);
+}
+
+// Writes all of `data` to a new file at `path`; "" or "<call> <path>: <strerror>".
+std::string write_whole(const std::string& path, const std::vector<char>& data, bool durable) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return "cannot create " + path + ": " + std::strerror(errno);
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      return "cannot write " + path + ": " + std::strerror(e);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (durable && ::fdatasync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return "cannot sync " + path + ": " + std::strerror(e);
+  }
+  if (::close(fd) != 0) return "cannot write " + path + ": " + std::strerror(errno);  // NFS reports here
+  return "";
+}
+
 }  // namespace
 
 hid_t h5_check(hid_t rc, const char* what, const std::string& path) {
@@ -42,18 +88,37 @@ hid_t h5_check(hid_t rc, const char* what, const std::string& path) {
   return rc;
 }
 
-H5Id open_file(const std::string& path, MPI_Comm comm, bool append) {
-  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL);
-  // Metadata reads and writes are collective: every rank makes the same calls.
-  H5Pset_all_coll_metadata_ops(fapl.get(), true);
-  H5Pset_coll_metadata_write(fapl.get(), true);
-  hid_t id = append ? H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get())
-                    : H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get());
-  return H5Id(h5_check(id, append ? "H5Fopen" : "H5Fcreate", path), H5Fclose);
+bool is_hdf5(const std::string& path) {
+  QuietH5 quiet;
+  return H5Fis_hdf5(path.c_str()) > 0;
 }
 
-void flush(hid_t file) { h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "H5Fflush", "file"); }
+MemFile::MemFile(std::string path, bool load_existing) : path_(std::move(path)) {
+  H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fapl_core(fapl.get(), std::size_t{1} << 20, /*backing_store=*/0);
+  // With no backing store, create does not touch PATH on disk; open reads it in once.
+  const hid_t id = load_existing ? H5Fopen(path_.c_str(), H5F_ACC_RDWR, fapl.get())
+                                 : H5Fcreate(path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  file_ = H5Id(h5_check(id, load_existing ? "H5Fopen" : "H5Fcreate", path_), H5Fclose);
+}
+
+std::string MemFile::publish(bool durable) {
+  const double t0 = core::now_seconds();
+  h5_check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "H5Fflush", path_);
+  const ssize_t n = H5Fget_file_image(file_.get(), nullptr, 0);
+  if (n < 0) throw core::RuntimeFault("HDF5 H5Fget_file_image failed for " + path_);
+  image_.resize(static_cast<std::size_t>(n));
+  if (H5Fget_file_image(file_.get(), image_.data(), image_.size()) != n)
+    throw core::RuntimeFault("HDF5 H5Fget_file_image failed for " + path_);
+  const std::string partial = path_ + ".partial";
+  std::string err = write_whole(partial, image_, durable);
+  if (err.empty() && std::rename(partial.c_str(), path_.c_str()) != 0)
+    err = "cannot rename " + partial + " to " + path_ + ": " + std::strerror(errno);
+  if (!err.empty()) std::remove(partial.c_str());  // frees the space the partial took
+  publish_s_ += core::now_seconds() - t0;
+  ++publishes_;
+  return err;
+}
 
 bool exists(hid_t loc, const std::string& path) {
   // H5Lexists checks one link at a time, so walk the path.
@@ -125,8 +190,7 @@ H5Id string_type(std::size_t n) {
   return t;
 }
 
-AppendTable::AppendTable(hid_t loc, const std::string& name, hid_t row_type, std::size_t row_bytes)
-    : type_(row_type), row_bytes_(row_bytes) {
+AppendTable::AppendTable(hid_t loc, const std::string& name, hid_t row_type) : type_(row_type) {
   hsize_t dims[1] = {0}, maxdims[1] = {H5S_UNLIMITED}, chunk[1] = {16};
   H5Id space(H5Screate_simple(1, dims, maxdims), H5Sclose);
   H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -136,22 +200,10 @@ AppendTable::AppendTable(hid_t loc, const std::string& name, hid_t row_type, std
                H5Dclose);
 }
 
-void AppendTable::append(const void* row, bool writer) {
+void AppendTable::append(const void* row) {
   hsize_t dims[1] = {rows_ + 1};
   h5_check(H5Dset_extent(dset_.get(), dims), "H5Dset_extent", "table");
-  H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
-  hsize_t start[1] = {rows_}, count[1] = {1};
-  H5Id mspace(H5Screate_simple(1, count, nullptr), H5Sclose);
-  if (writer) {
-    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  } else {
-    H5Sselect_none(fspace.get());
-    H5Sselect_none(mspace.get());
-  }
-  std::vector<std::byte> blank(row_bytes_);
-  H5Id dxpl = collective_xfer();
-  h5_check(H5Dwrite(dset_.get(), type_, mspace.get(), fspace.get(), dxpl.get(), writer ? row : blank.data()),
-           "H5Dwrite", "table");
+  write_at(dset_.get(), type_, {rows_}, {1}, row, "table");
   ++rows_;
 }
 
@@ -170,25 +222,13 @@ SampleCube::SampleCube(hid_t loc, const std::string& name, hsize_t iters, hsize_
                H5Dclose);
 }
 
-void SampleCube::append(std::span<const double> mine, int rank) {
-  auto n = static_cast<hsize_t>(mine.size());  // the same on every rank
+void SampleCube::append(std::span<const double> by_iter_rank) {
+  const hsize_t n = by_iter_rank.size() / ranks_;  // iterations of this row
   iters_ = std::max(iters_, n);
   hsize_t dims[3] = {rows_ + 1, iters_, ranks_};
   h5_check(H5Dset_extent(dset_.get(), dims), "H5Dset_extent", "samples");
-  H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
-  hsize_t start[3] = {rows_, 0, static_cast<hsize_t>(rank)}, count[3] = {1, n, 1};
-  hsize_t mdims[1] = {std::max<hsize_t>(n, 1)};
-  H5Id mspace(H5Screate_simple(1, mdims, nullptr), H5Sclose);
-  if (n > 0) {
-    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start, nullptr, count, nullptr);
-  } else {  // no valid iteration at this size (window timing): the row stays NaN
-    H5Sselect_none(fspace.get());
-    H5Sselect_none(mspace.get());
-  }
-  double none = 0;
-  H5Id dxpl = collective_xfer();
-  h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(), n ? mine.data() : &none),
-           "H5Dwrite", "samples");
+  // No valid iteration at this size (window timing): the row stays NaN.
+  if (n > 0) write_at(dset_.get(), H5T_NATIVE_DOUBLE, {rows_, 0, 0}, {1, n, ranks_}, by_iter_rank.data(), "samples");
   ++rows_;
 }
 
@@ -201,7 +241,7 @@ AppendMatrix::AppendMatrix(hid_t loc, const std::string& name, std::vector<hsize
   for (hsize_t d : inner_) cols_ *= d;
 }
 
-void AppendMatrix::append(std::span<const double> row, bool writer) {
+void AppendMatrix::append(std::span<const double> row) {
   std::vector<hsize_t> dims{rows_ + 1}, start{rows_}, count{1};
   for (hsize_t d : inner_) {
     dims.push_back(d);
@@ -209,39 +249,17 @@ void AppendMatrix::append(std::span<const double> row, bool writer) {
     count.push_back(d);
   }
   h5_check(H5Dset_extent(dset_.get(), dims.data()), "H5Dset_extent", "matrix");
-  H5Id fspace(H5Dget_space(dset_.get()), H5Sclose);
-  H5Id mspace(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-  std::vector<double> blank(cols_, 0.0);
-  if (writer && row.size() == cols_) {
-    H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
-  } else {
-    H5Sselect_none(fspace.get());
-    H5Sselect_none(mspace.get());
-    writer = false;
-  }
-  H5Id dxpl = collective_xfer();
-  h5_check(H5Dwrite(dset_.get(), H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), dxpl.get(),
-                    writer ? row.data() : blank.data()),
-           "H5Dwrite", "matrix");
-  ++rows_;
+  if (row.size() == cols_) write_at(dset_.get(), H5T_NATIVE_DOUBLE, start, count, row.data(), "matrix");
+  ++rows_;  // a row of another length stays NaN
 }
 
-void write_table(hid_t loc, const std::string& name, hid_t row_type, const void* rows, std::size_t n,
-                 bool writer) {
+void write_table(hid_t loc, const std::string& name, hid_t row_type, const void* rows, std::size_t n) {
   hsize_t dims[1] = {n};
   H5Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
   H5Id dset(h5_check(H5Dcreate2(loc, name.c_str(), row_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                      "H5Dcreate", name),
             H5Dclose);
-  if (n == 0) return;
-  H5Id mspace(H5Screate_simple(1, dims, nullptr), H5Sclose);
-  H5Id fspace(H5Dget_space(dset.get()), H5Sclose);
-  if (!writer) {
-    H5Sselect_none(mspace.get());
-    H5Sselect_none(fspace.get());
-  }
-  H5Id dxpl = collective_xfer();
-  h5_check(H5Dwrite(dset.get(), row_type, mspace.get(), fspace.get(), dxpl.get(), rows), "H5Dwrite", name);
+  if (n > 0) h5_check(H5Dwrite(dset.get(), row_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows), "H5Dwrite", name);
 }
 
 }  // namespace meshbench::results

@@ -1,11 +1,13 @@
-// A small RAII layer over the parallel HDF5 C API: files opened with MPI-IO on a
-// communicator, groups, attributes from JSON values, and append-only tables whose rows are
-// written collectively (one writer for shared rows, every rank for its own column).
-// Not here: what the datasets mean (see results/README.md and the reporters).
+// A small RAII layer over the HDF5 C API for the one process that writes a results file
+// (world rank 0; the other ranks send it their rows): groups, attributes from JSON values,
+// append-only tables and sample cubes, and MemFile, a file held in memory and published to
+// disk whole (written beside, then renamed over the old one), so the file on disk is always
+// a complete HDF5 file: the last published state, never a half-written one.
+// Not here: what the datasets mean (results/README.md and the reporters), who may write the
+// file (output_path.hpp), or any MPI.
 #pragma once
 
 #include <hdf5.h>
-#include <mpi.h>
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -48,9 +50,34 @@ class H5Id {
 // Throws core::RuntimeFault naming the HDF5 call when `rc` is negative.
 hid_t h5_check(hid_t rc, const char* what, const std::string& path);
 
-// Opens (append) or creates `path` on every rank of `comm` with the MPI-IO driver.
-H5Id open_file(const std::string& path, MPI_Comm comm, bool append);
-void flush(hid_t file);
+// Whether `path` is a file HDF5 can open (quietly; false for a missing or foreign file).
+bool is_hdf5(const std::string& path);
+
+// An HDF5 file held in memory (the core driver, no backing store). publish() writes the
+// whole image to PATH.partial and renames it over PATH: the rename is atomic, so a reader,
+// a crash or a full disk never sees a partial file. A failed publish removes PATH.partial and
+// leaves PATH as the last publish made it.
+class MemFile {
+ public:
+  // Loads PATH (append) or starts an empty file; nothing is written to disk until publish().
+  MemFile(std::string path, bool load_existing);
+  hid_t id() const { return file_.get(); }
+  const std::string& path() const { return path_; }
+  // Empty on success, else "<what> PATH: <strerror>" (for example "No space left on device").
+  // `durable`: fdatasync the image before the rename (the last publish of a run).
+  std::string publish(bool durable = false);
+  double publish_seconds() const { return publish_s_; }  // all publishes so far
+  int publishes() const { return publishes_; }
+  std::size_t bytes() const { return image_.size(); }  // the last image published
+
+ private:
+  std::string path_;
+  H5Id file_;
+  std::vector<char> image_;
+  double publish_s_ = 0;
+  int publishes_ = 0;
+};
+
 bool exists(hid_t loc, const std::string& path);
 H5Id create_group(hid_t loc, const std::string& path);  // intermediate groups too
 H5Id open_group(hid_t loc, const std::string& path);
@@ -70,29 +97,27 @@ void put_fixed(char (&dst)[N], const std::string& s) {
 // A fixed-length, NUL-padded string type of `n` bytes for compound tables.
 H5Id string_type(std::size_t n);
 
-// A 1-D table of compound rows, extended one row at a time. All ranks call append();
-// only the rank with `writer` true supplies the row.
+// A 1-D table of compound rows, extended one row at a time.
 class AppendTable {
  public:
-  AppendTable(hid_t loc, const std::string& name, hid_t row_type, std::size_t row_bytes);
-  void append(const void* row, bool writer);
+  AppendTable(hid_t loc, const std::string& name, hid_t row_type);
+  void append(const void* row);
   hsize_t rows() const { return rows_; }
 
  private:
   H5Id dset_;
   hid_t type_;
-  std::size_t row_bytes_;
   hsize_t rows_ = 0;
 };
 
-// A float64 dataset [rows, iters, ranks], extended one row at a time; every rank writes
-// its own column of each row. A row may hold more iterations than the ones before it: the
-// iters dimension then grows (from `iters` at creation), and cells a row did not fill read
-// as NaN.
+// A float64 dataset [rows, iters, ranks], extended one row at a time from every rank's
+// samples ([iter][rank], iteration-major). A row may hold more iterations than the ones
+// before it: the iters dimension then grows (from `iters` at creation), and cells a row did
+// not fill read as NaN.
 class SampleCube {
  public:
   SampleCube(hid_t loc, const std::string& name, hsize_t iters, hsize_t ranks);
-  void append(std::span<const double> mine, int rank);
+  void append(std::span<const double> by_iter_rank);
 
  private:
   H5Id dset_;
@@ -100,13 +125,12 @@ class SampleCube {
 };
 
 // A float64 dataset [rows, inner...] ([rows, cols] for a matrix; [rows] when inner is empty),
-// extended one row at a time; one writer supplies each row (product of inner elements), the
-// other ranks take part in the collective write with nothing. NaN fill.
+// extended one row at a time (the product of inner elements). NaN fill.
 class AppendMatrix {
  public:
   AppendMatrix(hid_t loc, const std::string& name, hsize_t cols);
   AppendMatrix(hid_t loc, const std::string& name, std::vector<hsize_t> inner, hsize_t chunk_rows);
-  void append(std::span<const double> row, bool writer);
+  void append(std::span<const double> row);
 
  private:
   H5Id dset_;
@@ -114,9 +138,7 @@ class AppendMatrix {
   hsize_t cols_ = 1, rows_ = 0;
 };
 
-// Writes a whole 1-D compound table at once from rank 0's rows (other ranks pass any rows;
-// only rank 0's are written).
-void write_table(hid_t loc, const std::string& name, hid_t row_type, const void* rows, std::size_t n,
-                 bool writer);
+// Writes a whole 1-D compound table of `n` rows at once (an empty one when n is 0).
+void write_table(hid_t loc, const std::string& name, hid_t row_type, const void* rows, std::size_t n);
 
 }  // namespace meshbench::results

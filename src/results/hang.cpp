@@ -1,15 +1,18 @@
 #include "results/hang.hpp"
 
 #include <fcntl.h>
+#include <mpi.h>
 #include <unistd.h>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/error.hpp"
 #include "results/run_file.hpp"
@@ -28,7 +31,9 @@ std::string hang_record_path(const HangSite& site) {
   return fmt::format("{}.hang-rank{}.json", base, site.rank);
 }
 
-void report_hang(const HangSite& site, const core::Hang& h) {
+void report_hang(const HangSite& given, const core::Hang& h) {
+  HangSite site = given;
+  if (site.dim.empty()) site.dim = h.call.group.substr(0, h.call.group.find('#'));  // "pp#1" -> pp
   std::string record = hang_record_path(site);
   std::fprintf(stderr,
                "meshbench: rank %d (%s): %s of %llu B in group %s (dim %s) has not completed after %.1f s "
@@ -56,11 +61,21 @@ void report_hang(const HangSite& site, const core::Hang& h) {
         std::fprintf(stderr, "meshbench: rank %d: could not set status 'hung' in %s\n", site.rank, site.output.c_str());
       std::remove(lock.c_str());
     } else {
-      ::sleep(5);  // let the marking rank finish before this exit brings the job down
+      ::sleep(5);  // let the marking rank finish before this abort brings the job down
     }
   }
   std::fflush(nullptr);
-  std::_Exit(static_cast<int>(core::ExitCode::kRuntime));
+  // End the whole job through MPI: the launcher exits with this code whatever state the other
+  // ranks are in. (An _Exit left it to mpiexec, which ORs the raw wait statuses of the ranks it
+  // then kills, so a stopped rank's SIGKILL made the job's code 9, or 1, depending on timing.)
+  // Should MPI_Abort block behind the stuck call, a timer ends this process anyway.
+  constexpr int kCode = static_cast<int>(core::ExitCode::kRuntime);
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(kCode);
+  }).detach();
+  MPI_Abort(MPI_COMM_WORLD, kCode);
+  std::_Exit(kCode);
 }
 
 }  // namespace meshbench::results

@@ -1,9 +1,9 @@
 // What a meshbench binary does when its watchdog (core::OpWatch) finds a call pending past
 // --op-timeout: one line on stderr naming the rank, host, call, bytes, group and dimension,
 // where in the sweep it was and how long it waited; the flight recorder as JSON in
-// FILE.hang-rank<R>.json beside the output; the run's status set to `hung` (by one rank, with
-// a serial handle: the job cannot write collectively any more); then exit 3, which makes the
-// launcher end the other ranks.
+// FILE.hang-rank<R>.json beside the output; the run's status set to `hung` (by one rank, in
+// place in the file on disk); then MPI_Abort with code 3, which ends every rank and makes the
+// launcher exit 3 whatever state the stuck rank is in.
 #pragma once
 
 #include <string>
@@ -14,7 +14,7 @@ namespace meshbench::results {
 
 struct HangSite {
   int rank = 0;
-  std::string host, binary, dim;
+  std::string host, binary, dim;  // dim empty: the pending call's group names it ("pp#1" -> pp)
   double op_timeout = 0;
   std::string output, run_id;  // output empty: no HDF5 file
 };

@@ -1,7 +1,8 @@
 // The HDF5 reporter: /runs/<run_id>/{topology, collectives/...} as results/README.md lays
-// out. Every rank calls every method (parallel HDF5 metadata calls are collective); rank 0
-// supplies shared rows, each rank its own sample column. The file is flushed after each
-// row so a killed job keeps every finished size.
+// out. It lives on world rank 0, the one writer, and stores what the driver gathered there
+// (every rank's samples included). The file is published after each row while that is cheap
+// (run_file.hpp), so a killed job keeps every finished size; a failed publish is held in
+// error() for the driver, which ends the run.
 #include <cstddef>
 #include <cstring>
 #include <fmt/core.h>
@@ -75,7 +76,7 @@ H5Id summary_type() {
 
 struct Hdf5Reporter::Impl {
   std::unique_ptr<RunFile> file;
-  int rank = 0, size = 1;
+  int size = 1;  // world ranks: the samples' last dimension
   H5Id size_t_, summary_t_;
   struct Series {
     H5Id group;
@@ -91,11 +92,10 @@ struct Hdf5Reporter::Impl {
   }
 };
 
-Hdf5Reporter::Hdf5Reporter(const std::string& path, bool append, MPI_Comm world, RunContext& ctx)
+Hdf5Reporter::Hdf5Reporter(const std::string& path, bool append, RunContext& ctx)
     : impl_(std::make_unique<Impl>()) {
-  impl_->file = std::make_unique<RunFile>(path, append, world, ctx);
-  impl_->rank = impl_->file->rank();
-  impl_->size = impl_->file->size();
+  impl_->file = std::make_unique<RunFile>(path, append, ctx);
+  impl_->size = static_cast<int>(ctx.topology.ranks.size());
   run_id_ = ctx.run_id;
   impl_->size_t_ = size_type();
   impl_->summary_t_ = summary_type();
@@ -120,10 +120,10 @@ void Hdf5Reporter::begin_block(const Block& b) {
                                 {"timing", b.timing}, {"iters", b.iters}, {"warmup", b.warmup},
                                 {"rank_stat", b.rank_stat}};
     write_attrs(s.group.get(), a);
-    s.sizes = std::make_unique<AppendTable>(s.group.get(), "sizes", m.size_t_.get(), sizeof(SizeRow));
+    s.sizes = std::make_unique<AppendTable>(s.group.get(), "sizes", m.size_t_.get());
     s.samples = std::make_unique<SampleCube>(s.group.get(), "samples", static_cast<hsize_t>(b.iters),
                                              static_cast<hsize_t>(m.size));
-    s.summary = std::make_unique<AppendTable>(s.group.get(), "summary", m.summary_t_.get(), sizeof(SummaryRow));
+    s.summary = std::make_unique<AppendTable>(s.group.get(), "summary", m.summary_t_.get());
     s.group_t_median = std::make_unique<AppendMatrix>(s.group.get(), "group_t_median", static_cast<hsize_t>(b.groups));
     m.series[path] = std::move(s);
   }
@@ -137,8 +137,8 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
     if (it == m.series.end() || !pt.ran) continue;
     SizeRow sr{r.sizes.bytes, r.sizes.count, r.sizes.send_bytes_per_rank, r.sizes.recv_bytes_per_rank,
                r.sizes.total_bytes};
-    it->second.sizes->append(&sr, m.rank == 0);
-    it->second.samples->append(pt.my_samples, m.rank);
+    it->second.sizes->append(&sr);
+    it->second.samples->append(pt.samples);
     SummaryRow sum{};
     sum.bytes = r.sizes.bytes;
     sum.count = r.sizes.count;
@@ -160,15 +160,18 @@ void Hdf5Reporter::row(const Block& b, const Row& r) {
     sum.warmup_converged = static_cast<std::int8_t>(pt.warmup_converged);
     std::copy(pt.t_by_stat.begin(), pt.t_by_stat.end(), sum.t_median_by_stat);
     sum.invalid = pt.invalid;
-    it->second.summary->append(&sum, m.rank == 0);
-    it->second.group_t_median->append(pt.group_t_median, m.rank == 0);
+    it->second.summary->append(&sum);
+    it->second.group_t_median->append(pt.group_t_median);
   }
-  m.file->flush();
+  m.file->publish();
 }
 
 void Hdf5Reporter::end_block(const Block& b) {
   for (int p = 0; p < 2; ++p) impl_->series.erase(Impl::series_path(b, p));
+  impl_->file->publish(true);
 }
+
+const std::string& Hdf5Reporter::error() const { return impl_->file->error(); }
 
 void Hdf5Reporter::add_run_attrs(const nlohmann::ordered_json& attrs) { write_attrs(impl_->file->run(), attrs); }
 

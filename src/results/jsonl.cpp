@@ -12,9 +12,11 @@ JsonLinesReporter::~JsonLinesReporter() {
 }
 
 void JsonLinesReporter::begin_run(const RunContext& ctx, const std::vector<GroupInfo>&) {
-  if (rank_ != 0) return;
   file_ = std::fopen(path_.c_str(), "a");
-  if (!file_) throw core::RuntimeFault("cannot open " + path_ + ": " + std::strerror(errno));
+  if (!file_) {
+    error_ = "cannot open " + path_ + ": " + std::strerror(errno);
+    return;
+  }
   const auto& a = ctx.attrs;
   base_ = {{"run_id", ctx.run_id},       {"binary", a.value("binary", "")},
            {"tag", a.value("tag", "")},  {"backend", a.value("backend", "")},
@@ -24,7 +26,7 @@ void JsonLinesReporter::begin_run(const RunContext& ctx, const std::vector<Group
 }
 
 void JsonLinesReporter::row(const Block& b, const Row& r) {
-  if (rank_ != 0 || !file_) return;
+  if (!file_ || !error_.empty()) return;
   for (int p = 0; p < 2; ++p) {
     const PointResult& pt = r.by_placement[static_cast<size_t>(p)];
     if (!pt.ran) continue;
@@ -61,7 +63,7 @@ void JsonLinesReporter::row(const Block& b, const Row& r) {
     std::string line = j.dump() + "\n";
     std::fputs(line.c_str(), file_);
   }
-  std::fflush(file_);
+  if (std::fflush(file_) != 0 || std::ferror(file_)) error_ = "cannot write " + path_ + ": " + std::strerror(errno);
 }
 
 }  // namespace meshbench::results

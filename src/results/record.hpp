@@ -56,7 +56,7 @@ struct PointResult {
   double algbw = 0, busbw = 0;
   std::uint64_t wrong = 0;      // summed over ranks; all ranks hold the same value
   int slowest_rank = -1;        // valid on rank 0
-  std::vector<double> my_samples;  // this rank's time per iteration
+  std::vector<double> samples;  // rank 0: every rank's time per iteration, [iter][rank]
   std::vector<double> group_t_median;  // rank 0: per group, median of the group's slowest member
 };
 

@@ -1,6 +1,6 @@
 // Reporters turn finished records into output; they never time or call communicators.
-// Console and JSON lines write on rank 0; the HDF5 reporter is called on every rank
-// because parallel HDF5 writes are collective.
+// They live on world rank 0, which holds the records the driver gathered there; error()
+// holds the first failure to write (a full disk), for the driver to end the run with.
 #pragma once
 
 #include <cstdio>
@@ -24,6 +24,11 @@ class Reporter {
   // on every rank.
   virtual void add_run_attrs(const nlohmann::ordered_json&) {}
   virtual void finish(RunStatus) {}
+  // The first write error ("cannot write F.h5.partial: No space left on device"), or empty.
+  virtual const std::string& error() const {
+    static const std::string none;
+    return none;
+  }
 };
 
 class ConsoleReporter final : public Reporter {
@@ -51,26 +56,27 @@ class ConsoleReporter final : public Reporter {
   long long invalid_ = 0, timed_ = 0;        // window timing: late starts dropped, calls kept
 };
 
+// One JSON object per point, appended to FILE.jsonl; a failed write is held in error().
 class JsonLinesReporter final : public Reporter {
  public:
-  JsonLinesReporter(std::string path, int rank) : path_(std::move(path)), rank_(rank) {}
+  explicit JsonLinesReporter(std::string path) : path_(std::move(path)) {}
   ~JsonLinesReporter() override;
   void begin_run(const RunContext& ctx, const std::vector<GroupInfo>&) override;
   void row(const Block& b, const Row& r) override;
+  const std::string& error() const override { return error_; }
 
  private:
-  std::string path_;
-  int rank_;
+  std::string path_, error_;
   std::FILE* file_ = nullptr;
   nlohmann::ordered_json base_;
 };
 
-// Opens or creates the file on construction (all ranks of `world`).
+// Loads or creates the file in memory on construction (run_file.hpp).
 class Hdf5Reporter final : public Reporter {
  public:
-  // Opens (or, with `append`, adds to) the file on every rank of `world`, and makes
-  // ctx.run_id unique inside it (-2, -3... when taken).
-  Hdf5Reporter(const std::string& path, bool append, MPI_Comm world, RunContext& ctx);
+  // Opens (or, with `append`, adds to) the file, and makes ctx.run_id unique inside it
+  // (-2, -3... when taken).
+  Hdf5Reporter(const std::string& path, bool append, RunContext& ctx);
   ~Hdf5Reporter() override;
   void begin_run(const RunContext& ctx, const std::vector<GroupInfo>& groups) override;
   void begin_block(const Block& b) override;
@@ -78,6 +84,7 @@ class Hdf5Reporter final : public Reporter {
   void end_block(const Block& b) override;
   void add_run_attrs(const nlohmann::ordered_json& attrs) override;
   void finish(RunStatus s) override;
+  const std::string& error() const override;
   const std::string& run_id() const { return run_id_; }
 
  private:

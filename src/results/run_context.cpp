@@ -2,7 +2,10 @@
 
 #include <cblas.h>
 
+#include <unistd.h>
+
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <fmt/core.h>
@@ -77,12 +80,19 @@ RunContext make_run_context(MPI_Comm world, std::string_view binary, int argc, c
       if (i) args += ' ';  // two appends: GCC 12 warns (-Wrestrict, falsely) on " " + string
       args += argv[i];
     }
-    std::string start = utc_now_iso();
-    std::string compact = start;
-    std::erase(compact, '-');
-    std::erase(compact, ':');
-    compact.pop_back();  // the trailing Z
-    a["run_id"] = compact + "-" + std::string(binary);
+    // The id: rank 0's start to the millisecond, the binary and rank 0's pid, so two runs
+    // appending to one file never share an id (a second-resolution id made one overwrite
+    // the other). "20261202T042212.345-step_bench-4711".
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t secs = std::chrono::system_clock::to_time_t(now);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char stamp[32], iso[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm);
+    std::strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    const std::string start = iso;
+    a["run_id"] = fmt::format("{}.{:03d}-{}-{}", stamp, static_cast<int>(ms), binary, static_cast<long>(::getpid()));
     a["binary"] = std::string(binary);
     a["argv"] = args;
     a["start_time"] = start;

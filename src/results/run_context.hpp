@@ -16,7 +16,7 @@ namespace meshbench::results {
 inline constexpr int kSchemaVersion = 1;
 
 struct RunContext {
-  std::string run_id;                // "<UTC time>-<binary>"
+  std::string run_id;                // "<UTC time to the ms>-<binary>-<rank 0's pid>"
   nlohmann::ordered_json attrs;      // written as /runs/<run_id> attributes
   comm::Topology topology;
 };

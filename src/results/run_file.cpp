@@ -1,6 +1,7 @@
 #include "results/run_file.hpp"
 
 #include "core/error.hpp"
+#include "core/timer.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -62,11 +63,8 @@ std::string join(const std::vector<int>& v) {
 
 }  // namespace
 
-RunFile::RunFile(const std::string& path, bool append, MPI_Comm world, RunContext& ctx) : world_(world) {
-  MPI_Comm_rank(world, &rank_);
-  MPI_Comm_size(world, &size_);
-  file_ = open_file(path, world, append);
-  hid_t f = file_.get();
+RunFile::RunFile(const std::string& path, bool append, RunContext& ctx) : file_(path, append) {
+  hid_t f = file_.id();
   if (!append || !exists(f, "runs")) {
     write_attr(f, "schema_version", kSchemaVersion);
     write_attr(f, "suite_version", suite_version());
@@ -79,21 +77,34 @@ RunFile::RunFile(const std::string& path, bool append, MPI_Comm world, RunContex
 }
 
 void RunFile::begin(const RunContext& ctx, const std::vector<GroupInfo>& groups) {
-  run_ = create_group(file_.get(), "runs/" + ctx.run_id);
+  run_ = create_group(file_.id(), "runs/" + ctx.run_id);
   write_attrs(run_.get(), ctx.attrs);
-  write_topology(run_.get(), ctx.topology, groups, rank_ == 0);
-  flush();
+  write_topology(run_.get(), ctx.topology, groups);
+  publish(true);
+}
+
+bool RunFile::publish(bool force) {
+  if (!error_.empty()) return false;
+  const double now = core::now_seconds();
+  // Due when the time since the last publish is at least 9x what that publish cost: at most
+  // a tenth of the wall time goes to publishing, however large the file grows.
+  if (!force && now - last_end_ < 9 * last_cost_) return true;
+  const double before = file_.publish_seconds();
+  error_ = file_.publish(/*durable=*/false);
+  last_cost_ = file_.publish_seconds() - before;
+  last_end_ = core::now_seconds();
+  return error_.empty();
 }
 
 void RunFile::finish(const std::string& status) {
-  if (run_.get() < 0) return;
+  if (run_.get() < 0 || !error_.empty()) return;
   write_attr(run_.get(), "status", status);
-  // Attribute values must agree on every rank: take rank 0's clock.
-  char end[32] = {};
-  if (rank_ == 0) put_fixed(end, utc_now_iso());
-  MB_CHECK_MPI(MPI_Bcast(end, sizeof end, MPI_CHAR, 0, world_), "world");
-  write_attr(run_.get(), "end_time", std::string(end));
-  flush();
+  write_attr(run_.get(), "end_time", utc_now_iso());
+  // What keeping the file whole on disk cost (MemFile): publishes and their seconds, this one excluded.
+  write_attr(run_.get(), "results_publishes", file_.publishes() + 1);
+  write_attr(run_.get(), "results_publish_s", file_.publish_seconds());
+  h5_check(H5Fflush(file_.id(), H5F_SCOPE_GLOBAL), "H5Fflush", file_.path());
+  error_ = file_.publish(/*durable=*/true);
 }
 
 bool mark_status_alone(const std::string& path, const std::string& run_id, const std::string& status) {
@@ -122,7 +133,7 @@ bool mark_status_alone(const std::string& path, const std::string& run_id, const
   return ok;
 }
 
-void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups, bool writer) {
+void write_topology(hid_t run, const comm::Topology& topo, const std::vector<GroupInfo>& groups) {
   H5Id g = create_group(run, "topology");
   write_attr(g.get(), "nodes_emulated", topo.emulated);
   std::vector<RankRow> ranks(topo.ranks.size());
@@ -138,7 +149,7 @@ void write_topology(hid_t run, const comm::Topology& topo, const std::vector<Gro
     put_fixed(ranks[i].nics, p.nics);
   }
   H5Id rt = rank_type();
-  write_table(g.get(), "ranks", rt.get(), ranks.data(), ranks.size(), writer);
+  write_table(g.get(), "ranks", rt.get(), ranks.data(), ranks.size());
   std::vector<GroupRow> rows(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
     put_fixed(rows[i].dim, groups[i].dim);
@@ -149,8 +160,7 @@ void write_topology(hid_t run, const comm::Topology& topo, const std::vector<Gro
     put_fixed(rows[i].span, groups[i].span);
   }
   H5Id gt = group_type();
-  GroupRow dummy{};
-  write_table(g.get(), "groups", gt.get(), rows.empty() ? &dummy : rows.data(), rows.size(), writer);
+  write_table(g.get(), "groups", gt.get(), rows.data(), rows.size());
 
   // The full member lists, since the ranks string is cut at 255 characters: int32
   // [n_groups, largest group], padded with -1.
@@ -165,18 +175,10 @@ void write_topology(hid_t run, const comm::Topology& topo, const std::vector<Gro
                                 H5P_DEFAULT),
                      "H5Dcreate", "group_members"),
             H5Dclose);
-  if (!groups.empty()) {
-    H5Id fspace(H5Dget_space(dset.get()), H5Sclose);
-    H5Id mspace(H5Screate_simple(2, dims, nullptr), H5Sclose);
-    if (!writer) {
-      H5Sselect_none(fspace.get());
-      H5Sselect_none(mspace.get());
-    }
-    H5Id dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-    H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE);
-    h5_check(H5Dwrite(dset.get(), H5T_NATIVE_INT32, mspace.get(), fspace.get(), dxpl.get(), members.data()),
-             "H5Dwrite", "group_members");
-  }
+  if (!groups.empty())
+    h5_check(H5Dwrite(dset.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, members.data()), "H5Dwrite",
+             "group_members");
+
 }
 
 }  // namespace meshbench::results

@@ -47,6 +47,7 @@ class CudaBackend final : public Backend<float> {
     (void)cudaStreamSynchronize(stream_);
     for (auto& m : mirrors_) (void)cudaFree(m.bf16);
     for (auto& s : scratch_) (void)cudaFree(s.p);
+    if (bad_) (void)cudaFree(bad_);
     (void)cublasDestroy(blas_);
     (void)cudaStreamDestroy(stream_);
   }
@@ -57,6 +58,14 @@ class CudaBackend final : public Backend<float> {
   compute::MemKind mem() const override { return compute::MemKind::kDevice; }
   void* stream() const override { return stream_; }
   void synchronize() override { MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG); }
+  int64_t take_nonfinite_grads() override {
+    if (!bad_) return 0;
+    unsigned long long n = 0;
+    MB_CHECK_CUDA(cudaMemcpyAsync(&n, bad_, sizeof n, cudaMemcpyDeviceToHost, stream_), kG);
+    MB_CHECK_CUDA(cudaMemsetAsync(bad_, 0, sizeof n, stream_), kG);
+    MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);
+    return static_cast<int64_t>(n);
+  }
 
   void* alloc(std::size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -236,11 +245,15 @@ class CudaBackend final : public Backend<float> {
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConfig& cfg,
                     double wd, int t) override {
     if (n <= 0) return;
+    if (!bad_) {
+      MB_CHECK_CUDA(cudaMalloc(&bad_, sizeof *bad_), kG);
+      MB_CHECK_CUDA(cudaMemsetAsync(bad_, 0, sizeof *bad_, stream_), kG);
+    }
     const float bc1 = float(1.0 - std::pow(cfg.beta1, t));
     k_adamw<<<blocks_for(size_t(n)), 256, 0, stream_>>>(
         p, g, m, v, size_t(n), float(cfg.beta1), float(cfg.beta2), float(1.0 - cfg.beta1),
         float(1.0 - cfg.beta2), float(cfg.eps), float(1.0 - cfg.lr * wd), float(cfg.lr) / bc1,
-        float(std::sqrt(1.0 - std::pow(cfg.beta2, t))));
+        float(std::sqrt(1.0 - std::pow(cfg.beta2, t))), bad_);
     MB_CHECK_LAUNCH(k_adamw, kG);
     written(p, sizeof(float) * size_t(n));  // refresh the bf16 copy of an updated weight
   }
@@ -495,6 +508,7 @@ class CudaBackend final : public Backend<float> {
   int device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  unsigned long long* bad_ = nullptr;  // k_adamw's count of non-finite gradient elements
   std::vector<Alloc> sizes_;
   std::vector<Mirror> mirrors_;
   Scratch scratch_[4];

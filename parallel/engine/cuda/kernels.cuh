@@ -324,11 +324,14 @@ __global__ void k_bias_residual_add(float* out, const float* x, const float* bia
   if (i < size_t(N) * C) out[i] += x[i] + bias[i % C];
 }
 // AdamW as layers.cpp (the scalars are computed in double on the host, then rounded).
+// `bad` counts the gradient elements that are not finite (the divergence check).
 __global__ void k_adamw(float* p, const float* g, float* m, float* v, size_t n, float b1, float b2,
-                        float omb1, float omb2, float eps, float decay, float step, float bc2_sqrt) {
+                        float omb1, float omb2, float eps, float decay, float step, float bc2_sqrt,
+                        unsigned long long* bad) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const float gi = g[i], mi = b1 * m[i] + omb1 * gi, vi = b2 * v[i] + omb2 * gi * gi;
+  if (!isfinite(gi)) atomicAdd(bad, 1ull);
   m[i] = mi;
   v[i] = vi;
   p[i] = p[i] * decay - step * mi / (sqrtf(vi) / bc2_sqrt + eps);
