@@ -396,9 +396,7 @@ int run(const Spec& spec, int argc, char** argv) {
   } catch (const core::OutputFault& e) {
     // Every rank agreed to stop here (comm::agree_on_fault): no one waits in a collective.
     if (rank == 0)
-      std::fprintf(stderr, "%s: error: %s; the results file keeps what was published before (status 'running' "
-                           "if the end could not be recorded)\n",
-                   fs::path(argv[0]).filename().c_str(), e.what());
+      std::fprintf(stderr, "%s: error: %s\n", fs::path(argv[0]).filename().c_str(), e.what());
     rc = static_cast<int>(core::ExitCode::kRuntime);
   } catch (const core::RuntimeFault& e) {
     core::fatal_runtime("run", "world", e.what());
@@ -408,6 +406,8 @@ int run(const Spec& spec, int argc, char** argv) {
   MPI_Comm_free(&world);
   // Results are on disk by now. MPICH 4.0 over UCX TCP can hang in MPI_Finalize (fixed
   // upstream in 4.2); do not let that turn a finished run into a job that never ends.
+  if (g_signal.load() != 0 && rc == static_cast<int>(core::ExitCode::kRuntime))
+    comm::end_signalled_job(rank, rc, fs::path(argv[0]).filename().c_str());
   comm::finalize_with_deadline(rank, rc, fs::path(argv[0]).filename().c_str());
   return rc;
 }

@@ -43,7 +43,9 @@ const char* name(InplaceMode m) {
   return m == InplaceMode::kYes ? "yes" : m == InplaceMode::kNo ? "no" : "both";
 }
 
-std::optional<Options> parse_options(const std::string& binary, bool reduces, bool rooted, int argc,
+namespace {
+
+std::optional<Options> parse_checked(core::EnvSources& env, const std::string& binary, bool reduces, bool rooted, int argc,
                                      char** argv, bool print, bool routed) {
   Options o;
   CLI::App app{fmt::format("{}: meshbench collective benchmark (see README.md). Every option can also be "
@@ -118,8 +120,10 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
     if (print) std::fputs(app.help().c_str(), stdout);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
+    env = core::env_sources(app, argc, argv);
     throw UsageError(e.what());
   }
+  env = core::env_sources(app, argc, argv);
 
   o.min_bytes = size_arg("-b/--min-bytes", min_b);
   o.max_bytes = size_arg("-e/--max-bytes", max_b);
@@ -218,6 +222,8 @@ std::optional<Options> parse_options(const std::string& binary, bool reduces, bo
   return o;
 }
 
+}  // namespace
+
 std::vector<std::uint64_t> size_sweep(const Options& o) {
   std::vector<std::uint64_t> sizes;
   std::uint64_t s = o.min_bytes;
@@ -231,6 +237,16 @@ std::vector<std::uint64_t> size_sweep(const Options& o) {
     s *= o.step_factor;
   }
   return sizes;
+}
+
+std::optional<Options> parse_options(const std::string& binary, bool reduces, bool rooted, int argc,
+                                     char** argv, bool print, bool routed) {
+  core::EnvSources env;
+  try {
+    return parse_checked(env, binary, reduces, rooted, argc, argv, print, routed);
+  } catch (const UsageError& e) {
+    throw UsageError(core::note_env(env, e.what()));
+  }
 }
 
 }  // namespace meshbench::collectives

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -168,10 +169,17 @@ void check_options(Options& o) {
   if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
   mb::comm::parse_order(o.order);
   mb::comm::parse_group_kind(o.group);
-  if (!(o.adam.lr > 0)) throw UsageError("--lr: must be positive");
+  if (!(o.adam.lr > 0) || !std::isfinite(o.adam.lr))
+    throw UsageError(fmt::format("--lr {}: must be finite and positive", o.adam.lr));
   if (!(o.adam.beta1 >= 0 && o.adam.beta1 < 1) || !(o.adam.beta2 >= 0 && o.adam.beta2 < 1))
     throw UsageError("--beta1/--beta2: must be in [0, 1)");
-  if (!(o.adam.eps > 0)) throw UsageError("--eps: must be positive");
+  if (!(o.adam.eps > 0) || !std::isfinite(o.adam.eps))
+    throw UsageError(fmt::format("--eps {}: must be finite and positive", o.adam.eps));
+  if (!(o.adam.weight_decay >= 0) || !std::isfinite(o.adam.weight_decay))
+    throw UsageError(fmt::format("--weight-decay {}: must be finite and >= 0", o.adam.weight_decay));
+  if (o.dtype == "bf16" && o.device == "cpu")
+    throw UsageError("--dtype bf16: the CPU path computes in fp32 and would label fp32 numbers bf16; bf16 runs "
+                     "with --device cuda (the CPU's bf16 emulation is a test backend: tests/parallel/emulation_test)");
 }
 
 // "3,3,2,2" -> {3, 3, 2, 2}; "" -> {}.
@@ -213,14 +221,21 @@ std::optional<Options> parse_options(int argc, char** argv) {
     std::fputs(app.help().c_str(), stdout);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
+    throw UsageError(mb::core::note_env(mb::core::env_sources(app, argc, argv), e.what()));
   }
-  o.model = resolve_model(f, o);
-  check_options(o);
+  o.env = mb::core::env_sources(app, argc, argv);
+  try {
+    o.model = resolve_model(f, o);
+    check_options(o);
+  } catch (const UsageError& e) {
+    throw UsageError(mb::core::note_env(o.env, e.what()));
+  }
   return o;
 }
 
-Plan make_plan(const Options& o, int world) {
+namespace {
+
+Plan plan_of(const Options& o, int world) {
   if (o.world > 0 && o.world != world)
     throw UsageError(fmt::format("--world {}: this run has {} ranks (--world plans for another size with --plan-only)",
                                  o.world, world));
@@ -261,6 +276,16 @@ Plan make_plan(const Options& o, int world) {
   if (o.inject_fault >= world)
     throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
   return p;
+}
+
+}  // namespace
+
+Plan make_plan(const Options& o, int world) {
+  try {
+    return plan_of(o, world);
+  } catch (const UsageError& e) {
+    throw UsageError(mb::core::note_env(o.env, e.what()));
+  }
 }
 
 }  // namespace meshbench::parallel

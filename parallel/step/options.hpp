@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/mesh.hpp"
+#include "core/cli.hpp"
 #include "config.hpp"
 #include "layers.hpp"
 #include "plan.hpp"
@@ -46,6 +47,7 @@ struct Options {
   // (plan_only.hpp); --world: the world size it plans for (a real run: must be mpiexec's).
   bool plan_only = false, plan_stdin = false;
   int world = 0;
+  core::EnvSources env;  // the options set by MESHBENCH_* variables, for error messages
 };
 
 // Parses argv; nullopt after --help. Throws core::UsageError for anything wrong.

@@ -135,9 +135,13 @@ void validate_pipeline(const Plan& p) {
     throw UsageError(fmt::format("--sp with --mesh pp={}: sequence-parallel shards are not sent between stages in "
                                  "this build (tensor parallel without --sp composes with pp)", P));
   if (p.layers_per_stage.empty()) {
+    if (L < P * V)  // no split can help: every virtual stage needs a layer
+      throw UsageError(fmt::format("--layers {} with pp x vpp = {} x {}: every virtual stage needs at least one "
+                                   "layer, so --layers must be at least {} (or lower pp or vpp)",
+                                   L, P, V, P * V));
     if (L % (P * V) != 0)
       throw UsageError(fmt::format("--layers {} is not divisible by pp x vpp = {} x {}: give --layers-per-stage "
-                                   "(layers of each virtual stage, {} entries summing to {})",
+                                   "(layers of each virtual stage, {} entries of at least 1 summing to {})",
                                    L, P, V, P * V, L));
     return;
   }

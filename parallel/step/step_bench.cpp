@@ -863,8 +863,7 @@ int main(int argc, char** argv) {
   } catch (const mb::core::OutputFault& e) {
     // Every rank agreed to stop here: no rank waits in a collective.
     if (rank == 0)
-      std::fprintf(stderr, "step_bench: error: %s; the results file keeps what was published before (its status "
-                           "stays 'running' when the end could not be recorded)\n", e.what());
+      std::fprintf(stderr, "step_bench: error: %s\n", e.what());
     rc = kExitRuntime;
   } catch (const mb::core::RuntimeFault& e) {
     std::fprintf(stderr, "step_bench: rank %d: %s\n", rank, e.what());
@@ -875,6 +874,7 @@ int main(int argc, char** argv) {
                             "allocator's own use: lower the model or raise the parallel degrees)");
   }
   // Results are on disk by now; a finalize that hangs (MPICH 4.0 over TCP) must not keep the job.
+  if (g_signal.load() != 0 && rc == kExitRuntime) mb::comm::end_signalled_job(rank, rc, "step_bench");
   mb::comm::finalize_with_deadline(rank, rc, "step_bench");
   return rc;
 }

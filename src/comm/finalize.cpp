@@ -33,4 +33,10 @@ void finalize_with_deadline(int rank, int rc, const char* binary) {
   done.store(true);
 }
 
+void end_signalled_job(int rank, int rc, const char* binary) {
+  std::fflush(nullptr);
+  if (rank == 0) MPI_Abort(MPI_COMM_WORLD, rc);
+  finalize_with_deadline(rank, rc, binary);
+}
+
 }  // namespace meshbench::comm

@@ -9,4 +9,10 @@ namespace meshbench::comm {
 
 void finalize_with_deadline(int rank, int rc, const char* binary);
 
+// The end of a run stopped by SIGTERM or SIGINT, after its results are written and every rank
+// agreed: rank 0 ends the job with MPI_Abort(rc), the others finalize. When the signal went to
+// mpiexec, hydra (MPICH 4.0.2) tears down its side of the job and a plain exit reached it as 0,
+// or MPI_Finalize waited out its deadline; through MPI_Abort the launcher exits with rc.
+void end_signalled_job(int rank, int rc, const char* binary);
+
 }  // namespace meshbench::comm

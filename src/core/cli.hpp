@@ -6,7 +6,9 @@
 #include <CLI/CLI.hpp>
 
 #include <cctype>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace meshbench::core {
 
@@ -22,6 +24,56 @@ inline CLI::Option* with_env(CLI::Option* o) {
   const auto& lnames = o->get_lnames();
   o->envname(env_name(lnames.empty() ? o->get_single_name() : lnames.front()));
   return o;
+}
+
+// The options whose value came from their environment variable rather than the command line:
+// each option's flags ("--warmup", "-n") and "VAR=value".
+struct EnvSource {
+  std::vector<std::string> flags;
+  std::string setting;  // MESHBENCH_WARMUP=auto
+};
+using EnvSources = std::vector<EnvSource>;
+
+inline EnvSources env_sources(const CLI::App& app, int argc, char** argv) {
+  auto on_command_line = [&](const std::string& flag) {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == flag || a.rfind(flag + "=", 0) == 0 || (flag.size() == 2 && a.rfind(flag, 0) == 0)) return true;
+    }
+    return false;
+  };
+  EnvSources out;
+  for (const CLI::Option* o : app.get_options()) {
+    const std::string& var = o->get_envname();
+    const char* value = var.empty() ? nullptr : std::getenv(var.c_str());
+    if (!value) continue;
+    EnvSource src{{}, var + "=" + value};
+    bool typed = false;
+    for (const auto& l : o->get_lnames()) src.flags.push_back("--" + l);
+    for (const auto& f : o->get_snames()) src.flags.push_back("-" + f);
+    for (const auto& f : src.flags) typed = typed || on_command_line(f);
+    if (!typed) out.push_back(std::move(src));
+  }
+  return out;
+}
+
+// `message` (an error about the options) with the setting of every option it names that came
+// from the environment appended: "--warmup = auto (from the environment: MESHBENCH_WARMUP=auto)",
+// so a bad value in an sbatch file names the variable instead of a flag nobody typed.
+inline std::string note_env(const EnvSources& sources, const std::string& message) {
+  std::string notes;
+  for (const EnvSource& s : sources) {
+    bool named = false;
+    for (const auto& f : s.flags) {
+      const size_t at = message.find(f);
+      // "--seq" must not match inside "--sequence": the flag ends at a non-name character.
+      named = named || (at != std::string::npos &&
+                        (at + f.size() == message.size() || !(std::isalnum(static_cast<unsigned char>(message[at + f.size()])) ||
+                                                              message[at + f.size()] == '-')));
+    }
+    if (named) notes += (notes.empty() ? "" : ", ") + s.setting;
+  }
+  return notes.empty() ? message : message + " (from the environment: " + notes + ")";
 }
 
 }  // namespace meshbench::core

@@ -68,10 +68,12 @@ void report_hang(const HangSite& given, const core::Hang& h) {
   // End the whole job through MPI: the launcher exits with this code whatever state the other
   // ranks are in. (An _Exit left it to mpiexec, which ORs the raw wait statuses of the ranks it
   // then kills, so a stopped rank's SIGKILL made the job's code 9, or 1, depending on timing.)
-  // Should MPI_Abort block behind the stuck call, a timer ends this process anyway.
+  // Should MPI_Abort block behind the stuck call, a timer ends this process anyway and leaves
+  // RECORD.abort-blocked behind, the evidence the hang tests look for (and must not find).
   constexpr int kCode = static_cast<int>(core::ExitCode::kRuntime);
-  std::thread([] {
+  std::thread([blocked = record + ".abort-blocked"] {
     std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::ofstream(blocked) << "MPI_Abort did not end the job within 10 s\n";
     std::_Exit(kCode);
   }).detach();
   MPI_Abort(MPI_COMM_WORLD, kCode);

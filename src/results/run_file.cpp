@@ -1,5 +1,7 @@
 #include "results/run_file.hpp"
 
+#include <fmt/core.h>
+
 #include "core/error.hpp"
 #include "core/timer.hpp"
 
@@ -64,6 +66,7 @@ std::string join(const std::vector<int>& v) {
 }  // namespace
 
 RunFile::RunFile(const std::string& path, bool append, RunContext& ctx) : file_(path, append) {
+  appended_ = append;
   hid_t f = file_.id();
   if (!append || !exists(f, "runs")) {
     write_attr(f, "schema_version", kSchemaVersion);
@@ -90,10 +93,21 @@ bool RunFile::publish(bool force) {
   // a tenth of the wall time goes to publishing, however large the file grows.
   if (!force && now - last_end_ < 9 * last_cost_) return true;
   const double before = file_.publish_seconds();
-  error_ = file_.publish(/*durable=*/false);
+  hold_error(file_.publish(/*durable=*/false));
   last_cost_ = file_.publish_seconds() - before;
   last_end_ = core::now_seconds();
   return error_.empty();
+}
+
+void RunFile::hold_error(const std::string& why) {
+  if (!error_.empty() || why.empty()) return;
+  // Say what the file on disk now holds: the last publish, or nothing of this run.
+  const int kept = file_.publishes() - 1;  // the one that failed is counted
+  error_ = kept > 0 ? fmt::format("{}; {} keeps its last complete state, published {:.1f} s before (this run's "
+                                  "status stays 'running': its end could not be recorded)",
+                                  why, file_.path(), core::now_seconds() - last_end_)
+           : appended_ ? fmt::format("{}; {} is unchanged (it does not hold this run)", why, file_.path())
+                       : fmt::format("{}; {} was not created", why, file_.path());
 }
 
 void RunFile::finish(const std::string& status) {
@@ -104,7 +118,7 @@ void RunFile::finish(const std::string& status) {
   write_attr(run_.get(), "results_publishes", file_.publishes() + 1);
   write_attr(run_.get(), "results_publish_s", file_.publish_seconds());
   h5_check(H5Fflush(file_.id(), H5F_SCOPE_GLOBAL), "H5Fflush", file_.path());
-  error_ = file_.publish(/*durable=*/true);
+  hold_error(file_.publish(/*durable=*/true));
 }
 
 bool mark_status_alone(const std::string& path, const std::string& run_id, const std::string& status) {

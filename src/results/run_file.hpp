@@ -36,10 +36,9 @@ class RunFile {
   // Publishes now when `force` or when due (see above). Returns false once an error is held.
   bool publish(bool force = false);
   const std::string& error() const { return error_; }
-  // Holds `why` as the error (the first one stays): a write into the file that failed.
-  void hold_error(const std::string& why) {
-    if (error_.empty()) error_ = why;
-  }
+  // Holds `why` as the error (the first one stays; empty: none), with what the file on disk
+  // holds now: a write into the file that failed, or a publish.
+  void hold_error(const std::string& why);
 
   hid_t file() const { return file_.id(); }
   hid_t run() const { return run_.get(); }
@@ -49,6 +48,7 @@ class RunFile {
   MemFile file_;
   H5Id run_;
   std::string error_;
+  bool appended_ = false;
   double last_end_ = 0, last_cost_ = 0;
 };
 

@@ -14,6 +14,7 @@ written from results/README.md (not from the C++ code). Exit 0 when every check 
   h5check.py fault FILE COLLECTIVE        status failed, and every row with data has wrong == 1
   h5check.py crash FILE STATUS [MIN_ROWS]  status == STATUS; sizes/summary/samples have equal
       row counts >= MIN_ROWS (default 2) in every series; no NaN in any present row
+  h5check.py readable FILE    every run's attributes and every dataset read in full
 """
 import math
 import sys
@@ -260,6 +261,28 @@ def crash(path, status, min_rows):
         print(f"{path}: status {status}, rows per series {[len(g['summary']) for *_, g in ser]}")
 
 
+def readable(path):
+    """Every run's attributes and every dataset of the file, read in full."""
+    counts = {"runs": 0, "datasets": 0}
+
+    def visit(_name, obj):
+        if isinstance(obj, h5py.Dataset):
+            obj[()]
+            counts["datasets"] += 1
+        dict(obj.attrs)
+
+    try:
+        with h5py.File(path, "r") as f:
+            for rid, run in f["runs"].items():
+                counts["runs"] += 1
+                dict(run.attrs)
+                run.visititems(visit)
+            statuses = sorted({s(r.attrs["status"]) for r in f["runs"].values()})
+        print(f"{path}: {counts['runs']} runs ({', '.join(statuses)}), {counts['datasets']} datasets read")
+    except Exception as e:  # noqa: BLE001 - any failure to read is the finding
+        check(False, f"{path}: {type(e).__name__}: {e}")
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__)
@@ -279,6 +302,8 @@ def main(argv):
         fault(argv[2], argv[3])
     elif cmd == "crash":
         crash(argv[2], argv[3], int(argv[4]) if len(argv) > 4 else 2)
+    elif cmd == "readable":
+        readable(argv[2])
     else:
         print(__doc__)
         return 2

@@ -25,6 +25,11 @@ took=$((SECONDS - t0))
 kill -9 "$victim" 2>/dev/null || true  # in case the launcher left it behind
 [[ $rc -eq 3 ]] && pass "exit 3 after one rank stopped" || fail "exit $rc, want 3"
 [[ $took -le 30 ]] && pass "ended ${took} s after SIGSTOP (limit 30)" || fail "took $took s after SIGSTOP, limit 30"
+# The code comes from MPI_Abort, which the launcher passes on whatever the stopped rank's state
+# (an _Exit left it to mpiexec's OR of the ranks' raw statuses: 1 or 9 now and then). Had the
+# abort blocked behind the stuck call, the fallback timer would have left *.abort-blocked.
+blocked=$(ls "$WORK"/*.abort-blocked 2>/dev/null || true)
+[[ -z "$blocked" ]] && pass "MPI_Abort ended the job (no fallback timer fired)" || fail "MPI_Abort blocked: $blocked"
 
 line=$(grep -m1 "has not completed after" "$WORK/err" || true)
 if [[ "$line" =~ rank\ ([0-9]+)\ \(.+\):\ (.+)\ of\ ([0-9]+)\ B\ in\ group\ world\ \(dim\ world\).*--op-timeout\ 5.*at\ size\ [0-9]+\ of ]]; then

@@ -17,7 +17,10 @@ bad 2 "dp=3" --mesh dp=3
 bad 2 "--mesh tp=2: --ffn 255 must be divisible by tp" --mesh tp=2 --ffn 255
 # pipeline parallel: the layer split, the schedule's shape rules, ZeRO
 bad 2 "--layers 3 is not divisible by pp x vpp = 2 x 1" --mesh pp=2 --layers 3
-bad 2 "--layers 4 is not divisible by pp x vpp = 2 x 4" --mesh pp=2 --layers 4 --schedule interleaved --vpp 4 --micro-batches 4
+bad 2 "--layers 10 is not divisible by pp x vpp = 2 x 4" --mesh pp=2 --layers 10 --schedule interleaved --vpp 4 --micro-batches 4
+# fewer layers than virtual stages: no --layers-per-stage can help, and the message does not offer one
+bad 2 "--layers 4 with pp x vpp = 2 x 4: every virtual stage needs at least one layer, so --layers must be at least 8" --mesh pp=2 --layers 4 --schedule interleaved --vpp 4 --micro-batches 4
+bad 4 "--layers 2 with pp x vpp = 4 x 1" --mesh pp=4 --layers 2
 bad 2 "m % G = 1 micro-batches (G = 2), which must be 0 or at least P = 2" --mesh pp=2 --layers 4 --schedule interleaved --vpp 2 --micro-batches 3 --vpp-group 2
 bad 2 "P <= G <= m" --mesh pp=2 --layers 4 --schedule interleaved --vpp 2 --micro-batches 1
 bad 2 "--micro-batches 0: must be at least 1" --mesh pp=2 --layers 2 --micro-batches 0
@@ -36,5 +39,19 @@ bad 2 "--bucket-mb -1" --mesh dp=2 --bucket-mb -1
 bad 2 "--backend nccl: needs --device cuda" --mesh dp=2 --backend nccl
 bad 2 "--inject-fault 5: no such rank" --mesh dp=2 --inject-fault 5
 bad 2 "--export" --mesh dp=2 --export "$WORK/x"
+# issue 22: inputs the run itself used to find late, or not at all
+bad 2 "--lr inf: must be finite and positive" --lr inf
+bad 2 "--lr nan: must be finite and positive" --lr nan
+bad 2 "--dtype bf16: the CPU path computes in fp32" --dtype bf16
+bad 2 "--trace /proc/meshbench-none/t.json: cannot create folder /proc/meshbench-none" --trace /proc/meshbench-none/t.json
+echo "not hdf5" > "$WORK/notes.txt"
+bad 2 "-O/--output $WORK/notes.txt: not an HDF5 file" -O "$WORK/notes.txt" --append
+bad 2 "cannot create the lock file" -O /proc/meshbench-none.h5
+if MESHBENCH_WARMUP=auto expect_rc 2 2 step_bench --steps 1; then
+  grep -q "from the environment: MESHBENCH_WARMUP=auto" "$WORK/err" && pass "a bad MESHBENCH_WARMUP names the variable: $(cat "$WORK/err")" \
+    || fail "MESHBENCH_WARMUP=auto: the message does not name the variable: $(cat "$WORK/err")"
+fi
+# over-memory: refused with the estimate before anything is allocated (the host's memory, the plan's need)
+bad 2 "the plan needs about" --layers 96 --hidden 65536 --heads 64 --kv-heads 64 --seq 64 --vocab 512
 bad 4 "dp=3" --mesh dp=3
 finish

@@ -21,6 +21,11 @@ took=$((SECONDS - t0))
 kill -9 "${ranks[1]}" 2>/dev/null || true
 [[ $rc -eq 3 ]] && pass "exit 3 after one rank stopped" || fail "exit $rc, want 3: $(tail -3 "$WORK/err")"
 [[ $took -le 30 ]] && pass "ended ${took} s after SIGSTOP (limit 30)" || fail "took $took s after SIGSTOP"
+# The code comes from MPI_Abort, which the launcher passes on whatever the stopped rank's state
+# (an _Exit left it to mpiexec's OR of the ranks' raw statuses: 1 or 9 now and then). Had the
+# abort blocked behind the stuck call, the fallback timer would have left *.abort-blocked.
+blocked=$(ls "$WORK"/*.abort-blocked 2>/dev/null || true)
+[[ -z "$blocked" ]] && pass "MPI_Abort ended the job (no fallback timer fired)" || fail "MPI_Abort blocked: $blocked"
 line=$(grep -m1 "has not completed after" "$WORK/err" || true)
 if [[ "$line" =~ rank\ ([0-9]+)\ \(.+\):\ (.+)\ of\ [0-9]+\ B\ in\ group\ .*--op-timeout\ 5.*at\ step\ [0-9]+ ]]; then
   pass "message: ${line:0:160}"
@@ -41,5 +46,26 @@ print(f"pending {j['pending']['op']} after {j['waited_s']:.1f} s; {n} steps kept
 PY
 else
   fail "no watchdog message naming the call: $(head -3 "$WORK/err")"
+fi
+
+# A pipeline hang names the pipeline dimension (it read "group pp (dim dp)").
+f="$WORK/hang-pp.h5"
+setsid timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" --mesh pp=2 --layers 2 --hidden 32 --heads 2 --seq 16 \
+  --vocab 64 --micro-batch 2 --micro-batches 2 --threads 1 --steps 1000000 --warmup 0 --op-timeout 5 -O "$f" --quiet \
+  > "$WORK/out" 2> "$WORK/err" < /dev/null &
+launcher=$!
+deadline=$((SECONDS + 60))
+until [[ -f "$f" ]] || [[ $SECONDS -ge $deadline ]]; do sleep 0.1; done
+sleep 2
+find_ranks "$launcher" "$exe" 2
+kill -STOP "${ranks[1]}"
+rc=0
+wait "$launcher" || rc=$?
+kill -9 "${ranks[1]}" 2>/dev/null || true
+line=$(grep -m1 "has not completed after" "$WORK/err" || true)
+if [[ $rc -eq 3 && "$line" =~ in\ group\ (pp[^ ]*|embedding[^ ]*|world)\ \(dim\ (pp|embedding|world)\) ]]; then
+  pass "pipeline hang: exit 3, ${BASH_REMATCH[0]}"
+else
+  fail "pipeline hang: exit $rc, want 3 and the group's own dimension: ${line:0:200}"
 fi
 finish
