@@ -108,9 +108,8 @@ void CpAttention<S>::chunk_forward(const ComputeOp& run, S* atty, S* lse, const 
   S* o = atty + p.q_chunk * chunk * Cw;
   S* l = lse + p.q_chunk * chunk * NH_;
   const int q0 = mine_.start[p.q_chunk], k0 = cp_chunks(T_, cp_, p.k_rank).start[p.k_chunk];
-  run([&] { be_.attention_chunk_forward(o, Cw, l, q, QKV, k, w2, k + kvw(), w2, B_, mine_.len, mine_.len, NH_, KVH_,
-                                        hs_, q0, k0, first); },
-      pair_flops(false));
+  run({Op::kAttention, "chunk.fwd", 0, 0, 0, pair_flops(false)}, [&] { be_.attention_chunk_forward(o, Cw, l, q, QKV, k, w2, k + kvw(), w2, B_, mine_.len, mine_.len, NH_, KVH_,
+                                        hs_, q0, k0, first); });
 }
 
 template <typename S>
@@ -120,29 +119,28 @@ void CpAttention<S>::chunk_backward(const ComputeOp& run, S* dqkv, S* dkv, const
   const int QKV = qkvw(), Cw = NH_ * hs_, w2 = 2 * kvw();
   const int64_t qo = p.q_chunk * chunk, ko = p.k_chunk * chunk;
   const int q0 = mine_.start[p.q_chunk], k0 = cp_chunks(T_, cp_, p.k_rank).start[p.k_chunk];
-  run([&] { be_.attention_chunk_backward(dqkv + qo * QKV, QKV, dkv + ko * w2, w2, dkv + ko * w2 + kvw(), w2,
+  run({Op::kAttention, "chunk.bwd", 0, 0, 0, pair_flops(true)}, [&] { be_.attention_chunk_backward(dqkv + qo * QKV, QKV, dkv + ko * w2, w2, dkv + ko * w2 + kvw(), w2,
                                          datty + qo * Cw, Cw, D + qo * NH_, lse + qo * NH_, qkv + qo * QKV, QKV,
                                          kv + ko * w2, w2, kv + ko * w2 + kvw(), w2, B_, mine_.len, mine_.len, NH_,
-                                         KVH_, hs_, q0, k0); },
-      pair_flops(true));
+                                         KVH_, hs_, q0, k0); });
 }
 
 template <typename S>
 void CpAttention<S>::rowdots(const ComputeOp& run, const S* datty, const S* atty) {
   const int64_t chunk = int64_t{B_} * mine_.len;
   const int Cw = NH_ * hs_;
-  run([&] {
+  run({Op::kAttention, "rowdot", 0, 0, 0, 0.0}, [&] {
     for (int a = 0; a < mine_.count; ++a)
       be_.attention_rowdot(D_.data() + a * chunk * NH_, datty + a * chunk * Cw, Cw, atty + a * chunk * Cw, Cw, B_,
                            mine_.len, NH_, hs_);
-  }, 0.0);
+  });
 }
 
 template <typename S>
 void CpAttention<S>::ring_forward(GroupComm<S>& cp, const ComputeOp& run, S* atty, S* lse, const S* qkv) {
   const int C = cp_.size, r = cp_.rank, next = (r + 1) % C, prev = (r + C - 1) % C;
   const int64_t n = rows() * 2 * kvw();
-  run([&] { be_.copy_2d(kv_.data(), 2 * kvw(), qkv + NH_ * hs_, qkvw(), rows(), 2 * kvw()); }, 0.0);
+  run({Op::kCopy, "kv.copy", 0, 0, 0, 0.0}, [&] { be_.copy_2d(kv_.data(), 2 * kvw(), qkv + NH_ * hs_, qkvw(), rows(), 2 * kvw()); });
   S* held = kv_.data();
   S* spare = kv2_.data();
   bool first[2] = {true, true};
@@ -167,11 +165,11 @@ void CpAttention<S>::ring_backward(GroupComm<S>& cp, const ComputeOp& run, S* dq
                                    const S* qkv) {
   const int C = cp_.size, r = cp_.rank, next = (r + 1) % C, prev = (r + C - 1) % C;
   const int64_t n = rows() * 2 * kvw();
-  run([&] {
+  run({Op::kCopy, "kv.copy", 0, 0, 0, 0.0}, [&] {
     be_.zero(dqkv, sizeof(S) * static_cast<size_t>(rows() * qkvw()));
     be_.zero(dkv_.data(), dkv_.bytes());
     be_.copy_2d(kv_.data(), 2 * kvw(), qkv + NH_ * hs_, qkvw(), rows(), 2 * kvw());
-  }, 0.0);
+  });
   S* held = kv_.data();
   S* spare = kv2_.data();
   S* dheld = dkv_.data();
@@ -191,13 +189,13 @@ void CpAttention<S>::ring_backward(GroupComm<S>& cp, const ComputeOp& run, S* dq
       std::swap(held, spare);
     }
   }
-  run([&] { be_.add_2d(dqkv + NH_ * hs_, qkvw(), dheld, 2 * kvw(), rows(), 2 * kvw()); }, 0.0);
+  run({Op::kCopy, "dkv.add", 0, 0, 0, 0.0}, [&] { be_.add_2d(dqkv + NH_ * hs_, qkvw(), dheld, 2 * kvw(), rows(), 2 * kvw()); });
 }
 
 template <typename S>
 void CpAttention<S>::gather_forward(GroupComm<S>& cp, const ComputeOp& run, S* atty, S* lse, const S* qkv) {
   const int64_t n = rows() * 2 * kvw();
-  run([&] { be_.copy_2d(kv_.data(), 2 * kvw(), qkv + NH_ * hs_, qkvw(), rows(), 2 * kvw()); }, 0.0);
+  run({Op::kCopy, "kv.copy", 0, 0, 0, 0.0}, [&] { be_.copy_2d(kv_.data(), 2 * kvw(), qkv + NH_ * hs_, qkvw(), rows(), 2 * kvw()); });
   cp.all_gather(all_.data(), kv_.data(), n);
   bool first[2] = {true, true};
   std::vector<Pair> pairs;
@@ -214,11 +212,11 @@ template <typename S>
 void CpAttention<S>::gather_backward(GroupComm<S>& cp, const ComputeOp& run, S* dqkv, const S* datty, const S* lse,
                                      const S* qkv) {
   const int64_t n = rows() * 2 * kvw();
-  run([&] {
+  run({Op::kCopy, "kv.copy", 0, 0, 0, 0.0}, [&] {
     be_.zero(dqkv, sizeof(S) * static_cast<size_t>(rows() * qkvw()));
     be_.zero(dall_.data(), dall_.bytes());
     be_.copy_2d(kv_.data(), 2 * kvw(), qkv + NH_ * hs_, qkvw(), rows(), 2 * kvw());
-  }, 0.0);
+  });
   cp.all_gather(all_.data(), kv_.data(), n);  // gathered again rather than kept
   std::vector<Pair> pairs;
   for (int j = 0; j < cp_.size; ++j) {
@@ -226,7 +224,7 @@ void CpAttention<S>::gather_backward(GroupComm<S>& cp, const ComputeOp& run, S* 
     for (const Pair& p : pairs) chunk_backward(run, dqkv, dall_.data() + j * n, datty, D_.data(), lse, qkv, all_.data() + j * n, p);
   }
   cp.reduce_scatter(dkv_.data(), dall_.data(), n);
-  run([&] { be_.add_2d(dqkv + NH_ * hs_, qkvw(), dkv_.data(), 2 * kvw(), rows(), 2 * kvw()); }, 0.0);
+  run({Op::kCopy, "dkv.add", 0, 0, 0, 0.0}, [&] { be_.add_2d(dqkv + NH_ * hs_, qkvw(), dkv_.data(), 2 * kvw(), rows(), 2 * kvw()); });
 }
 
 template <typename S>
@@ -259,23 +257,23 @@ void CpAttention<S>::ulysses_forward(GroupComm<S>& cp, const ComputeOp& run, S* 
   S* qkv_seq = act;                              // (B, T, wu): head group of this rank, whole sequence
   S* att = qkv_seq + full * wu;                  // (B, NHu, T, T)
   S* y_seq = att + int64_t{B_} * NHu * T_ * T_;  // (B, T, cu)
-  run([&] {  // to rank j: my rows of its heads, [q | k | v]
+  run({Op::kCopy, "heads.pack", 0, 0, 0, 0.0}, [&] {  // to rank j: my rows of its heads, [q | k | v]
     for (int j = 0; j < C; ++j) {
       S* d = send_.data() + j * R * wu;
       be_.copy_2d(d, wu, qkv + j * NHu * hs, QKV, R, NHu * hs);
       be_.copy_2d(d + NHu * hs, wu, qkv + (NH_ + j * KVHu) * hs, QKV, R, KVHu * hs);
       be_.copy_2d(d + (NHu + KVHu) * hs, wu, qkv + (NH_ + KVH_ + j * KVHu) * hs, QKV, R, KVHu * hs);
     }
-  }, 0.0);
+  });
   cp.all_to_all(recv_.data(), send_.data(), R * wu);
-  run([&] { blocks_to_sequence(qkv_seq, recv_.data(), wu); }, 0.0);
-  run([&] { be_.attention_forward(y_seq, att, qkv_seq, B_, T_, NHu, KVHu, hs); },
-      4.0 * static_cast<double>(attention_block_macs(T_, hs)) * B_ * NHu);
-  run([&] { sequence_to_blocks(send_.data(), y_seq, cu); }, 0.0);
+  run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { blocks_to_sequence(qkv_seq, recv_.data(), wu); });
+  run({Op::kAttention, "fwd", 0, 0, 0, 4.0 * static_cast<double>(attention_block_macs(T_, hs)) * B_ * NHu},
+      [&] { be_.attention_forward(y_seq, att, qkv_seq, B_, T_, NHu, KVHu, hs); });
+  run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { sequence_to_blocks(send_.data(), y_seq, cu); });
   cp.all_to_all(recv_.data(), send_.data(), R * cu);
-  run([&] {
+  run({Op::kCopy, "heads.unpack", 0, 0, 0, 0.0}, [&] {
     for (int j = 0; j < C; ++j) be_.copy_2d(atty + j * cu, Cw, recv_.data() + j * R * cu, cu, R, cu);
-  }, 0.0);
+  });
 }
 
 template <typename S>
@@ -287,23 +285,23 @@ void CpAttention<S>::ulysses_backward(GroupComm<S>& cp, const ComputeOp& run, S*
   const S* att = qkv_seq + full * wu;
   S* dy_seq = dall_.data();
   S* dqkv_seq = all_.data();
-  run([&] {
+  run({Op::kCopy, "heads.pack", 0, 0, 0, 0.0}, [&] {
     for (int j = 0; j < C; ++j) be_.copy_2d(send_.data() + j * R * cu, cu, datty + j * cu, Cw, R, cu);
-  }, 0.0);
+  });
   cp.all_to_all(recv_.data(), send_.data(), R * cu);
-  run([&] { blocks_to_sequence(dy_seq, recv_.data(), cu); }, 0.0);
-  run([&] { be_.attention_backward(dqkv_seq, dkv_.data(), dy_seq, qkv_seq, att, B_, T_, NHu, KVHu, hs); },
-      8.0 * static_cast<double>(attention_block_macs(T_, hs)) * B_ * NHu);
-  run([&] { sequence_to_blocks(send_.data(), dqkv_seq, wu); }, 0.0);
+  run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { blocks_to_sequence(dy_seq, recv_.data(), cu); });
+  run({Op::kAttention, "bwd", 0, 0, 0, 8.0 * static_cast<double>(attention_block_macs(T_, hs)) * B_ * NHu},
+      [&] { be_.attention_backward(dqkv_seq, dkv_.data(), dy_seq, qkv_seq, att, B_, T_, NHu, KVHu, hs); });
+  run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { sequence_to_blocks(send_.data(), dqkv_seq, wu); });
   cp.all_to_all(recv_.data(), send_.data(), R * wu);
-  run([&] {
+  run({Op::kCopy, "heads.unpack", 0, 0, 0, 0.0}, [&] {
     for (int j = 0; j < C; ++j) {
       const S* s = recv_.data() + j * R * wu;
       be_.copy_2d(dqkv + j * NHu * hs, QKV, s, wu, R, NHu * hs);
       be_.copy_2d(dqkv + (NH_ + j * KVHu) * hs, QKV, s + NHu * hs, wu, R, KVHu * hs);
       be_.copy_2d(dqkv + (NH_ + KVH_ + j * KVHu) * hs, QKV, s + (NHu + KVHu) * hs, wu, R, KVHu * hs);
     }
-  }, 0.0);
+  });
 }
 
 template <typename S>

@@ -28,6 +28,7 @@ const char* op_name(Op op) {
     case Op::kAdamW: return "adamw";
     case Op::kRouter: return "router";
     case Op::kPermute: return "permute";
+    case Op::kCopy: return "copy";
     case Op::kCount: break;
   }
   return "?";
@@ -63,8 +64,12 @@ Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
   if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
   if (opts.own_optimizer) set_optimizer_shard(P);
   build_activations();
-  matmul_op_ = [this](const std::function<void()>& op, double flops) { timed(Op::kMatmul, op, flops); };
-  attention_op_ = [this](const std::function<void()>& op, double flops) { timed(Op::kAttention, op, flops); };
+  qkv_op_ = runner("qkv");
+  proj_op_ = runner("attn.proj");
+  fc_op_ = runner("fc");
+  fcproj_op_ = runner("fc.proj");
+  head_op_ = runner("head");
+  attention_op_ = runner("attention");
 }
 
 template <typename S>
@@ -171,6 +176,12 @@ void Gpt<S>::init_weights(uint64_t seed) {
 template <typename S>
 template <typename F>
 void Gpt<S>::timed(Op op, F&& f, double flops) {
+  timed(OpInfo{op, "", 0, 0, 0, flops}, "", std::forward<F>(f));
+}
+
+template <typename S>
+template <typename F>
+void Gpt<S>::timed(const OpInfo& info, const char* role, F&& f) {
   if (!profiling_ && trace_ == nullptr) {
     f();
   } else {
@@ -181,16 +192,22 @@ void Gpt<S>::timed(Op op, F&& f, double flops) {
     f();
     if (sync) be_->synchronize();
     const double t1 = core::now_seconds();
-    if (profiling_) op_s_[static_cast<int>(op)] += t1 - t0;
+    if (profiling_) op_s_[static_cast<int>(info.op)] += t1 - t0;
     if (trace_ != nullptr)
-      trace_->push_back({trace_step_, trace_micro_, trace_layer_, op, trace_phase_, flops, t0, t1});
+      trace_->push_back({trace_step_, trace_micro_, trace_layer_, info.op, trace_phase_, info.flops, t0, t1, 0, role,
+                         info.part, info.m, info.n, info.k});
   }
   if (hooks_.poll) hooks_.poll();
 }
 
 template <typename S>
+ComputeOp Gpt<S>::runner(const char* role) {
+  return [this, role](const OpInfo& info, const std::function<void()>& op) { timed(info, role, op); };
+}
+
+template <typename S>
 typename MoeMlp<S>::Timed Gpt<S>::moe_timed() {
-  return [this](Op op, const std::function<void()>& f, double flops) { timed(op, f, flops); };
+  return runner("moe");
 }
 
 template <typename S>
@@ -278,7 +295,7 @@ void Gpt<S>::block_forward(int l) {
   timed(Op::kLayerNorm, [&] {
     be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w, p + w.ln1_b, n, C);
   });
-  column_forward(be, matmul_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
+  column_forward(be, qkv_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
   if (cp_attn_)
     cp_attn_->forward(*cp_, attention_op_, a + x.atty, a + x.att, a + x.qkv);
   else
@@ -286,7 +303,7 @@ void Gpt<S>::block_forward(int l) {
           [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
   // The residual joins the projection: res2 = res, then res2 += proj(atty).
   timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{n} * C); });
-  row_forward(be, matmul_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
+  row_forward(be, proj_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
               row_scratch_.data());
   timed(Op::kLayerNorm, [&] {
     be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w, p + w.ln2_b, n, C);
@@ -296,10 +313,10 @@ void Gpt<S>::block_forward(int l) {
     moe_aux_ += moe_.forward(l, p, a, a + x.ln2, a + x.res3, moe_timed());
     return;
   }
-  column_forward(be, matmul_op_, tp_, mode, a + x.fch, a + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
+  column_forward(be, fc_op_, tp_, mode, a + x.fch, a + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
   timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * d.ffn); });
   timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
-  row_forward(be, matmul_op_, tp_, mode, a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, d.ffn, C,
+  row_forward(be, fcproj_op_, tp_, mode, a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, d.ffn, C,
               row_scratch_.data());
 }
 
@@ -314,7 +331,7 @@ S Gpt<S>::head_forward(S* logits_out) {
   timed(Op::kLayerNorm, [&] {
     be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_, ph + lnf_b_, n, C);
   });
-  column_forward(be, matmul_op_, tp_, opts_.tp.mode, a + logits_, a + lnf_, gathered(-1, 0), head_w, ph + head_b_,
+  column_forward(be, head_op_, tp_, opts_.tp.mode, a + logits_, a + lnf_, gathered(-1, 0), head_w, ph + head_b_,
                  N, C, V);
   if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);  // before the softmax
   S loss{};
@@ -435,7 +452,7 @@ void Gpt<S>::head_backward(S loss_scale, bool sync_replicated) {
   S* gh = G(hu);
   const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
   S* dhead_w = tied_embed_ ? G(embed_unit_) + head_w_ : gh + head_w_;
-  column_backward(be, matmul_op_, tp_, opts_.tp.mode, dln_.data(), dxfull_.data(), dhead_w, gh + head_b_, a + logits_,
+  column_backward(be, head_op_, tp_, opts_.tp.mode, dln_.data(), dxfull_.data(), dhead_w, gh + head_b_, a + logits_,
                   a + lnf_, gathered(-1, 0), head_w, N, C, V);
   be.zero(dresid_.data(), sizeof(S) * n * C);
   timed(Op::kLayerNorm, [&] {
@@ -465,17 +482,17 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
   if (cfg_.is_moe(l)) {  // dln = d(ln2) through the MoE MLP (moe.hpp)
     moe_.backward(l, p, g, a, a + x.ln2, dresid, dln, loss_scale_, moe_timed());
   } else {
-    row_backward(be, matmul_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
+    row_backward(be, fcproj_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
                  a + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
     timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * d.ffn); });
-    column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
+    column_backward(be, fc_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
                     gathered(l, 1), p + w.fc_w, N, C, d.ffn);
   }
   timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
     be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w, a + x.ln2_mean,
                           a + x.ln2_rstd, n, C);
   });
-  row_backward(be, matmul_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), a + x.atty,
+  row_backward(be, proj_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), a + x.atty,
                p + w.proj_w, N, d.attn_width, C);
   if (cp_attn_)
     cp_attn_->backward(*cp_, attention_op_, dqkv_.data(), datty_.data(), a + x.atty, a + x.att, a + x.qkv);
@@ -483,7 +500,7 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
     timed(Op::kAttention, [&] {
       be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);
     }, attn_bwd_flops);
-  column_backward(be, matmul_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
+  column_backward(be, qkv_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
                   gathered(l, 0), p + w.qkv_w, N, C, d.qkv);
   timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
     be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w, a + x.ln1_mean,

@@ -29,19 +29,18 @@
 
 namespace meshbench::parallel {
 
-// Time spent per kind of op when profiling is on (seconds, summed over calls).
-enum class Op { kEmbedding, kLayerNorm, kMatmul, kAttention, kGelu, kResidual, kLoss, kAdamW,
-                kRouter, kPermute, kCount };  // kRouter, kPermute: the MoE blocks (moe.hpp)
-const char* op_name(Op op);
-
-// One op call in the trace (--profile): what ran, where, its FLOPs (GEMMs and attention
-// products; 0 for the elementwise ops) and its steady-clock start and end (seconds).
+// One op call in the trace (--profile, --trace): what ran, where, its FLOPs (GEMMs and
+// attention products; 0 for the elementwise ops) and its steady-clock start and end
+// (seconds); for a layer's op also its role and part ("qkv", "dweight") and GEMM shape (op.hpp).
 struct OpEvent {
   int step, micro, layer;  // layer -1: embedding, final norm, head, loss, optimizer
   Op op;
   char phase;       // 'F' forward, 'B' backward, 'O' optimizer
   double flops, t_start, t_end;
   int chunk = 0;    // pipeline model chunk (set by the executor)
+  const char* role = "";  // qkv, attn.proj, fc, fc.proj, head, attention, moe ("": the op's name says it)
+  const char* part = "";  // OpInfo::part
+  int m = 0, n = 0, k = 0;  // the GEMM's shape (op.hpp), 0 otherwise
 };
 
 struct MemoryBytes {
@@ -276,7 +275,12 @@ class Gpt {
   void sync_norm_grads(S* g, int64_t n);
   template <typename F>
   void timed(Op op, F&& f, double flops = 0.0);
-  ComputeOp matmul_op_;  // what the tensor-parallel linears time their GEMMs with
+  template <typename F>
+  void timed(const OpInfo& info, const char* role, F&& f);
+  // The runner of one linear's (or the attention's, or a MoE block's) ops, recording `role`.
+  ComputeOp runner(const char* role);
+  // What the tensor-parallel linears time their ops with, one per role (runner()).
+  ComputeOp qkv_op_, proj_op_, fc_op_, fcproj_op_, head_op_;
   const S* res_in(int l) const;  // block l's input in the current slot (a_)
   S* take_slot(int chunk, int micro);
   void use(int chunk, int micro);  // (chunk, micro)'s slot and token ids become current

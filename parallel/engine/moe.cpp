@@ -180,10 +180,10 @@ void MoeMlp<S>::assign(int layer, S* acts, const Timed& timed) {
       }
     be_->upload(idx, host_idx_.data(), sizeof(int32_t) * host_idx_.size());
   }
-  timed(Op::kRouter, [&] {
+  timed({Op::kRouter, "", 0, 0, 0, 0.0}, [&] {
     S* probs = acts + a.probs;
     be_->moe_topk_forward(idx, acts + a.gates, probs, probs, N, E, k, fixed);
-  }, 0.0);
+  });
 }
 
 template <typename S>
@@ -195,14 +195,14 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   const Acts& a = a_[layer];
   int32_t* slot = ints() + a.slot;
   int32_t* counts = ints() + a.counts;
-  timed(Op::kMatmul, [&] {
+  timed({Op::kMatmul, "router.fwd", N, E, C, 2.0 * N * C * E}, [&] {
     be.matmul_forward(acts + a.probs, x, p + w.router_w, zero_bias_.data(), N, C, E, false);
-  }, 2.0 * N * C * E);
+  });
   assign(layer, acts, timed);
-  timed(Op::kRouter, [&] {
+  timed({Op::kRouter, "", 0, 0, 0, 0.0}, [&] {
     be.moe_plan(slot, counts, acts + a.prob_sum, ints() + a.idx, acts + a.probs, N, E, k,
                 moe_capacity(c_));
-  }, 0.0);
+  });
   // The host reads the counts (it sizes the expert GEMMs) and the probability sums (aux).
   MoeRouting& r = route(layer);
   std::vector<int32_t> host(static_cast<size_t>(2 * E + 1));
@@ -227,7 +227,7 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   r.aux = c_.aux_loss_coef * E * fp / (static_cast<double>(N) * N * k);
 
   if (sliced()) restrict_to_slice(layer);
-  timed(Op::kPermute, [&] { be.moe_permute_forward(acts + a.xp, x, slot, N, C, k); }, 0.0);
+  timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_permute_forward(acts + a.xp, x, slot, N, C, k); });
   if (ep_.size > 1) {
     exchange_counts(layer);
     totals_.ep.dispatch_s += exchange(layer, true, acts + a.xl, acts + a.xp, timed);
@@ -241,14 +241,14 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   if (sliced()) {  // this slice's rows, the other tp ranks' added by the all-reduce
     S* part = dxr_.data();
     be.zero(part, sizeof(S) * N * C);
-    timed(Op::kPermute, [&] { be.moe_unpermute_forward(part, acts + a.yp, acts + a.gates, slot, N, C, k); }, 0.0);
+    timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_unpermute_forward(part, acts + a.yp, acts + a.gates, slot, N, C, k); });
     tp_->all_reduce(part, int64_t{N} * C);
-    timed(Op::kResidual, [&] { be.add(out, part, int64_t{N} * C); }, 0.0);
+    timed({Op::kResidual, "", 0, 0, 0, 0.0}, [&] { be.add(out, part, int64_t{N} * C); });
     return r.aux;
   }
-  timed(Op::kPermute, [&] {
+  timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] {
     be.moe_unpermute_forward(out, acts + a.yp, acts + a.gates, slot, N, C, k);
-  }, 0.0);
+  });
   return r.aux;
 }
 
@@ -344,9 +344,9 @@ double MoeMlp<S>::exchange(int layer, bool to_local, S* to, const S* from, const
     t0 = core::now_seconds();
     comm_->all_to_allv(rows, rn, from, sn);
     t1 = core::now_seconds();
-    timed(Op::kPermute, [&] { be_->moe_permute_forward(to, rows, lslot, n, C, 1); }, 0.0);
+    timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be_->moe_permute_forward(to, rows, lslot, n, C, 1); });
   } else {
-    timed(Op::kPermute, [&] { be_->moe_permute_backward(rows, from, lslot, n, C, 1); }, 0.0);
+    timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be_->moe_permute_backward(rows, from, lslot, n, C, 1); });
     t0 = core::now_seconds();
     comm_->all_to_allv(to, sn, rows, rn);
     t1 = core::now_seconds();
@@ -361,17 +361,17 @@ void MoeMlp<S>::experts_forward(int layer, const S* p, S* acts, const Timed& tim
   const Weights& w = w_[layer];
   const Acts& a = a_[layer];
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
+    timed({Op::kMatmul, "expert.fc.fwd", static_cast<int>(rows), F, C, 2.0 * static_cast<double>(rows) * C * F}, [&] {
       be.matmul_forward(acts + a.h + r0 * F, acts + a.xl + r0 * C, p + w.fc_w[e], p + w.fc_b[e],
                         static_cast<int>(rows), C, F, false);
-    }, 2.0 * static_cast<double>(rows) * C * F);
+    });
   });
-  timed(Op::kGelu, [&] { be.gelu_forward(acts + a.hg, acts + a.h, route(layer).local_rows() * F); }, 0.0);
+  timed({Op::kGelu, "", 0, 0, 0, 0.0}, [&] { be.gelu_forward(acts + a.hg, acts + a.h, route(layer).local_rows() * F); });
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
+    timed({Op::kMatmul, "expert.proj.fwd", static_cast<int>(rows), C, F, 2.0 * static_cast<double>(rows) * F * C}, [&] {
       be.matmul_forward(acts + a.yl + r0 * C, acts + a.hg + r0 * F, p + w.proj_w[e],
                         p + w.proj_b[e], static_cast<int>(rows), F, C, false);
-    }, 2.0 * static_cast<double>(rows) * F * C);
+    });
   });
   if (ep_.size > 1) be.synchronize();  // the expert time ends with the experts' work
 }
@@ -384,17 +384,17 @@ void MoeMlp<S>::experts_backward(int layer, const S* p, S* g, S* acts, S* dyl, c
   const Acts& a = a_[layer];
   S* dh = dh_.data();
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
+    timed({Op::kMatmul, "expert.proj.bwd", static_cast<int>(rows), C, F, 4.0 * static_cast<double>(rows) * F * C}, [&] {
       be.matmul_backward(dh + r0 * F, g + w.proj_w[e], g + w.proj_b[e], dyl + r0 * C,
                          acts + a.hg + r0 * F, p + w.proj_w[e], static_cast<int>(rows), F, C);
-    }, 4.0 * static_cast<double>(rows) * F * C);
+    });
   });
-  timed(Op::kGelu, [&] { be.gelu_backward(dh, acts + a.h, dh, route(layer).local_rows() * F); }, 0.0);
+  timed({Op::kGelu, "", 0, 0, 0, 0.0}, [&] { be.gelu_backward(dh, acts + a.h, dh, route(layer).local_rows() * F); });
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
-    timed(Op::kMatmul, [&] {
+    timed({Op::kMatmul, "expert.fc.bwd", static_cast<int>(rows), F, C, 4.0 * static_cast<double>(rows) * C * F}, [&] {
       be.matmul_backward(dyl + r0 * C, g + w.fc_w[e], g + w.fc_b[e], dh + r0 * F,
                          acts + a.xl + r0 * C, p + w.fc_w[e], static_cast<int>(rows), C, F);
-    }, 4.0 * static_cast<double>(rows) * C * F);
+    });
   });
   if (ep_.size > 1) be.synchronize();
 }
@@ -411,16 +411,16 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
   S* dyp = dyp_.data();  // d(yp), then d(xp), in the sender's permuted layout
   const bool ep = ep_.size > 1;
   S* dyl = ep ? dyl_.data() : dyp;  // the local experts' rows: d(yl), then d(xl) in place
-  timed(Op::kPermute, [&] {
+  timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] {
     be.moe_unpermute_backward(dyp, dgates_.data(), dout, acts + a.yp, acts + a.gates, slot, N, C, k);
-  }, 0.0);
+  });
   if (sliced()) tp_->all_reduce(dgates_.data(), int64_t{N} * k);  // the other slices' gates
   if (ep) totals_.ep.dispatch_s += exchange(layer, true, dyl, dyp, timed);
   const double t0 = core::now_seconds();
   experts_backward(layer, p, g, acts, dyl, timed);
   totals_.ep.expert_s += core::now_seconds() - t0;
   if (ep) totals_.ep.combine_s += exchange(layer, false, dyp, dyl, timed);
-  timed(Op::kPermute, [&] { be.moe_permute_backward(dx, dyp, slot, N, C, k); }, 0.0);
+  timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_permute_backward(dx, dyp, slot, N, C, k); });
   if (sliced()) tp_->all_reduce(dx, int64_t{N} * C);  // this slice's rows, the others' added
   // d aux / d probs[n, e] = coef * E * routed_e / (N^2 k), times the loss scale.
   std::vector<S> dprobs(static_cast<size_t>(E));
@@ -428,15 +428,15 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
     dprobs[e] = static_cast<S>(static_cast<double>(loss_scale) * c_.aux_loss_coef * E *
                                r.routed[e] / (static_cast<double>(N) * N * k));
   be.upload(dprobs_.data(), dprobs.data(), sizeof(S) * dprobs.size());
-  timed(Op::kRouter, [&] {
+  timed({Op::kRouter, "", 0, 0, 0, 0.0}, [&] {
     be.moe_topk_backward(dlogits_.data(), dgates_.data(), dprobs_.data(), acts + a.probs,
                          acts + a.gates, ints() + a.idx, N, E, k);
-  }, 0.0);
-  timed(Op::kMatmul, [&] {
+  });
+  timed({Op::kMatmul, "router.bwd", N, E, C, 4.0 * N * C * E}, [&] {
     be.matmul_backward(dxr_.data(), g + w.router_w, dbias_scratch_.data(), dlogits_.data(), x,
                        p + w.router_w, N, C, E);
-  }, 4.0 * N * C * E);
-  timed(Op::kResidual, [&] { be.add(dx, dxr_.data(), int64_t{N} * C); }, 0.0);
+  });
+  timed({Op::kResidual, "", 0, 0, 0, 0.0}, [&] { be.add(dx, dxr_.data(), int64_t{N} * C); });
 }
 
 template <typename S>

@@ -40,6 +40,7 @@
 #include "backend.hpp"
 #include "config.hpp"
 #include "layout.hpp"
+#include "op.hpp"
 
 namespace meshbench::parallel {
 
@@ -115,7 +116,7 @@ template <typename S>
 class MoeMlp {
  public:
   // timed(op, f, flops): the model's timer (profile, trace, poll) around one op call.
-  using Timed = std::function<void(Op, const std::function<void()>&, double)>;
+  using Timed = ComputeOp;  // op.hpp: what each op is, then the op
   // A fixed token-to-expert assignment (issue 13's routing workloads): fills idx (N,k, host)
   // for MoE block `layer` of a forward of `tokens` (host, N ids) at `step`; distinct experts
   // per row. Unset: the router's learned top-k.

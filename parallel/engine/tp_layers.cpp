@@ -3,9 +3,11 @@
 namespace meshbench::parallel {
 
 namespace {
-void call(const ComputeOp& run, const std::function<void()>& op, double flops) {
+// A GEMM of the linear: `part` of it, (M x K) times (K x Nout), `gemms` GEMMs of that shape.
+void call(const ComputeOp& run, const char* part, int M, int Nout, int K, double gemms,
+          const std::function<void()>& op) {
   if (run)
-    run(op, flops);
+    run(OpInfo{Op::kMatmul, part, M, Nout, K, gemms * 2.0 * M * Nout * K}, op);
   else
     op();
 }
@@ -19,20 +21,23 @@ void column_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, cons
     tp->all_gather(xfull, x, int64_t{N} / tp->size() * C);
     in = xfull;
   }
-  call(run, [&] { be.matmul_forward(out, in, w, b, N, C, OC, false); }, 2.0 * N * C * OC);
+  call(run, "fwd", N, OC, C, 1, [&] { be.matmul_forward(out, in, w, b, N, C, OC, false); });
 }
 
 template <typename S>
 void column_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* dx, S* dxfull,
                      S* dw, S* db, const S* dout, const S* x, S* xfull, const S* w, int N, int C, int OC) {
-  const double gemm = 2.0 * N * C * OC;
   if (tp == nullptr) {
-    call(run, [&] { be.matmul_backward(dx, dw, db, dout, x, w, N, C, OC); }, 2 * gemm);
+    call(run, "bwd", N, OC, C, 2, [&] { be.matmul_backward(dx, dw, db, dout, x, w, N, C, OC); });
     return;
   }
   const int64_t part = int64_t{N} * C / tp->size();
-  auto input_grad = [&](S* d) { call(run, [&] { be.matmul_backward(d, nullptr, nullptr, dout, nullptr, w, N, C, OC); }, gemm); };
-  auto weight_grad = [&](const S* in) { call(run, [&] { be.matmul_backward(nullptr, dw, db, dout, in, nullptr, N, C, OC); }, gemm); };
+  auto input_grad = [&](S* d) {
+    call(run, "dinput", N, OC, C, 1, [&] { be.matmul_backward(d, nullptr, nullptr, dout, nullptr, w, N, C, OC); });
+  };
+  auto weight_grad = [&](const S* in) {
+    call(run, "dweight", N, OC, C, 1, [&] { be.matmul_backward(nullptr, dw, db, dout, in, nullptr, N, C, OC); });
+  };
   if (!m.sp) {  // f's backward: all-reduce the input gradient
     input_grad(dx);
     if (!m.overlap) {
@@ -65,12 +70,11 @@ void column_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, con
 template <typename S>
 void row_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* y, const S* x,
                  const S* w, const S* b, int N, int C, int OC, S* scratch) {
-  const double gemm = 2.0 * N * C * OC;
   if (tp == nullptr) {  // the bias and the residual fused into the GEMM's output
-    call(run, [&] { be.matmul_forward(y, x, w, b, N, C, OC, true); }, gemm);
+    call(run, "fwd", N, OC, C, 1, [&] { be.matmul_forward(y, x, w, b, N, C, OC, true); });
     return;
   }
-  call(run, [&] { be.matmul_forward(scratch, x, w, nullptr, N, C, OC, false); }, gemm);
+  call(run, "fwd", N, OC, C, 1, [&] { be.matmul_forward(scratch, x, w, nullptr, N, C, OC, false); });
   int rows = N;
   const S* reduced = scratch;
   if (!m.sp) {  // g: all-reduce
@@ -81,7 +85,11 @@ void row_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const T
     tp->reduce_scatter(mine, scratch, int64_t{rows} * OC);
     reduced = mine;
   }
-  call(run, [&] { be.bias_residual_add(y, reduced, b, rows, OC); }, 0.0);
+  const auto add = [&] { be.bias_residual_add(y, reduced, b, rows, OC); };
+  if (run)
+    run(OpInfo{Op::kResidual, "bias_residual"}, add);
+  else
+    add();
 }
 
 template <typename S>
@@ -92,7 +100,7 @@ void row_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const 
     tp->all_gather(dyfull, dy, int64_t{N} / tp->size() * OC);
     d = dyfull;
   }
-  call(run, [&] { be.matmul_backward(dx, dw, db, d, x, w, N, C, OC); }, 4.0 * N * C * OC);
+  call(run, "bwd", N, OC, C, 2, [&] { be.matmul_backward(dx, dw, db, d, x, w, N, C, OC); });
 }
 
 #define MB_TP_INSTANTIATE(S)                                                                                  \

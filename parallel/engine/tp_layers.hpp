@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "op.hpp"
 
 namespace meshbench::parallel {
 
@@ -54,9 +55,6 @@ class GroupComm {
   virtual void wait(int handle) = 0;
 };
 
-// Runs one compute op of a linear (a GEMM of `flops`): the model times it, so that the
-// communication between the GEMMs stays outside every compute span. Empty: run directly.
-using ComputeOp = std::function<void(const std::function<void()>& op, double flops)>;
 
 // How the linears communicate (--sp, --sp-regather, --no-overlap).
 struct TpMode {

@@ -20,6 +20,18 @@ using core::UsageError;
 
 namespace {
 
+// The environment names of step_bench's options (core/cli.hpp): an option every binary shares
+// with the same meaning (the output, the tag, the mesh, the time limits) reads MESHBENCH_<OPTION>,
+// as the collectives do; step_bench's own options read MESHBENCH_STEP_<OPTION>, so a variable
+// set for the collectives in one sbatch file (MESHBENCH_WARMUP=auto: warm-up calls) never
+// reaches step_bench, whose --warmup counts steps.
+CLI::Option* shared_env(CLI::Option* o) { return mb::core::with_env(o); }
+CLI::Option* step_env(CLI::Option* o) {
+  mb::core::with_env(o);
+  o->envname("MESHBENCH_STEP_" + o->get_envname().substr(std::string("MESHBENCH_").size()));
+  return o;
+}
+
 // The shape flags, kept so that only the ones given override the preset.
 struct ModelFlags {
   std::string preset = "tiny";
@@ -29,107 +41,108 @@ struct ModelFlags {
 };
 
 void add_model_flags(CLI::App& app, ModelFlags& f) {
-  f.model = mb::core::with_env(app.add_option("--model", f.preset, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
+  f.model = step_env(app.add_option("--model", f.preset, "preset: " + fmt::format("{}", fmt::join(preset_names(), ", ")) +
                                             "; the shape flags below override it"));
-  f.layers = mb::core::with_env(app.add_option("--layers", f.m.layers, "transformer blocks L"));
-  f.hidden = mb::core::with_env(app.add_option("--hidden", f.m.hidden, "channels C"));
-  f.heads = mb::core::with_env(app.add_option("--heads", f.m.heads, "attention heads NH"));
-  f.kv = mb::core::with_env(app.add_option("--kv-heads", f.m.kv_heads, "key/value heads (grouped-query attention); default: heads"));
-  f.ffn = mb::core::with_env(app.add_option("--ffn", f.m.ffn, "MLP width F; default 4*hidden"));
-  f.seq = mb::core::with_env(app.add_option("--seq", f.m.seq, "sequence length T"));
-  f.maxseq = mb::core::with_env(app.add_option("--max-seq", f.m.max_seq,
+  f.layers = step_env(app.add_option("--layers", f.m.layers, "transformer blocks L"));
+  f.hidden = step_env(app.add_option("--hidden", f.m.hidden, "channels C"));
+  f.heads = step_env(app.add_option("--heads", f.m.heads, "attention heads NH"));
+  f.kv = step_env(app.add_option("--kv-heads", f.m.kv_heads, "key/value heads (grouped-query attention); default: heads"));
+  f.ffn = step_env(app.add_option("--ffn", f.m.ffn, "MLP width F; default 4*hidden"));
+  f.seq = step_env(app.add_option("--seq", f.m.seq, "sequence length T"));
+  f.maxseq = step_env(app.add_option("--max-seq", f.m.max_seq,
                                       "position-table rows; default: the --model preset's table, or "
                                       "max(64, seq) when no --model is given"));
-  f.vocab = mb::core::with_env(app.add_option("--vocab", f.m.vocab, "vocabulary V"));
-  f.mb = mb::core::with_env(app.add_option("--micro-batch", f.m.micro_batch, "samples per micro-batch on one rank (b)"));
-  f.tied = mb::core::with_env(app.add_option("--tied", f.m.tied, "LM head tied to the token embedding (true|false)"));
-  f.experts = mb::core::with_env(app.add_option("--experts", f.m.experts, "MoE: experts E per MoE block, each an MLP of width --ffn (0: dense)"));
-  f.top_k = mb::core::with_env(app.add_option("--top-k", f.m.top_k, "MoE: experts per token k <= E (gates renormalised over the k)"));
-  f.moe_every = mb::core::with_env(app.add_option("--moe-every", f.m.moe_every, "MoE: blocks 0, N, 2N, ... are MoE"));
-  f.capacity = mb::core::with_env(app.add_option("--capacity-factor", f.m.capacity_factor,
+  f.vocab = step_env(app.add_option("--vocab", f.m.vocab, "vocabulary V"));
+  f.mb = step_env(app.add_option("--micro-batch", f.m.micro_batch, "samples per micro-batch on one rank (b)"));
+  f.tied = step_env(app.add_option("--tied", f.m.tied, "LM head tied to the token embedding (true|false)"));
+  f.experts = step_env(app.add_option("--experts", f.m.experts, "MoE: experts E per MoE block, each an MLP of width --ffn (0: dense)"));
+  f.top_k = step_env(app.add_option("--top-k", f.m.top_k, "MoE: experts per token k <= E (gates renormalised over the k)"));
+  f.moe_every = step_env(app.add_option("--moe-every", f.m.moe_every, "MoE: blocks 0, N, 2N, ... are MoE"));
+  f.capacity = step_env(app.add_option("--capacity-factor", f.m.capacity_factor,
                                   "MoE: each expert keeps its first ceil(F*tokens*k/E) assignments in token order, drops the rest (0: dropless)"));
-  f.aux = mb::core::with_env(app.add_option("--aux-loss-coef", f.m.aux_loss_coef, "MoE: weight of the Switch/GShard load-balancing loss (added to the loss)"));
+  f.aux = step_env(app.add_option("--aux-loss-coef", f.m.aux_loss_coef, "MoE: weight of the Switch/GShard load-balancing loss (added to the loss)"));
 }
 
 void add_run_flags(CLI::App& app, Options& o) {
-  mb::core::with_env(app.add_option("--steps", o.steps, "timed steps"));
-  mb::core::with_env(app.add_option("--warmup", o.warmup, "untimed steps first"));
-  mb::core::with_env(app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"})));
-  mb::core::with_env(app.add_option("--dtype", o.dtype, "cuda GEMM precision: fp32 or bf16 (fp32 accumulate)")
+  step_env(app.add_option("--steps", o.steps, "timed steps"));
+  step_env(app.add_option("--warmup", o.warmup, "untimed steps first"));
+  step_env(app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"})));
+  step_env(app.add_option("--dtype", o.dtype, "cuda GEMM precision: fp32 or bf16 (fp32 accumulate)")
           ->check(CLI::IsMember({"fp32", "bf16"})));
-  mb::core::with_env(app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads; 0: OMP_NUM_THREADS or all cores"));
-  mb::core::with_env(app.add_option("-O,--output", o.output, "HDF5 file (refuses to overwrite; see --append)"));
-  mb::core::with_env(app.add_flag("--append", o.append, "add this run to an existing -O file"));
-  mb::core::with_env(app.add_option("--tag", o.tag, "label stored with the run"));
-  mb::core::with_env(app.add_flag("--check", o.check,
+  step_env(app.add_option("--threads", o.threads, "OpenMP and OpenBLAS threads per rank; 0 (default): OMP_NUM_THREADS when set, else the rank's cores "
+                          "shared among the ranks on its host (its CPU binding's cores when bound), at least 1"));
+  shared_env(app.add_option("-O,--output", o.output, "HDF5 file (refuses to overwrite; see --append)"));
+  shared_env(app.add_flag("--append", o.append, "add this run to an existing -O file"));
+  shared_env(app.add_option("--tag", o.tag, "label stored with the run"));
+  step_env(app.add_flag("--check", o.check,
                    "before timing, check one step: at one rank float32 against float64 (loss, logits, "
                    "gradients, 1e-4); on several ranks against the single-rank reference on rank 0 "
                    "(loss, every gradient, updated parameters, 1e-5); exit 1 above tolerance"));
-  mb::core::with_env(app.add_flag("--profile", o.profile, "time every op kind (adds timer calls) and print the table"));
-  mb::core::with_env(app.add_option("--export", o.export_dir,
+  step_env(app.add_flag("--profile", o.profile, "time every op kind (adds timer calls) and print the table"));
+  step_env(app.add_option("--export", o.export_dir,
                      "write one step (weights, tokens, logits, grads, updated weights) to DIR for "
                      "scripts/torch_reference.py, then exit"));
-  mb::core::with_env(app.add_option("--data", o.data, "synthetic tokens: random or repeat (a learnable period-8 pattern)")
+  step_env(app.add_option("--data", o.data, "synthetic tokens: random or repeat (a learnable period-8 pattern)")
           ->check(CLI::IsMember({"random", "repeat"})));
-  mb::core::with_env(app.add_option("--seed", o.seed, "seed of weights and tokens"));
-  mb::core::with_env(app.add_option("--lr", o.adam.lr, "AdamW learning rate"));
-  mb::core::with_env(app.add_option("--beta1", o.adam.beta1, "AdamW beta1"));
-  mb::core::with_env(app.add_option("--beta2", o.adam.beta2, "AdamW beta2"));
-  mb::core::with_env(app.add_option("--eps", o.adam.eps, "AdamW epsilon"));
-  mb::core::with_env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"));
-  mb::core::with_env(app.add_flag("--quiet", o.quiet, "only the summary line"));
+  step_env(app.add_option("--seed", o.seed, "seed of weights and tokens"));
+  step_env(app.add_option("--lr", o.adam.lr, "AdamW learning rate"));
+  step_env(app.add_option("--beta1", o.adam.beta1, "AdamW beta1"));
+  step_env(app.add_option("--beta2", o.adam.beta2, "AdamW beta2"));
+  step_env(app.add_option("--eps", o.adam.eps, "AdamW epsilon"));
+  step_env(app.add_option("--weight-decay", o.adam.weight_decay, "AdamW weight decay (matrices only)"));
+  shared_env(app.add_flag("--quiet", o.quiet, "only the summary line"));
 }
 
 void add_parallel_flags(CLI::App& app, Options& o) {
-  mb::core::with_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4, tp=2,dp=2 or cp=2,tp=2 (ep, pp come with their strategies; dp defaults to the rest of the world size)"));
-  mb::core::with_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
-  mb::core::with_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
-  mb::core::with_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
+  shared_env(app.add_option("--mesh", o.mesh, "parallel degrees, e.g. dp=4, tp=2,dp=2 or cp=2,tp=2 (ep, pp come with their strategies; dp defaults to the rest of the world size)"));
+  shared_env(app.add_option("--order", o.order, "mesh order, fastest-varying dimension first"));
+  step_env(app.add_option("--group", o.group, "mesh group, stored with the run"));
+  shared_env(app.add_option("--backend", o.backend, "communication backend: mpi (host buffers) or nccl (--device cuda)")
           ->check(CLI::IsMember({"mpi", "nccl"})));
-  mb::core::with_env(app.add_option("--micro-batches", o.micro_batches, "m: micro-batches per step, gradients accumulated; global batch b x m x dp"));
-  mb::core::with_env(app.add_option("--grad-reduce", o.grad_reduce, "avg (gradient of the global mean loss) or sum (of the replicas' mean losses)")
+  step_env(app.add_option("--micro-batches", o.micro_batches, "m: micro-batches per step, gradients accumulated; global batch b x m x dp"));
+  step_env(app.add_option("--grad-reduce", o.grad_reduce, "avg (gradient of the global mean loss) or sum (of the replicas' mean losses)")
           ->check(CLI::IsMember({"avg", "sum"})));
-  mb::core::with_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward, and post tensor parallel's input-gradient collectives only after the weight-gradient GEMM (the ablation of overlap)"));
-  mb::core::with_env(app.add_flag("--sp", o.sp, "sequence parallel: norms and residual on sequence shards, "
+  step_env(app.add_flag("--no-overlap", o.no_overlap, "reduce every gradient bucket after the backward, and post tensor parallel's input-gradient collectives only after the weight-gradient GEMM (the ablation of overlap)"));
+  step_env(app.add_flag("--sp", o.sp, "sequence parallel: norms and residual on sequence shards, "
                                   "all-gather/reduce-scatter instead of all-reduce (needs tp >= 2)"));
-  mb::core::with_env(app.add_option("--sp-regather", o.sp_regather, "with --sp: re-gather each column-parallel "
+  step_env(app.add_option("--sp-regather", o.sp_regather, "with --sp: re-gather each column-parallel "
                                     "input in the backward (true, Megatron's memory saving) or keep it (false)"));
-  mb::core::with_env(app.add_option("--cp-algo", o.cp_algo, "context parallel attention: ring (K/V blocks circulate), "
+  step_env(app.add_option("--cp-algo", o.cp_algo, "context parallel attention: ring (K/V blocks circulate), "
                                     "allgather (K/V all-gathered) or ulysses (all-to-all to head shards)")
                          ->check(CLI::IsMember({"ring", "allgather", "ulysses"})));
-  mb::core::with_env(app.add_option("--cp-split", o.cp_split, "context parallel sequence split: zigzag (rank r holds "
+  step_env(app.add_option("--cp-split", o.cp_split, "context parallel sequence split: zigzag (rank r holds "
                                     "chunks r and 2C-1-r of 2C) or contiguous")
                          ->check(CLI::IsMember({"zigzag", "contiguous"})));
-  mb::core::with_env(app.add_option("--routing", o.routing, "MoE token-to-expert assignment: learned (the router's "
+  step_env(app.add_option("--routing", o.routing, "MoE token-to-expert assignment: learned (the router's "
                                     "top-k) or a fixed workload from the seed: balanced, hot-expert, hot-rank, zipf:S, rotating"));
-  mb::core::with_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradient elements, 16 Ki to 40 M"));
-  mb::core::with_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
+  step_env(app.add_option("--bucket-mb", o.bucket_mb, "gradient bucket size in MiB; 0: a quarter of the gradient elements, 16 Ki to 40 M"));
+  step_env(app.add_option("--progress", o.progress, "who progresses MPI's non-blocking reductions: poll (tests between backward ops) or thread")
           ->check(CLI::IsMember({"poll", "thread"})));
-  mb::core::with_env(app.add_option("--zero", o.zero, "ZeRO stage: 0 data parallel, 1 sharded optimizer state, 2 and gradients, 3 and parameters"));
-  mb::core::with_env(app.add_option("--prefetch", o.prefetch, "ZeRO-3: units (embeddings, blocks, head) all-gathered ahead of the one in use"));
-  mb::core::with_env(app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step"));
-  mb::core::with_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
+  step_env(app.add_option("--zero", o.zero, "ZeRO stage: 0 data parallel, 1 sharded optimizer state, 2 and gradients, 3 and parameters"));
+  step_env(app.add_option("--prefetch", o.prefetch, "ZeRO-3: units (embeddings, blocks, head) all-gathered ahead of the one in use"));
+  step_env(app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step"));
+  step_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
           ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"})));
-  mb::core::with_env(app.add_option("--vpp", o.vpp, "interleaved: model chunks V per pipeline rank"));
-  mb::core::with_env(app.add_option("--vpp-group", o.vpp_group, "interleaved: micro-batches G per group (P <= G <= m; 0: P)"));
-  mb::core::with_env(app.add_option("--layers-per-stage", o.layers_per_stage,
+  step_env(app.add_option("--vpp", o.vpp, "interleaved: model chunks V per pipeline rank"));
+  step_env(app.add_option("--vpp-group", o.vpp_group, "interleaved: micro-batches G per group (P <= G <= m; 0: P)"));
+  step_env(app.add_option("--layers-per-stage", o.layers_per_stage,
                      "layers of each virtual stage, e.g. 3,3,2,2 (pp x vpp entries summing to --layers; default an even split)"));
-  mb::core::with_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
-  mb::core::with_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
+  step_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
+  step_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
       ->group("");
-  mb::core::with_env(app.add_option("--op-timeout", o.op_timeout,
+  shared_env(app.add_option("--op-timeout", o.op_timeout,
                      "seconds a communication call may stay pending before the watchdog names it, writes "
                      "FILE.hang-rank<R>.json, marks the run hung and exits 3 (0: off)"));
-  mb::core::with_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
-  mb::core::with_env(app.add_flag("--plan-only", o.plan_only,
+  shared_env(app.add_option("--time-limit", o.time_limit, "seconds; stop timing after this, status timeout, exit 3 (0: none)"));
+  step_env(app.add_flag("--plan-only", o.plan_only,
                      "validate the plan for --world ranks and print it with its analytic memory per rank as "
                      "one JSON object, without MPI, communicators or a model (exit 0 valid, 2 invalid)"));
-  mb::core::with_env(app.add_flag("--plan-stdin", o.plan_stdin,
+  step_env(app.add_flag("--plan-stdin", o.plan_stdin,
                      "with --plan-only: read one plan per line from stdin (flags added to the command line's) and "
                      "print one JSON object per line"));
-  mb::core::with_env(app.add_option("--world", o.world, "with --plan-only: the world size to plan for (default 1); "
+  step_env(app.add_option("--world", o.world, "with --plan-only: the world size to plan for (default 1); "
                                     "a real run checks it against the launched ranks"));
-  mb::core::with_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
+  shared_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
 }
 
 GptConfig resolve_model(const ModelFlags& f, Options& o) {
@@ -206,8 +219,9 @@ std::vector<int> parse_int_list(const std::string& text, const char* option) {
 
 std::optional<Options> parse_options(int argc, char** argv) {
   Options o;
-  CLI::App app{"step_bench: time GPT training steps (forward, backward, AdamW), on one rank or "
-               "data parallel over many (mpiexec -n N step_bench --mesh dp=N)",
+  CLI::App app{"step_bench: time GPT training steps (forward, backward, AdamW) on one rank or under any "
+               "parallel plan: data parallel, ZeRO-1/2/3, tensor and sequence parallel, context, pipeline and "
+               "expert parallel, composed through --mesh (mpiexec -n 4 build/bin/step_bench --mesh tp=2,dp=2)",
                "step_bench"};
   // A repeated option takes its last value, so wrappers can append overrides to defaults.
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

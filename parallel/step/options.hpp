@@ -1,5 +1,5 @@
 // step_bench's options: one CLI11 table (help text generated from it, every option also read
-// from MESHBENCH_<OPTION>), the model shape resolved from a preset and the flags given, the
+// from MESHBENCH_STEP_<OPTION>, or MESHBENCH_<OPTION> for the options every binary shares), the model shape resolved from a preset and the flags given, the
 // rules a single option must satisfy, and the Plan they make (plan.hpp checks the rules
 // that involve the world size). Not here: running anything.
 #pragma once

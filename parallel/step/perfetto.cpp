@@ -45,10 +45,17 @@ void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
     if (is_comm) {
       args["bytes"] = e.bytes;
       args["posted_us"] = e.t_post * 1e6;
+      args["waited_from_us"] = e.t_wait * 1e6;
     } else {
       args["flops"] = e.flops;
+      if (e.m > 0) args["gemm_mnk"] = fmt::format("{}x{}x{}", e.m, e.n, e.k);
     }
-    ev.push_back({{"ph", "X"}, {"name", is_comm ? dim + " " + kind : kind}, {"cat", is_comm ? "comm" : "compute"},
+    const std::string op_name = std::string(e.name, strnlen(e.name, sizeof e.name));
+    const std::string label = is_comm ? dim + " " + kind
+                                      : (op_name.empty() ? kind
+                                                         : (e.m > 0 ? fmt::format("{} {}x{}x{}", op_name, e.m, e.n, e.k)
+                                                                    : op_name));
+    ev.push_back({{"ph", "X"}, {"name", label}, {"cat", is_comm ? "comm" : "compute"},
                   {"pid", e.rank}, {"tid", tid(e.rank, track)}, {"ts", e.t_start * 1e6},
                   {"dur", (e.t_end - e.t_start) * 1e6}, {"args", args}});
   }

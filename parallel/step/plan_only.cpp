@@ -20,7 +20,7 @@ namespace meshbench::parallel {
 bool plan_only_requested(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--plan-only") == 0) return true;
-  const char* env = std::getenv("MESHBENCH_PLAN_ONLY");
+  const char* env = std::getenv("MESHBENCH_STEP_PLAN_ONLY");
   if (env == nullptr) return false;
   const std::string v = env;
   return v == "1" || v == "true" || v == "on" || v == "yes";

@@ -13,7 +13,7 @@
 
 namespace meshbench::parallel {
 
-// Whether argv (or MESHBENCH_PLAN_ONLY) asks for --plan-only; read before MPI_Init, so
+// Whether argv (or MESHBENCH_STEP_PLAN_ONLY) asks for --plan-only; read before MPI_Init, so
 // even an option the parser refuses is answered as JSON.
 bool plan_only_requested(int argc, char** argv);
 

@@ -136,21 +136,39 @@ StepSummary summarize(const StepRecord& r, const std::string& check, double data
 void print_step_report(const core::Log& out, const StepRecord& r, const StepSummary& s) {
   out.out("  step time median {:.3f} ms (min {:.3f}, p99 {:.3f}; slowest rank per step) over {} steps after {} warm-up\n",
           s.step_time_median * 1e3, s.step_time_min * 1e3, s.step_time_p99 * 1e3, r.steps, r.warmup);
-  out.out("  {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>6}\n", "rank", "step ms", "forward",
-          "backward", "grad_sync", "optimizer", "comm exp.", "GFLOP/s", "MFU");
+  // The time split (metrics.hpp): each rank's mean step = compute + exposed per dim + bubble + other.
+  std::vector<std::string> cats = {"compute"};
+  for (const SplitRow& x : r.split)
+    if (std::string(x.category).rfind("exposed.", 0) == 0 &&
+        std::find(cats.begin(), cats.end(), std::string(x.category)) == cats.end())
+      cats.push_back(x.category);
+  std::sort(cats.begin() + 1, cats.end());
+  cats.push_back("bubble");
+  cats.push_back("other");
+  out.out("  time per rank and step, ms (mean over the timed steps; step = the sum of the rest):\n");
+  std::string head = fmt::format("  {:>4} {:>9}", "rank", "step");
+  for (const std::string& c : cats) head += fmt::format(" {:>12}", c);
+  out.out("{}\n", head);
+  for (int k = 0; k < r.ranks; ++k) {
+    std::map<std::string, double> v;
+    for (const SplitRow& x : r.split)
+      if (x.rank == k) v[x.category] = x.seconds;
+    std::string line = fmt::format("  {:>4} {:>9.3f}", k, v["step"] * 1e3);
+    for (const std::string& c : cats) line += fmt::format(" {:>12.3f}", v[c] * 1e3);
+    out.out("{}{}\n", line, k == s.straggler_rank && r.ranks > 1 ? "  straggler" : "");
+  }
+  out.out("  phases per rank, ms (median over the timed steps):\n");
+  out.out("  {:>4} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>6}\n", "rank", "step", "forward",
+          "backward", "grad_sync", "optimizer", "GFLOP/s", "MFU");
   for (int k = 0; k < r.ranks; ++k) {
     std::array<std::vector<double>, 4> ph;
     for (const auto& st : r.phases)
       for (size_t i = 0; i < 4; ++i) ph[i].push_back(st[static_cast<size_t>(k)][i]);
     const double st = core::median(column(r.step_time, static_cast<size_t>(k)));
-    double exposed = 0;
-    for (const CommRow& c : r.comm)
-      if (c.rank == k) exposed += c.exposed_s;
     const double fl = r.flops_per_step / r.ranks / st;
-    out.out("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9.2f} {:>5.1f}%{}\n", k, st * 1e3,
+    out.out("  {:>4} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>9.2f} {:>5.1f}%\n", k, st * 1e3,
             core::median(ph[0]) * 1e3, core::median(ph[1]) * 1e3, core::median(ph[2]) * 1e3,
-            core::median(ph[3]) * 1e3, exposed / std::max(1, r.steps) * 1e3, fl / 1e9,
-            100 * fl / r.peak[static_cast<size_t>(k)], k == s.straggler_rank && r.ranks > 1 ? "  straggler" : "");
+            core::median(ph[3]) * 1e3, fl / 1e9, 100 * fl / r.peak[static_cast<size_t>(k)]);
   }
   if (!r.comm.empty()) {
     // Per (dim, kind), summed over ranks, per rank and step.
@@ -179,12 +197,12 @@ void print_step_report(const core::Log& out, const StepRecord& r, const StepSumm
     }
   }
   if (!r.pipeline.empty()) {
-    out.out("  pipeline per rank: {:>4} {:>10} {:>14} {:>8} {:>8} {:>8} {:>10} {:>12}\n", "rank", "peak held",
-            "peak act. MiB", "bubble", "window", "theory", "recv wait", "recv xfer ms");
+    out.out("  pipeline per rank: {:>4} {:>10} {:>14} {:>8} {:>8} {:>10} {:>12}\n", "rank", "peak held",
+            "peak act. MiB", "bubble", "theory", "recv wait", "recv xfer ms");
     for (const PipelineRow& p : r.pipeline)
-      out.out("  {:>23} {:>10} {:>14.2f} {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>8.3f}ms {:>12.3f}\n", p.rank, p.peak_held,
-              double(p.peak_activation_bytes) / (1024.0 * 1024.0), 100 * p.bubble, 100 * p.bubble_window,
-              100 * p.bubble_theory, p.recv_wait_s * 1e3, p.recv_transfer_s * 1e3);
+      out.out("  {:>23} {:>10} {:>14.2f} {:>7.1f}% {:>7.1f}% {:>8.3f}ms {:>12.3f}\n", p.rank, p.peak_held,
+              double(p.peak_activation_bytes) / (1024.0 * 1024.0), 100 * p.bubble, 100 * p.bubble_theory,
+              p.recv_wait_s * 1e3, p.recv_transfer_s * 1e3);
   }
   out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",
           s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,

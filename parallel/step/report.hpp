@@ -29,6 +29,7 @@ struct StepRecord {
   std::vector<CommRow> comm;                                 // every rank's rows
   std::vector<AnalyticBytes> analytic;  // per (dim, kind), per rank and step, from the plan
   std::vector<PipelineRow> pipeline;    // pipeline parallel: every rank's row
+  std::vector<SplitRow> split;          // every rank's time split (metrics.hpp)
 };
 
 StepSummary summarize(const StepRecord& r, const std::string& check, double datasheet_peak);

@@ -9,7 +9,9 @@
 // Not here: the layers (engine/), the metrics' definitions (metrics.hpp), HDF5 (step_h5).
 #include <mpi.h>
 #include <omp.h>
+#include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -139,13 +141,28 @@ std::string strategy_name(const Plan& plan) {
   return s.empty() ? "single" : s;
 }
 
-std::string memory_formula(int zero) {
-  switch (zero) {
-    case 1: return "ZeRO-1, fp32 with Adam, per flat element P (padding included): params 4, grads 4, optimizer 8/d bytes";
-    case 2: return "ZeRO-2: params 4, grads 4/d (+ the units' full gradients while they are reduced), optimizer 8/d bytes";
-    case 3: return "ZeRO-3: params 4/d (+ gathered units), grads 4/d (+ units' full gradients while reduced; + 4/d scratch with m > 1), optimizer 8/d bytes";
-    default: return "data parallel, fp32 with Adam: params 4, grads 4, optimizer 8 bytes per parameter (16)";
+// The closed form of the params, grads and optimizer rows, in words: per element of the flat
+// array this rank holds (its tensor-parallel slices, pipeline stage and experts, padding
+// included), ZeRO sharding the state over the d = dp x cp ranks of its data-parallel group.
+std::string memory_formula(const Plan& plan) {
+  const auto& d = plan.degrees;
+  std::vector<std::string> held;
+  if (d.tp > 1) held.push_back(fmt::format("its 1/{} tensor-parallel slices", d.tp));
+  if (d.pp > 1) held.push_back("its pipeline stage's layers");
+  if (d.ep > 1) held.push_back(fmt::format("its {} of {} experts", plan.model.experts / d.ep, plan.model.experts));
+  const std::string of = held.empty() ? "the whole model" : fmt::format("{}", fmt::join(held, ", "));
+  std::string state;
+  switch (plan.zero) {
+    case 1: state = "ZeRO-1: params 4, grads 4, optimizer 8/d bytes"; break;
+    case 2: state = "ZeRO-2: params 4, grads 4/d (+ the units' full gradients while they are reduced), optimizer 8/d bytes"; break;
+    case 3:
+      state = "ZeRO-3: params 4/d (+ gathered units), grads 4/d (+ units' full gradients while reduced; + 4/d scratch "
+              "with m > 1), optimizer 8/d bytes";
+      break;
+    default: state = "params 4, grads 4, optimizer 8 bytes (16)"; break;
   }
+  return fmt::format("fp32 with AdamW, per element of the flat array this rank holds ({}; padding included): {}{}", of,
+                     state, plan.zero > 0 ? fmt::format(", d = dp x cp = {}", d.dp * d.cp) : std::string());
 }
 
 nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>& model, int threads,
@@ -184,7 +201,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"zero_shard_elements", st.zero ? st.zero->shard_elements() : 0},
       {"zero_padding_elements", st.zero ? st.zero->padding_elements() : 0},
       {"zero_units", "embeddings, each block, the head; each padded to a multiple of 16 x dp elements and split evenly"},
-      {"memory_formula", memory_formula(plan.zero)},
+      {"memory_formula", memory_formula(plan)},
       {"bucket_rule", "--bucket-mb, else a quarter of the gradient elements clamped to [16 Ki, 40 M], rounded up to 64"},
       {"grad_bytes_padding", "the flat gradient array, each tensor aligned to 16 elements"},
       {"flops_per_step", fl.total() * plan.micro_batches * d.dp}, {"flops_per_microbatch", fl.total()},
@@ -410,13 +427,45 @@ void make_compute(Compute& cp, const Options& o, const mb::comm::Topology& topo,
   cp.backend = cp.gpu_backend.get();
 }
 
-void set_threads(const Options& o) {
+// The threads of each rank (OpenMP and OpenBLAS): --threads; else OMP_NUM_THREADS; else the
+// cores the rank may run on shared among the ranks on its host (a rank bound to its own cores,
+// as srun --cpu-bind does, keeps them all), at least 1. Oversubscribed: more threads than
+// cores on some host, flagged in the header, the run's attributes and the report.
+struct Threads {
+  int n = 1;
+  std::string rule;
+  bool oversubscribed = false;  // on any host
+};
+
+Threads set_threads(const Options& o, const mb::comm::Topology& topo, int rank) {
+  Threads t;
+  const std::string& host = topo.ranks[static_cast<size_t>(rank)].host;
+  int ranks_here = 0;
+  for (const auto& p : topo.ranks) ranks_here += p.host == host ? 1 : 0;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int online = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  const int mine = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : online;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
   if (o.threads > 0) {
-    omp_set_num_threads(o.threads);
-    mb::compute::set_blas_threads(o.threads);
+    t.n = o.threads;
+    t.rule = "--threads";
+  } else if (omp && std::atoi(omp) > 0) {
+    t.n = std::atoi(omp);
+    t.rule = "OMP_NUM_THREADS";
+  } else if (mine < online) {
+    t.n = mine;
+    t.rule = fmt::format("the rank's CPU binding, {} cores", mine);
   } else {
-    mb::compute::set_blas_threads(omp_get_max_threads());
+    t.n = std::max(1, mine / ranks_here);
+    t.rule = fmt::format("{} cores / {} ranks on host {}", mine, ranks_here, host);
   }
+  omp_set_num_threads(t.n);
+  mb::compute::set_blas_threads(t.n);
+  int over = t.n * ranks_here > online ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  t.oversubscribed = over != 0;
+  return t;
 }
 
 void print_header(const mb::core::Log& out, const Options& o, const Plan& plan, const Setup& st,
@@ -531,28 +580,20 @@ std::vector<std::pair<std::string, double>> print_profile(const mb::core::Log& o
   return ops;
 }
 
-// Pipeline parallel: this rank's stored activations and bubble (metrics.hpp), the steps'
-// pipeline spans and the senders' post times exchanged over the world first.
-PipelineRow pipeline_metrics(const Setup& st, const Plan& plan, double offset) {
-  std::vector<Interval> span = pass_windows(st.trace, offset);
-  std::vector<double> lo, hi;
-  for (const Interval& w : span) {
-    lo.push_back(w.a);
-    hi.push_back(w.b);
-  }
-  MPI_Allreduce(MPI_IN_PLACE, lo.data(), static_cast<int>(lo.size()), MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, hi.data(), static_cast<int>(hi.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  for (size_t s = 0; s < span.size(); ++s) span[s] = {lo[s], hi[s]};
-  const std::vector<SendPost> sends = allgather_rows(send_posts(st.trace, offset), MPI_COMM_WORLD);
-  int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  return pipeline_row(st.trace, world_rank, offset, span, sends,
-                      bubble_theory(plan.degrees.pp, plan.micro_batches, plan.vpp));
+// This rank's metrics (metrics.hpp), every rank's pipeline posts exchanged first (the time
+// split charges a pipeline call's wait for its peer to the bubble).
+// Pipeline parallel: also this rank's stored activations and bubble into `pipe`.
+RankMetrics rank_metrics_of(const Setup& st, int rank, double offset, PipelineRow& pipe) {
+  const std::vector<P2pPost> posts = allgather_rows(p2p_posts(st.trace, offset), MPI_COMM_WORLD);
+  RankMetrics rm = rank_metrics(st.trace, rank, offset, posts);
+  if (st.pipe)
+    pipe = pipeline_row(st.trace, rank, offset, rm.split, posts,
+                        bubble_theory(st.plan->degrees.pp, st.plan->micro_batches, st.plan->vpp));
+  return rm;
 }
 
 // What a run produced, handed to the reporters.
 struct Outcome {
-  PipelineRow pipe;  // pipeline parallel: this rank's row
   StepRecord rec;
   StepSummary sum;
   std::vector<MemoryRow> mem;
@@ -612,6 +653,7 @@ void report(const Options& o, const Setup& st, const Outcome& r, StepH5* h5, con
     write_or_hold(*h5, [&] {
       h5->write_memory(mem);
       h5->write_comm(r.rec.comm);
+      h5->write_time_split(r.rec.split);
       h5->write_check(r.check_rows);
       h5->write_summary(r.sum);
       if (o.profile) h5->write_op_profile(ops);
@@ -723,14 +765,13 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   if (!parsed) return kExitOk;
   const Options& o = *parsed;
   if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
-    throw UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_PLAN_ONLY=1)");
+    throw UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world_size);
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
   mb::results::OutputClaim claim;
   claim_outputs(o, claim, world_rank);
   const mb::core::Log out(world_rank, o.quiet);
-  set_threads(o);
   const DataKind data = o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom;
   // The watchdog covers the set-up too; it restarts with the output file once that exists.
   mb::core::OpWatch watch;  // outlives every communicator that reports to it
@@ -747,6 +788,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   setup_scope.emplace(watched, "set-up (topology, groups, model; collective)", 0, "world");
   mb::comm::Topology topo = mb::comm::discover_topology(MPI_COMM_WORLD, o.device);
   if (o.ranks_per_node > 0) mb::comm::emulate_nodes(topo, o.ranks_per_node);
+  const Threads threads = set_threads(o, topo, world_rank);
+  if (threads.oversubscribed) topo.oversubscribed = true;  // the run's `oversubscribed` covers threads too
   Compute cp;
   make_compute(cp, o, topo, world_rank);
   check_memory(o, plan, cp, topo, world_rank);
@@ -758,6 +801,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
   MPI_Allreduce(MPI_IN_PLACE, setup_s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   if (!o.export_dir.empty()) return run_export(o, *st.model, data, out);
   print_header(out, o, plan, st, cp, topo);
+  out.out("  threads per rank: {} ({}){}\n", threads.n, threads.rule,
+          threads.oversubscribed ? "; OVERSUBSCRIBED: more threads than cores on a host, times are not meaningful" : "");
   out.out("  set-up {:.3f} s (topology, communicators, model; slowest rank), of which communicators {:.3f} s\n",
           setup_s[0], setup_s[1]);
   const Peak peak = measure_peak(o.model, cp.gpu, cp.prec, cp.device);
@@ -778,7 +823,8 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
           o.output, claim.appending(), ctx, world_size,
           step_attributes(o, plan, *st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet, cp.gpu_name, st),
           std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(st, topo));
-      h5->write_step_attrs({{"setup_time_s", setup_s[0]}, {"comm_setup_time_s", setup_s[1]}});
+      h5->write_step_attrs({{"setup_time_s", setup_s[0]}, {"comm_setup_time_s", setup_s[1]},
+                            {"threads_rule", threads.rule}, {"threads_oversubscribed", threads.oversubscribed}});
       write_error = h5->error();
     } catch (const std::exception& e) {
       write_error = e.what();
@@ -823,12 +869,11 @@ int run(int argc, char** argv, int world_rank, int world_size, int thread_level)
       h5->write_step_attrs({{"peak_measured_flops_before", peak.best}, {"peak_measured_flops_after", after.best},
                             {"peak_measured_flops", peak_used}});
     });
-  const RankMetrics rm = rank_metrics(st.trace, world_rank);
+  PipelineRow pipe;
+  const RankMetrics rm = rank_metrics_of(st, world_rank, clock.offset_s, pipe);
   r.rec = gather_record(o, plan, st, rm, losses, peak_used);
-  if (st.pipe) {
-    r.pipe = pipeline_metrics(st, plan, clock.offset_s);
-    r.rec.pipeline = gather_rows(std::vector<PipelineRow>{r.pipe}, MPI_COMM_WORLD);
-  }
+  r.rec.split = gather_rows(split_rows(rm.split, world_rank), MPI_COMM_WORLD);
+  if (st.pipe) r.rec.pipeline = gather_rows(std::vector<PipelineRow>{pipe}, MPI_COMM_WORLD);
   if (world_rank == 0 && r.rec.steps > 0) r.sum = summarize(r.rec, r.check, datasheet);
   r.mem = memory_rows(*st.model, plan, st.actions, st.pipe ? st.pipe->rank : 0);
   report_moe(o.model, st.model->moe().totals(), plan.degrees.tp, h5.get(), out);

@@ -113,6 +113,15 @@ void StepH5::write_comm(const std::vector<CommRow>& rows) {
   write_rows(impl_->step.get(), "comm", ct.get(), rows);
 }
 
+void StepH5::write_time_split(const std::vector<SplitRow>& rows) {
+  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(SplitRow)), H5Tclose);
+  H5Id s24 = results::string_type(24);
+  H5Tinsert(t.get(), "rank", HOFFSET(SplitRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "category", HOFFSET(SplitRow, category), s24.get());
+  H5Tinsert(t.get(), "seconds", HOFFSET(SplitRow, seconds), H5T_NATIVE_DOUBLE);
+  write_rows(impl_->step.get(), "time_split", t.get(), rows);
+}
+
 void StepH5::write_check(const std::vector<CheckRow>& rows) {
   H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(CheckRowH5)), H5Tclose);
   H5Id s64 = results::string_type(64);
@@ -204,12 +213,18 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.chunk = e.chunk;
     const char* ph = e.phase == 'F' ? "fwd" : (e.phase == 'B' ? "bwd" : "opt");
     results::put_fixed(r.kind, std::string(op_name(e.op)) + "." + ph);
+    const std::string role = e.role, part = e.part;
+    results::put_fixed(r.name, role.empty() ? part : (part.empty() ? role : role + "." + part));
+    r.m = e.m;
+    r.n = e.n;
+    r.k = e.k;
     results::put_fixed(r.dim, "-");
     results::put_fixed(r.phase, std::string(1, e.phase));
     r.group = -1;
     r.flops = e.flops;
     r.t_post = r.t_start = t(e.t_start);
-    r.t_end = t(e.t_end);
+    r.t_end = r.t_wait = t(e.t_end);
+    r.t_posted = r.t_start;
     rows.push_back(r);
   }
   for (const CommEvent& e : tr.comms) {
@@ -227,6 +242,8 @@ std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, dou
     r.t_post = t(e.t_post);
     r.t_start = t(e.t_start);
     r.t_end = t(e.t_end);
+    r.t_wait = t(e.t_wait);
+    r.t_posted = t(e.blocking ? e.t_start : e.t_posted);
     rows.push_back(r);
   }
   return rows;
@@ -249,6 +266,13 @@ void StepH5::write_events(const std::vector<EventRow>& rows) {
   H5Tinsert(t.get(), "t_post", HOFFSET(EventRow, t_post), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "t_start", HOFFSET(EventRow, t_start), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "t_end", HOFFSET(EventRow, t_end), H5T_NATIVE_DOUBLE);
+  H5Id s32 = results::string_type(32);
+  H5Tinsert(t.get(), "name", HOFFSET(EventRow, name), s32.get());
+  H5Tinsert(t.get(), "m", HOFFSET(EventRow, m), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "n", HOFFSET(EventRow, n), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "k", HOFFSET(EventRow, k), H5T_NATIVE_INT32);
+  H5Tinsert(t.get(), "t_posted", HOFFSET(EventRow, t_posted), H5T_NATIVE_DOUBLE);
+  H5Tinsert(t.get(), "t_wait", HOFFSET(EventRow, t_wait), H5T_NATIVE_DOUBLE);
   write_rows(impl_->step.get(), "events", t.get(), rows);
 }
 
@@ -281,7 +305,7 @@ void StepH5::write_pipeline(const std::vector<PipelineRow>& rows, const std::vec
   H5Tinsert(pt.get(), "peak_held", HOFFSET(PipelineRow, peak_held), H5T_NATIVE_INT32);
   H5Tinsert(pt.get(), "peak_activation_bytes", HOFFSET(PipelineRow, peak_activation_bytes), H5T_NATIVE_INT64);
 #define MB_F(f) H5Tinsert(pt.get(), #f, HOFFSET(PipelineRow, f), H5T_NATIVE_DOUBLE)
-  MB_F(bubble); MB_F(bubble_window); MB_F(bubble_theory); MB_F(recv_wait_s); MB_F(recv_transfer_s);
+  MB_F(bubble); MB_F(bubble_theory); MB_F(recv_wait_s); MB_F(recv_transfer_s);
 #undef MB_F
   write_rows(loc, "pipeline", pt.get(), rows);
   H5Id st(H5Tcreate(H5T_COMPOUND, sizeof(SlotRow)), H5Tclose);

@@ -50,13 +50,20 @@ struct StepSummary {
   bool bytes_match = true;
 };
 
-// One trace event as stored in step/events (compute ops and communication calls).
+// One trace event as stored in step/events (compute ops and communication calls). name: a
+// layer's op as "<role>.<part>" (qkv.dweight, fc.proj.fwd, head.dinput, attention.chunk.fwd,
+// moe.expert.fc.fwd; op.hpp), else empty; m, n, k its GEMM shape (m x k) times (k x n), else 0.
+// t_posted, t_wait: when a posted call's posting returned and when the rank began to block on
+// a call (trace.hpp), t_start and t_end for a compute op.
 struct EventRow {
   int32_t rank, step, microbatch, chunk, layer;
   char kind[24], dim[16], phase[4];
   int32_t group;
   uint64_t bytes;
   double flops, t_post, t_start, t_end;  // seconds since the run's origin, rank 0's clock
+  char name[32];
+  int32_t m, n, k;
+  double t_posted, t_wait;
 };
 // This rank's trace as rows; times on rank 0's clock (local - offset, comm/clock_sync.hpp) minus t_origin.
 std::vector<EventRow> event_rows(const Trace& trace, int rank, double t_origin, double offset);
@@ -94,6 +101,7 @@ class StepH5 {
   // Tables of every rank's rows.
   void write_memory(const std::vector<MemoryCell>& rows);
   void write_comm(const std::vector<CommRow>& rows);
+  void write_time_split(const std::vector<SplitRow>& rows);  // step/time_split
   void write_events(const std::vector<EventRow>& rows);
   // Pipeline parallel: step/pipeline (one row per rank), step/activation_slots, step/passes.
   void write_pipeline(const std::vector<PipelineRow>& rows, const std::vector<SlotRow>& slots,

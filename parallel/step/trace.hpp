@@ -31,6 +31,12 @@ struct CommEvent {
   uint64_t bytes = 0;         // payload S as nccl-tests sizes it (all-reduce: the buffer)
   double wire_bytes = 0;      // bytes each rank sends with the bandwidth-optimal algorithm
   double t_post = 0, t_start = 0, t_end = 0;  // seconds; t_end: completion observed
+  // When the rank began to wait for it: t_start for a blocking call; for a posted one the
+  // wait() that blocked on it, or t_end when a test() found it complete (it never blocked).
+  // A posted call also held the rank while it was being posted, [t_post, t_posted] (MPI may
+  // copy or hand over a message there). Those are the times the critical path stood still on
+  // this call: [t_wait, t_end], and for a posted one [t_post, t_posted] too.
+  double t_wait = 0, t_posted = 0;
   bool blocking = true;
   // Point-to-point (dim "pp"): 's' send, 'r' receive, 0 for collectives; the peer's rank in
   // the group and the tag that pairs the two sides. A receive's [t_post, t_end] holds its wait
@@ -86,7 +92,8 @@ double wire_bytes(comm::Collective c, uint64_t payload, int n);
 // Records every call of `inner` into `trace` under dimension `dim` and group `group_id`.
 // Blocking calls are timed around the call; non-blocking ones from posting to the moment a
 // test() or wait() first sees them complete (t_start = t_post: MPI cannot say when the
-// transfer began).
+// transfer began), with the moment a wait() began to block. A group of one rank issues no
+// call and records nothing: its collectives are the identity (a copy out of place).
 class RecordingComm final : public comm::Communicator {
  public:
   RecordingComm(std::unique_ptr<comm::Communicator> inner, Trace& trace, std::string dim,
@@ -124,6 +131,10 @@ class RecordingComm final : public comm::Communicator {
   std::unique_ptr<comm::Timer> make_timer(int marks) override { return inner_->make_timer(marks); }
 
  private:
+  // A group of one: true when the call needs nothing more (in place, or host memory copied
+  // here); false leaves device memory to the inner call (which blocking()/posted() then do
+  // not record).
+  bool alone(comm::View s, comm::View r);
   // `wire` < 0: wire_bytes(c, bytes, n).
   template <typename F>
   void blocking(comm::Collective c, uint64_t bytes, F&& call, double wire = -1);

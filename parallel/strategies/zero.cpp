@@ -312,6 +312,7 @@ std::vector<AnalyticBytes> Zero<S>::analytic() const {
 }
 
 std::vector<AnalyticBytes> zero_analytic(uint64_t P, int stage, int d, int micro_batches, bool keep_params) {
+  if (d <= 1) return {};  // a group of one issues no call (RecordingComm)
   const double f = double(d - 1) / d;
   const uint64_t m = static_cast<uint64_t>(micro_batches);
   uint64_t rs = P, ag = P;

@@ -47,10 +47,21 @@ bad 2 "--trace /proc/meshbench-none/t.json: cannot create folder /proc/meshbench
 echo "not hdf5" > "$WORK/notes.txt"
 bad 2 "-O/--output $WORK/notes.txt: not an HDF5 file" -O "$WORK/notes.txt" --append
 bad 2 "cannot create the lock file" -O /proc/meshbench-none.h5
-if MESHBENCH_WARMUP=auto expect_rc 2 2 step_bench --steps 1; then
-  grep -q "from the environment: MESHBENCH_WARMUP=auto" "$WORK/err" && pass "a bad MESHBENCH_WARMUP names the variable: $(cat "$WORK/err")" \
-    || fail "MESHBENCH_WARMUP=auto: the message does not name the variable: $(cat "$WORK/err")"
+# The collectives' MESHBENCH_WARMUP=auto (warm-up calls) is not step_bench's: it reads MESHBENCH_STEP_*
+# for its own options, and a bad one names the variable.
+MESHBENCH_WARMUP=auto expect_rc 0 1 step_bench --layers 1 --hidden 32 --heads 2 --seq 8 --vocab 16 --steps 1 --quiet \
+  && pass "MESHBENCH_WARMUP=auto (the collectives') leaves step_bench alone"
+if MESHBENCH_STEP_WARMUP=auto expect_rc 2 2 step_bench --steps 1; then
+  grep -q "from the environment: MESHBENCH_STEP_WARMUP=auto" "$WORK/err" && pass "a bad MESHBENCH_STEP_WARMUP names the variable: $(cat "$WORK/err")" \
+    || fail "MESHBENCH_STEP_WARMUP=auto: the message does not name the variable: $(cat "$WORK/err")"
 fi
+MESHBENCH_TAG=shared MESHBENCH_STEP_STEPS=2 expect_rc 0 1 step_bench --layers 1 --hidden 32 --heads 2 --seq 8 --vocab 16 \
+  -O "$WORK/env.h5" --quiet && py -c "
+import h5py, sys
+r = list(h5py.File(sys.argv[1])['runs'].values())[0]
+assert r.attrs['tag'] == 'shared' and r['step/step_times'].shape[0] == 2, (r.attrs['tag'], r['step/step_times'].shape)
+" "$WORK/env.h5" && pass "MESHBENCH_TAG (shared) and MESHBENCH_STEP_STEPS (step_bench's own) both act" || fail "shared and own variables"
+
 # over-memory: refused with the estimate before anything is allocated (the host's memory, the plan's need)
 bad 2 "the plan needs about" --layers 96 --hidden 65536 --heads 64 --kv-heads 64 --seq 64 --vocab 512
 bad 4 "dp=3" --mesh dp=3

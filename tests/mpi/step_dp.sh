@@ -60,11 +60,13 @@ t = json.load(open(sys.argv[2]))
 pids = {e["pid"] for e in t["traceEvents"] if e["ph"] == "X"}
 assert pids == {0, 1}, pids
 assert any(e.get("cat") == "comm" for e in t["traceEvents"])
-# --no-overlap: every reduction runs after the backward, so all of it is exposed
+# --no-overlap: every reduction runs after the backward, so nearly all of it is exposed (the
+# rank stands still posting or waiting; the executor's own microseconds between the posts are
+# 'other' in the time split, docs/metrics.md)
 n = h5py.File(sys.argv[3], "r")
 (nid,) = n["runs"].keys()
 ns = n["runs"][nid]["step"]["summary"][0]
-assert ns["exposed_comm_fraction_dp"] > 0.999, ns["exposed_comm_fraction_dp"]
+assert ns["exposed_comm_fraction_dp"] > 0.9, ns["exposed_comm_fraction_dp"]
 print("ok: comm bytes", comm["bytes"], "per rank; exposed (no overlap)", ns["exposed_comm_fraction_dp"])
 PY
 finish

@@ -101,21 +101,36 @@ TEST(Metrics, WireBytes) {
   EXPECT_DOUBLE_EQ(wire_bytes(Collective::kAllReduce, 1000, 1), 0.0);
 }
 
-TEST(Metrics, ExposedFromTrace) {
+namespace {
+CommEvent call(const char* dim, Collective kind, double post, double wait, double end) {
+  CommEvent c{};
+  c.dim = dim;
+  c.kind = kind;
+  c.bytes = 100;
+  c.t_post = c.t_start = post;
+  c.t_wait = wait;
+  c.t_posted = post;  // posting took no time
+  c.t_end = end;
+  c.blocking = post == wait;
+  return c;
+}
+// step = compute + exposed + bubble + other, the identity metrics.hpp promises.
+void expect_identity(const TimeSplit& s) {
+  EXPECT_NEAR(s.compute + s.exposed_total() + s.bubble + s.other, s.step, 1e-12);
+}
+}  // namespace
+
+// A posted all-reduce from 2 to 6 that the rank waits on from 4: the part behind the matmul
+// (2..4) is overlap and costs nothing; 4..6 is exposed dp; the rest of the step is other.
+TEST(Metrics, ExposedIsTheBlockedTimeOutsideCompute) {
   Trace t;
   t.step_start = {0.0};
   t.step_end = {10.0};
   t.ops.push_back({0, 0, 1, Op::kMatmul, 'B', 0, 1.0, 4.0});
-  CommEvent c{};
-  c.dim = "dp";
-  c.kind = Collective::kAllReduce;
-  c.bytes = 100;
-  c.t_post = c.t_start = 2.0;
-  c.t_end = 6.0;  // 2..4 hidden behind the matmul, 4..6 exposed
-  t.comms.push_back(c);
+  t.comms.push_back(call("dp", Collective::kAllReduce, 2.0, 4.0, 6.0));
   t.phases.push_back({0, "backward", 0.0, 4.0});
   t.phases.push_back({0, "grad_sync", 4.0, 6.0});
-  const RankMetrics m = rank_metrics(t, 3);
+  const RankMetrics m = rank_metrics(t, 3, 0.0, {});
   ASSERT_EQ(m.comm.size(), 1u);
   EXPECT_EQ(m.comm[0].rank, 3);
   EXPECT_EQ(m.comm[0].calls, 1u);
@@ -123,6 +138,59 @@ TEST(Metrics, ExposedFromTrace) {
   EXPECT_DOUBLE_EQ(m.comm[0].exposed_s, 2.0);
   EXPECT_DOUBLE_EQ(m.step_time[0], 10.0);
   EXPECT_DOUBLE_EQ(m.phases[0][2], 2.0);
+  EXPECT_DOUBLE_EQ(m.split.step, 10.0);
+  EXPECT_DOUBLE_EQ(m.split.compute, 3.0);
+  EXPECT_DOUBLE_EQ(m.split.exposed.at("dp"), 2.0);
+  EXPECT_DOUBLE_EQ(m.split.bubble, 0.0);
+  EXPECT_DOUBLE_EQ(m.split.other, 5.0);
+  expect_identity(m.split);
+}
+
+// Two dimensions blocked at once (4..6: dp and embedding) share the interval: 1 s each, never
+// 2 s each; a posted call a test() found complete (t_wait = t_end) costs nothing.
+TEST(Metrics, OverlappingDimensionsSplitTheInterval) {
+  Trace t;
+  t.step_start = {0.0};
+  t.step_end = {8.0};
+  t.ops.push_back({0, 0, 0, Op::kMatmul, 'F', 0, 0.0, 2.0});
+  t.comms.push_back(call("dp", Collective::kReduceScatter, 1.0, 4.0, 6.0));
+  t.comms.push_back(call("embedding", Collective::kAllReduce, 4.0, 4.0, 7.0));
+  t.comms.push_back(call("tp", Collective::kAllGather, 1.0, 3.0, 3.0));
+  const RankMetrics m = rank_metrics(t, 0, 0.0, {});
+  EXPECT_DOUBLE_EQ(m.split.exposed.at("dp"), 1.0);
+  EXPECT_DOUBLE_EQ(m.split.exposed.at("embedding"), 2.0);  // 1 shared + 6..7 alone
+  EXPECT_EQ(m.split.exposed.count("tp"), 0u);
+  EXPECT_DOUBLE_EQ(m.split.other, 3.0);  // 2..4 and 7..8
+  expect_identity(m.split);
+  double exposed_rows = 0;
+  for (const CommRow& r : m.comm) exposed_rows += r.exposed_s;
+  EXPECT_DOUBLE_EQ(exposed_rows, m.split.exposed_total());  // the rows are the split's, by kind
+}
+
+// A pipeline receive blocked from 1 to 5 whose sender posted at 4 (on the common clock; this
+// rank's clock runs 0.5 s ahead): 1..4.5 waits for the other stage (bubble), 4.5..5 is the
+// transfer (exposed pp).
+TEST(Metrics, PipelineWaitIsBubbleTransferIsCommunication) {
+  Trace t;
+  t.step_start = {0.0};
+  t.step_end = {6.0};
+  CommEvent r = call("pp", Collective::kSendRecv, 1.0, 1.0, 5.0);
+  r.p2p = 'r';
+  r.group = 0;
+  r.tag = 7;
+  r.blocking = false;
+  t.comms.push_back(r);
+  const double offset = 0.5;  // local - common
+  const std::vector<P2pPost> posts = {{0, 0, 7, 's', 4.0}};
+  const RankMetrics m = rank_metrics(t, 1, offset, posts);
+  EXPECT_DOUBLE_EQ(m.split.bubble, 3.5);
+  EXPECT_DOUBLE_EQ(m.split.exposed.at("pp"), 0.5);
+  EXPECT_DOUBLE_EQ(m.split.other, 2.0);
+  expect_identity(m.split);
+  const PipelineRow p = pipeline_row(t, 1, offset, m.split, posts, 0.25);
+  EXPECT_DOUBLE_EQ(p.bubble, 3.5 / 6.0);
+  EXPECT_DOUBLE_EQ(p.recv_wait_s, 3.5);
+  EXPECT_DOUBLE_EQ(p.recv_transfer_s, 0.5);
 }
 
 // The backward reports every range of the flat gradient array once, from the end of the

@@ -136,30 +136,39 @@ TEST(PipelineStage, LayoutHoldsTheStagesTensorsByGlobalName) {
 }
 
 TEST(PipelineMetrics, BubbleAndReceiveSplit) {
-  // One step, span [0, 10]; this rank computes [2, 5] and [6, 9]; a receive posted at 5
-  // completes at 6, its sender posted at 5.6: wait 0.6, transfer 0.4 (exposed).
+  // One step [0, 10]; this rank computes [2, 5] and [6, 9]; a receive posted and waited on at
+  // 5 completes at 6, its sender posted at 5.6: wait 0.6 (bubble), transfer 0.4 (exposed pp);
+  // the other 3 s (before 2, after 9) are neither.
   Trace tr;
   tr.step_start = {0};
   tr.step_end = {10};
   tr.passes = {{0, 0, 0, 'F', 2, 5}, {0, 0, 0, 'B', 6, 9}};
+  tr.ops = {{0, 0, 0, Op::kMatmul, 'F', 0, 2, 5}, {0, 0, 0, Op::kMatmul, 'B', 0, 6, 9}};
   CommEvent r{};
+  r.dim = "pp";
   r.tags.step = 0;
   r.p2p = 'r';
   r.group = 0;
   r.tag = 7;
   r.t_post = 5;
   r.t_start = 5;
+  r.t_wait = 5;
   r.t_end = 6;
+  r.blocking = false;
   tr.comms.push_back(r);
   tr.slots = {{0, 5, 1, 100}, {0, 9, 0, 0}};
-  const PipelineRow row = pipeline_row(tr, 3, 0.0, {{0, 10}}, {{0, 0, 7, 5.6}}, 0.2);
+  const std::vector<P2pPost> posts = {{0, 0, 7, 's', 5.6}};
+  const RankMetrics m = rank_metrics(tr, 3, 0.0, posts);
+  EXPECT_NEAR(m.split.bubble, 0.6, 1e-12);
+  EXPECT_NEAR(m.split.exposed.at("pp"), 0.4, 1e-12);
+  EXPECT_NEAR(m.split.other, 3.0, 1e-12);
+  const PipelineRow row = pipeline_row(tr, 3, 0.0, m.split, posts, 0.2);
   EXPECT_EQ(row.rank, 3);
   EXPECT_EQ(row.peak_held, 1);
   EXPECT_EQ(row.peak_activation_bytes, 100);
   EXPECT_NEAR(row.recv_wait_s, 0.6, 1e-12);
   EXPECT_NEAR(row.recv_transfer_s, 0.4, 1e-12);
-  EXPECT_NEAR(row.bubble, (10 - 6 - 0.4) / 10, 1e-12);        // idle 4 of the span, minus the transfer
-  EXPECT_NEAR(row.bubble_window, (7 - 6 - 0.4) / 10, 1e-12);  // inside [2, 9] only
+  EXPECT_NEAR(row.bubble, 0.6 / 10, 1e-12);  // the time split's bubble over the rank's step
   EXPECT_DOUBLE_EQ(bubble_theory(2, 8, 1), 1.0 / 9);
   EXPECT_DOUBLE_EQ(bubble_theory(2, 8, 2), 1.0 / 17);
 }

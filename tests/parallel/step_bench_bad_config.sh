@@ -19,7 +19,7 @@ expect 2 "--seq 2048 exceeds the position table (--max-seq 1024)" --model gpt2-1
 expect 2 "--model huge: unknown preset" --model huge
 expect 2 "--steps 0: must be at least 1" --steps 0
 expect 2 "--device" --device tpu
-MESHBENCH_HEADS=5 expect 2 "--heads 5 must divide --hidden 64"
+MESHBENCH_STEP_HEADS=5 expect 2 "--heads 5 must divide --hidden 64"
 expect 2 "--device cuda: no usable GPU" --device cuda
 expect 2 "--sp: sequence parallel splits the tensor-parallel group" --sp
 expect 2 "--micro-batches 0: must be at least 1" --micro-batches 0
