@@ -12,6 +12,8 @@
 #  6 a diverging loss (--lr 1e10): exit 4, status diverged naming the step
 #  7 over-memory: exit 2 with the estimate, before anything is allocated
 #  8 unwritable outputs (-O, --trace): exit 2 with one line, before set-up
+#  9 an allocation that fails although the memory check passed (an address-space limit):
+#    a named error (rank, host, what failed), the job aborted with exit 3, no hang
 # Parts 2 and 3 mount a small tmpfs (root); without root they are skipped with a note.
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=120
@@ -189,4 +191,14 @@ probe() {  # name fragment args...
 probe "7 over-memory" "the plan needs about" --layers 96 --hidden 65536 --heads 64 --kv-heads 64
 probe "8 -O in a folder that cannot be made" "cannot create the lock file" -O /proc/meshbench-none.h5
 probe "8 --trace in a folder that cannot be made" "--trace /proc/none/t.json" --trace /proc/none/t.json
+
+# --- 9 an allocation that fails anyway ----------------------------------------------------------
+rc=0
+(ulimit -v 3000000; mpirun 2 step_bench --layers 4 --hidden 1024 --heads 8 --seq 256 --vocab 32000 --micro-batch 8 \
+  --threads 1 --steps 1 --warmup 0 --quiet) || rc=$?
+if [[ $rc -eq 3 ]] && grep -q "meshbench: rank [0-9] (.*): memory allocation failed in group -: out of memory" "$WORK/err"; then
+  pass "9 out of memory under a 3 GB address-space limit: exit 3, $(grep -m1 'memory allocation failed' "$WORK/err" | cut -c1-90)"
+else
+  fail "9 out of memory: exit $rc, want 3 and a named error: $(tail -3 "$WORK/err")"
+fi
 finish
