@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "compute/blas.hpp"
-#include "config.hpp"
-#include "flops.hpp"
-#include "layers.hpp"
+#include "vocab/config.hpp"
+#include "kernels/flops.hpp"
+#include "kernels/layers.hpp"
 
 using namespace meshbench::parallel;
 namespace compute = meshbench::compute;

@@ -1,4 +1,4 @@
-#include "check.hpp"
+#include "step/check.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <fmt/core.h>
 
 #include "core/error.hpp"
-#include "sharding.hpp"
+#include "vocab/sharding.hpp"
 
 namespace meshbench::parallel {
 

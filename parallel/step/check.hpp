@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "executor.hpp"
-#include "model.hpp"
+#include "executor/executor.hpp"
+#include "model/model.hpp"
 
 namespace meshbench::parallel {
 

@@ -1,4 +1,4 @@
-#include "options.hpp"
+#include "step/options.hpp"
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>

@@ -10,9 +10,9 @@
 
 #include "comm/mesh.hpp"
 #include "core/cli.hpp"
-#include "config.hpp"
-#include "layers.hpp"
-#include "plan.hpp"
+#include "vocab/config.hpp"
+#include "kernels/layers.hpp"
+#include "vocab/plan.hpp"
 
 namespace meshbench::parallel {
 

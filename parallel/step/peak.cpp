@@ -1,4 +1,4 @@
-#include "peak.hpp"
+#include "step/peak.hpp"
 
 #include <algorithm>
 #include <vector>

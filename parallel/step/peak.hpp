@@ -3,9 +3,9 @@
 // step_bench measures it before and after the timed steps and uses the higher.
 #pragma once
 
-#include "config.hpp"
-#include "cuda/cuda_engine.hpp"
-#include "flops.hpp"
+#include "vocab/config.hpp"
+#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/flops.hpp"
 
 namespace meshbench::parallel {
 

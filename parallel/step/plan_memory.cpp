@@ -1,11 +1,11 @@
-#include "plan_memory.hpp"
+#include "step/plan_memory.hpp"
 
 #include <algorithm>
 
-#include "model.hpp"
-#include "moe.hpp"
-#include "schedule.hpp"
-#include "zero.hpp"
+#include "model/model.hpp"
+#include "expert_parallel/moe.hpp"
+#include "pipeline_parallel/schedule.hpp"
+#include "zero/zero.hpp"
 
 namespace meshbench::parallel {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "plan.hpp"
+#include "vocab/plan.hpp"
 
 namespace meshbench::parallel {
 

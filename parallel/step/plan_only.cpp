@@ -1,4 +1,4 @@
-#include "plan_only.hpp"
+#include "step/plan_only.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,9 +11,9 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "model.hpp"
-#include "options.hpp"
-#include "plan_memory.hpp"
+#include "model/model.hpp"
+#include "step/options.hpp"
+#include "step/plan_memory.hpp"
 
 namespace meshbench::parallel {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "plan.hpp"
+#include "vocab/plan.hpp"
 
 namespace meshbench::parallel {
 

@@ -1,4 +1,4 @@
-#include "setup.hpp"
+#include "step/setup.hpp"
 
 #include <algorithm>
 #include <string>

@@ -30,7 +30,7 @@
 #include "compute/device_cuda.cu"
 #include "spec.hpp"
 #if MB_TEST_RECORDING_COMM
-#include "trace.hpp"
+#include "vocab/trace.hpp"
 #endif
 
 namespace {

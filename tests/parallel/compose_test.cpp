@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "model.hpp"
-#include "plan.hpp"
-#include "tensor_parallel.hpp"
-#include "zero.hpp"
+#include "model/model.hpp"
+#include "vocab/plan.hpp"
+#include "tensor_parallel/tensor_parallel.hpp"
+#include "zero/zero.hpp"
 
 using namespace meshbench::parallel;
 using meshbench::core::UsageError;

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "layers.hpp"
+#include "kernels/layers.hpp"
 
 using namespace meshbench::parallel;
 using Vec = std::vector<double>;

@@ -12,10 +12,10 @@
 #include <string>
 
 #include "shapes.hpp"
-#include "backend_emulated.hpp"
+#include "kernels/backend_emulated.hpp"
 #include "compute/device.hpp"
-#include "cuda/cuda_engine.hpp"
-#include "datasheet.hpp"
+#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/datasheet.hpp"
 
 using namespace meshbench::parallel;
 namespace compute = meshbench::compute;

@@ -1,7 +1,7 @@
 // The datasheet table matches a GPU only by exact name and memory size (issue 17, defect 9).
 #include <gtest/gtest.h>
 
-#include "datasheet.hpp"
+#include "kernels/datasheet.hpp"
 
 using namespace meshbench::parallel;
 

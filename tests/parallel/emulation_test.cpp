@@ -12,9 +12,9 @@
 #include <map>
 
 #include "shapes.hpp"
-#include "backend_emulated.hpp"
-#include "parity.hpp"
-#include "precision.hpp"
+#include "kernels/backend_emulated.hpp"
+#include "kernels/parity.hpp"
+#include "vocab/precision.hpp"
 
 using namespace meshbench::parallel;
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "gradcheck.hpp"
-#include "layers.hpp"
+#include "kernels/layers.hpp"
 
 using namespace meshbench::parallel;
 using meshbench::parallel::test::fd_check;

@@ -7,11 +7,11 @@
 #include <random>
 #include <vector>
 
-#include "config.hpp"
+#include "vocab/config.hpp"
 #include "core/error.hpp"
-#include "flops.hpp"
+#include "kernels/flops.hpp"
 #include "gradcheck.hpp"
-#include "model.hpp"
+#include "model/model.hpp"
 
 using namespace meshbench::parallel;
 

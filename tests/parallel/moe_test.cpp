@@ -18,14 +18,14 @@
 #include <random>
 #include <vector>
 
-#include "backend_emulated.hpp"
-#include "config.hpp"
+#include "kernels/backend_emulated.hpp"
+#include "vocab/config.hpp"
 #include "core/error.hpp"
-#include "flops.hpp"
+#include "kernels/flops.hpp"
 #include "gradcheck.hpp"
-#include "model.hpp"
-#include "moe.hpp"
-#include "moe_layers.hpp"
+#include "model/model.hpp"
+#include "expert_parallel/moe.hpp"
+#include "kernels/moe_layers.hpp"
 
 using namespace meshbench::parallel;
 using meshbench::parallel::test::fd_check;

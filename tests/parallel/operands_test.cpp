@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "config.hpp"
-#include "operands.hpp"
+#include "vocab/config.hpp"
+#include "kernels/operands.hpp"
 
 using namespace meshbench::parallel;
 

@@ -7,13 +7,13 @@
 #include <random>
 #include <vector>
 
-#include "backend.hpp"
+#include "kernels/backend.hpp"
 #include "core/error.hpp"
-#include "metrics.hpp"
-#include "model.hpp"
-#include "plan.hpp"
-#include "schedule.hpp"
-#include "trace.hpp"
+#include "metrics/metrics.hpp"
+#include "model/model.hpp"
+#include "vocab/plan.hpp"
+#include "pipeline_parallel/schedule.hpp"
+#include "vocab/trace.hpp"
 
 using namespace meshbench::parallel;
 using meshbench::comm::Collective;

@@ -9,7 +9,7 @@
 #include <set>
 #include <tuple>
 
-#include "schedule.hpp"
+#include "pipeline_parallel/schedule.hpp"
 
 using namespace meshbench::parallel;
 

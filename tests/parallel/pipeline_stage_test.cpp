@@ -10,9 +10,9 @@
 #include <cmath>
 #include <vector>
 
-#include "layout.hpp"
-#include "metrics.hpp"
-#include "model.hpp"
+#include "vocab/layout.hpp"
+#include "metrics/metrics.hpp"
+#include "model/model.hpp"
 
 using namespace meshbench::parallel;
 

@@ -4,8 +4,8 @@
 // a 405B shape, which must be arithmetic (nothing allocated).
 #include <gtest/gtest.h>
 
-#include "plan.hpp"
-#include "plan_memory.hpp"
+#include "vocab/plan.hpp"
+#include "step/plan_memory.hpp"
 
 using namespace meshbench::parallel;
 

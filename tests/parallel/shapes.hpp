@@ -1,7 +1,7 @@
 // Model shapes several engine tests share.
 #pragma once
 
-#include "config.hpp"
+#include "vocab/config.hpp"
 
 namespace meshbench::parallel::test {
 

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "config.hpp"
-#include "model.hpp"
-#include "sharding.hpp"
+#include "vocab/config.hpp"
+#include "model/model.hpp"
+#include "vocab/sharding.hpp"
 
 using namespace meshbench::parallel;
 

@@ -23,12 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "backend.hpp"
+#include "kernels/backend.hpp"
 #include "comm/communicator.hpp"
-#include "comm_group.hpp"
-#include "tensor_parallel.hpp"
-#include "tp_layers.hpp"
-#include "trace.hpp"
+#include "kernels/comm_group.hpp"
+#include "tensor_parallel/tensor_parallel.hpp"
+#include "tensor_parallel/linear.hpp"
+#include "vocab/trace.hpp"
 
 using namespace meshbench::parallel;
 namespace comm = meshbench::comm;

@@ -1,0 +1,229 @@
+// The mixture-of-experts MLP of the step engine (issue 13): the wiring of the MoE ops
+// (moe_layers.hpp) and the expert GEMMs over a backend, for every block whose MLP is MoE
+// (GptConfig::is_moe). Gpt (model.hpp) owns one MoeMlp and calls it where a dense block runs
+// fc -> gelu -> proj; this file holds the MoE blocks' parameter and activation layout
+// entries, their buffers and the host side of the routing (counts, drops, aux loss).
+// Expert parallel (--mesh ep=P, issue 13): each rank holds experts [r E/P, (r+1) E/P) of its
+// EP group (global indices in the parameter names), routes its own tokens over all E, and
+// between permute and unpermute runs
+//   counts:   all-to-all of the kept rows per expert (each peer gets its E/P experts' counts)
+//   dispatch: all-to-all-v of the permuted rows to their experts' owners (source-major),
+//             reordered expert-major for the local experts
+//   combine:  the local experts' rows reordered source-major, all-to-all-v back into the
+//             sender's permuted layout, then unpermute weighted by the gates as on one rank.
+// The backward sends d(yp) the dispatch way and d(xp) back the combine way. Capacity is
+// applied by each source rank to its own tokens (as the single-rank reference does per
+// micro-batch), so the drops do not depend on the layout.
+// Not here: the rest of the block (model.cpp), the expert gradients' reduction over edp
+// (strategies/data_parallel.hpp).
+//
+// One MoE MLP on N = B*T rows x (the ln2 output), out the residual stream:
+//   logits = x Wr^T (no bias); probs = softmax(logits); idx = top-k(probs)  [assign()]
+//   gates = probs[idx] / sum_k probs[idx]               (renormalised over the chosen k)
+//   plan: expert-major rows, token order inside an expert; beyond capacity: dropped
+//   xp = permute(x); yp_e = proj_e(gelu(fc_e(xp_e)))  (each expert: the dense MLP, biases)
+//   out += sum over kept assignments of gates * yp       (a dropped assignment adds 0)
+// Aux loss (Switch/GShard, as Megatron's switch_load_balancing_loss_func):
+//   aux = coef * E * sum_e f_e * P_e,  f_e = routed_e / (N k),  P_e = mean_n probs[n, e]
+//   where routed_e counts the top-k assignments to e before capacity drops; f is a constant
+//   (counts), so d aux / d probs[n, e] = coef * E * routed_e / (N^2 k).
+// Capacity (--capacity-factor F > 0): each expert keeps its first ceil(F * N * k / E)
+// assignments in token order; F = 0 keeps all of them (dropless).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+#include <utility>
+
+#include "kernels/backend.hpp"
+#include "vocab/config.hpp"
+#include "vocab/layout.hpp"
+#include "vocab/op.hpp"
+
+namespace meshbench::parallel {
+
+enum class Op;  // model.hpp
+template <typename S>
+class GroupComm;  // tp_layers.hpp
+
+// This rank's place in its expert-parallel group: it holds experts [rank E/size, (rank+1) E/size).
+struct EpSpec {
+  int size = 1, rank = 0;
+};
+
+// What one MoE block's routing did in the last forward (host copies).
+struct MoeRouting {
+  std::vector<int32_t> routed;    // (E) assignments per expert before drops
+  std::vector<int32_t> offsets;   // (E+1) rows kept per expert, as prefix sums
+  std::vector<double> prob_sum;   // (E) sum over the N rows of the router probabilities
+  double aux = 0;                 // this block's aux loss term (coef included)
+  int64_t dropped = 0;            // assignments dropped by capacity
+  // Expert parallel: recv (P x E/P) rows received from source s for local expert j at
+  // [s E/P + j]; local (E/P + 1) prefix sums of this rank's expert-major rows. One rank:
+  // local = offsets, recv empty.
+  std::vector<int32_t> recv, local;
+  int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }
+  int64_t local_rows() const { return local.empty() ? 0 : local.back(); }
+};
+
+// What the expert-parallel exchanges moved and took (forwards since reset_totals(); rows are
+// token rows of C values, own rows included unless "remote").
+struct EpTotals {
+  int64_t rows_sent = 0, rows_recv = 0, remote_sent = 0, remote_recv = 0, count_calls = 0;
+  double counts_s = 0, dispatch_s = 0, combine_s = 0, expert_s = 0;  // forward + backward
+};
+
+// Assignments over every MoE block and forward since reset_totals() (the run's record).
+struct MoeTotals {
+  int64_t routed = 0, dropped = 0, forwards = 0;
+  int64_t worst_expert = 0;  // the most rows any one expert kept in one block's forward
+  EpTotals ep;
+};
+
+// Closed forms of what the MoE blocks change in Gpt::memory_analytic (elements or bytes as
+// named), against the dense MLP they replace.
+struct MoeMemory {
+  int64_t param_elements = 0;     // + experts and routers - the replaced dense MLPs
+  int64_t activation_bytes = 0;   // + MoE activations - the replaced fch, fch_gelu
+  int64_t buffer_bytes = 0;       // the MoE backward scratch (once, shared by the blocks)
+};
+
+// Capacity per expert (rows); 0 when dropless.
+int moe_capacity(const GptConfig& c);
+// Rows of the permuted buffer: N*k dropless, min(N*k, E*capacity) otherwise.
+int64_t moe_rows(const GptConfig& c);
+// Rows of this rank's expert-major buffer: moe_rows on one rank; with ep = P the most its
+// E/P experts can receive from P sources.
+int64_t moe_local_rows(const GptConfig& c, const EpSpec& ep);
+// The int32 routing state of one MoE block for one micro-batch (indices, slots, counts, and
+// with ep the received rows' places); a pipeline stage keeps one copy per micro-batch.
+int64_t moe_routing_ints(const GptConfig& c, const EpSpec& ep = {});
+// tp: the tensor-parallel degree; the replaced dense MLP is the rank's F/tp slice (the experts
+// are whole on every tensor-parallel rank, etp = 1).
+MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes, const EpSpec& ep = {}, int tp = 1);
+// Appends one MoE block's parameter entries (prefix "h.3.") where the dense MLP's would be:
+// moe.router.weight (E,C), then per expert e (the global index) moe.expert.<e>.fc.weight
+// (F,C), .fc.bias (F), .proj.weight (C,F), .proj.bias (C).
+// With ep: only this rank's experts.
+void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep = {});
+// The flat ranges [lo, hi) holding this rank's expert tensors (one per MoE block: its experts
+// are contiguous), from the layout's names.
+std::vector<std::pair<int64_t, int64_t>> moe_expert_ranges(const Layout& layout, const GptConfig& c);
+
+template <typename S>
+class MoeMlp {
+ public:
+  // timed(op, f, flops): the model's timer (profile, trace, poll) around one op call.
+  using Timed = ComputeOp;  // op.hpp: what each op is, then the op
+  // A fixed token-to-expert assignment (issue 13's routing workloads): fills idx (N,k, host)
+  // for MoE block `layer` of a forward of `tokens` (host, N ids) at `step`; distinct experts
+  // per row. Unset: the router's learned top-k.
+  using Assignment = std::function<void(int layer, const int32_t* tokens, int step, int32_t* idx)>;
+
+  explicit MoeMlp(const GptConfig& c, EpSpec ep = {})
+      : c_(c), ep_(ep), w_(c.layers), a_(c.layers), routing_(c.layers) {}
+
+  // Construction: block `layer`'s parameters found by name in the model's layout (offsets
+  // relative to its unit's start `unit_lo`), then its activations added to `acts`.
+  void bind(int layer, const Layout& layout, int64_t unit_lo);
+  void add_acts(int layer, Layout& acts, const std::string& prefix);
+  // The integer activations (idx, slot, counts) and the host routing state, `copies` of them
+  // (a pipeline stage: one per micro-batch of the step, as its token slots, since several
+  // are in flight between their forward and backward), and the backward scratch.
+  void allocate(Backend<S>& be, MemoryTracker* mem, int copies = 1);
+  // The copy of the routing state the next forward or backward uses (a micro-batch's slot).
+  void use(int copy) { cur_ = copy % copies_; }
+  int64_t state_bytes() const { return ints_.bytes(); }  // every copy's integer activations
+  void set_assignment(Assignment a) { assignment_ = std::move(a); }
+  const Assignment& assignment() const { return assignment_; }
+  // The forward's tokens (host) and step, for a fixed assignment (Gpt::forward sets them).
+  void set_batch(const int32_t* tokens, int step) {
+    tokens_ = tokens;
+    step_ = step;
+  }
+  // The expert-parallel group (ep.size > 1; before the first forward).
+  void set_comm(GroupComm<S>* ep) { comm_ = ep; }
+  // Tensor parallel (all-reduce mode, experts whole: etp = 1): the tokens are the same on the
+  // tp ranks; with expert parallel each dispatches only its 1/tp slice of them (rows
+  // [N r/t, N (r+1)/t), routed and dropped over all N as on one rank) and the slices' outputs,
+  // d(gates) and d(x) are all-reduced over tp. Without expert parallel every tp rank runs the
+  // whole MoE (replicated).
+  void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
+  const EpSpec& ep() const { return ep_; }
+
+  // out (N,C) += MoE(x). p: the block's parameters (its unit's start); acts: the model's
+  // activation array. Returns the block's aux loss (also in routing(layer)).
+  double forward(int layer, const S* p, S* acts, const S* x, S* out, const Timed& timed);
+  // dx (N,C) = d(x) (written) from dout = d(out); parameter gradients into g (+=), the aux
+  // loss's scaled by loss_scale as the rest of the loss.
+  void backward(int layer, const S* p, S* g, S* acts, const S* x, const S* dout, S* dx,
+                S loss_scale, const Timed& timed);
+
+  const MoeRouting& routing(int layer) const { return routing_[static_cast<size_t>(cur_ * c_.layers + layer)]; }
+  const MoeTotals& totals() const { return totals_; }
+  void reset_totals() { totals_ = {}; }
+  // Multiply-add FLOPs of block `layer`'s expert GEMMs in the last forward (kept rows only):
+  // 2 * rows * C * F per GEMM, two GEMMs; the backward is twice that.
+  double expert_flops(int layer) const;
+
+ private:
+  struct Weights {  // offsets relative to the block's unit start (bind)
+    int64_t router_w = 0;
+    std::vector<int64_t> fc_w, fc_b, proj_w, proj_b;
+  };
+  struct Acts {  // offsets in the activation array; ints: in ints_
+    int64_t probs = 0, gates = 0, prob_sum = 0, xp = 0, h = 0, hg = 0, yp = 0;
+    int64_t xl = 0, yl = 0;  // the local experts' rows (expert parallel; else xp, yp)
+    int64_t idx = 0, slot = 0, counts = 0, lslot = 0;  // lslot: received row -> local row
+  };
+  // The router's assignment step: probs, idx and gates from the logits (in probs).
+  void assign(int layer, S* acts, const Timed& timed);
+  // Each local expert's rows [local[j], local[j+1]) through f(j, row0, rows).
+  template <typename F>
+  void each_expert(int layer, F&& f) const;
+  // Expert parallel: the counts exchange (fills routing recv/local, the reorder slots).
+  void exchange_counts(int layer);
+  // Rows [send | recv] per peer (elements: rows x C) of block `layer`'s dispatch.
+  void dispatch_sizes(int layer, std::vector<int64_t>& send, std::vector<int64_t>& recv) const;
+  // to_local: the sender-layout rows `from` (this rank's permuted rows, R) go to their owners
+  // and land expert-major in `to` (local rows); else back. Returns seconds.
+  double exchange(int layer, bool to_local, S* to, const S* from, const Timed& timed);
+  // The local experts' forward (acts' x_local -> y_local) and backward (dyl: d(y_local) in,
+  // d(x_local) out, in place) on the expert-major rows.
+  void experts_forward(int layer, const S* p, S* acts, const Timed& timed);
+  void experts_backward(int layer, const S* p, S* g, S* acts, S* dyl, const Timed& timed);
+
+  GptConfig c_;
+  EpSpec ep_;
+  GroupComm<S>* comm_ = nullptr;
+  GroupComm<S>* tp_ = nullptr;
+  bool sliced() const;
+  // Tensor parallel x expert parallel: keeps this tp rank's slice of the kept assignments
+  // (slot and routing offsets rewritten, expert-major, token order).
+  void restrict_to_slice(int layer);
+  const int32_t* tokens_ = nullptr;
+  int step_ = 0;
+  Backend<S>* be_ = nullptr;
+  std::vector<Weights> w_;
+  std::vector<Acts> a_;
+  std::vector<MoeRouting> routing_;  // (copy, layer)
+  int copies_ = 1, cur_ = 0;
+  MoeRouting& route(int layer) { return routing_[static_cast<size_t>(cur_ * c_.layers + layer)]; }
+  const MoeRouting& route(int layer) const { return routing(layer); }
+  int32_t* ints() { return ints_.data() + cur_ * ints_total_; }
+  const int32_t* ints() const { return ints_.data() + cur_ * ints_total_; }
+  MoeTotals totals_;
+  int64_t ints_total_ = 0;
+  Assignment assignment_;
+  std::vector<int32_t> host_idx_;
+  BackendArray<int32_t, S> ints_;
+  BackendArray<S, S> dlogits_, dgates_, dyp_, dh_, dxr_, dprobs_, zero_bias_, dbias_scratch_;
+  BackendArray<S, S> recv_, dyl_, cnt_;  // expert parallel: received rows, d(local rows), counts
+};
+
+extern template class MoeMlp<float>;
+extern template class MoeMlp<double>;
+
+}  // namespace meshbench::parallel

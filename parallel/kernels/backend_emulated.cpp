@@ -1,0 +1,222 @@
+// The device backends' GEMM plans executed on the host (backend_emulated.hpp).
+#include "kernels/backend_emulated.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "compute/blas.hpp"
+#include "kernels/operands.hpp"
+
+namespace meshbench::parallel {
+namespace {
+
+using compute::Trans;
+
+class EmulatedBackend final : public Backend<float> {
+ public:
+  explicit EmulatedBackend(Precision p) : p_(p), cpu_(cpu_backend<float>()) {}
+
+  std::string name() const override { return std::string("cpu-emulated ") + precision_name(p_); }
+  compute::MemKind mem() const override { return compute::MemKind::kHost; }
+  void* alloc(std::size_t bytes) override { return cpu_.alloc(bytes); }
+  void release(void* p) noexcept override { cpu_.release(p); }
+  void upload(void* d, const void* h, std::size_t n) override { cpu_.upload(d, h, n); }
+  void download(void* h, const void* s, std::size_t n) override { cpu_.download(h, s, n); }
+  void zero(void* p, std::size_t n) override { cpu_.zero(p, n); }
+  void copy(float* d, const float* s, int64_t n) override { cpu_.copy(d, s, n); }
+  void scale(float* x, double a, int64_t n) override { cpu_.scale(x, a, n); }
+  void add(float* dst, const float* src, int64_t n) override { cpu_.add(dst, src, n); }
+
+  void embedding_forward(float* out, const int32_t* tok, const float* wte, const float* wpe, int B,
+                         int T, int C) override {
+    cpu_.embedding_forward(out, tok, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tok, int B,
+                          int T, int C) override {
+    cpu_.embedding_backward(dwte, dwpe, dout, tok, B, T, C);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int N, int C) override {
+    cpu_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int N,
+                          int C) override {
+    cpu_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+  }
+  void gelu_forward(float* out, const float* inp, int64_t N) override { cpu_.gelu_forward(out, inp, N); }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) override {
+    cpu_.gelu_backward(dinp, inp, dout, N);
+  }
+  float crossentropy_forward(float* probs, float* losses, const float* logits, const int32_t* tgt,
+                             int N, int V) override {
+    return cpu_.crossentropy_forward(probs, losses, logits, tgt, N, V);
+  }
+  void crossentropy_backward(float* dlogits, const float* probs, const int32_t* tgt, float dloss,
+                             int N, int V) override {
+    cpu_.crossentropy_backward(dlogits, probs, tgt, dloss, N, V);
+  }
+  void crossentropy_rowmax(float* rowmax, const float* logits, int N, int V, int valid) override {
+    cpu_.crossentropy_rowmax(rowmax, logits, N, V, valid);
+  }
+  void crossentropy_partial(float* probs, float* sumexp, float* tlogit, const float* logits,
+                            const float* rowmax, const int32_t* tgt, int N, int V, int valid) override {
+    cpu_.crossentropy_partial(probs, sumexp, tlogit, logits, rowmax, tgt, N, V, valid);
+  }
+  float crossentropy_finish(float* probs, float* losses, const float* sumexp, const float* tlogit,
+                            const float* rowmax, int N, int V) override {
+    return cpu_.crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
+  }
+  void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
+                               int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    cpu_.attention_chunk_forward(o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first);
+  }
+  void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout, int lddo,
+                                const float* D, const float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
+                                int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0) override {
+    cpu_.attention_chunk_backward(dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk,
+                                  NH, KVH, hs, q0, k0);
+  }
+  void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    cpu_.attention_rowdot(D, dout, lddo, o, ldo, B, T, NH, hs);
+  }
+  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    cpu_.copy_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
+  void add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    cpu_.add_2d(dst, ld_dst, src, ld_src, rows, cols);
+  }
+  void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
+    cpu_.bias_residual_add(out, x, bias, N, C);
+  }
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
+                    const AdamWConfig& cfg, double wd, int t) override {
+    cpu_.adamw_update(p, g, m, v, n, cfg, wd, t);
+  }
+  int64_t take_nonfinite_grads() override { return cpu_.take_nonfinite_grads(); }
+  // The MoE routing ops have no GEMM: the CPU backend's (the expert GEMMs are matmuls above).
+  void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
+                        int k, bool assigned) override {
+    cpu_.moe_topk_forward(idx, gates, probs, logits, N, E, k, assigned);
+  }
+  void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
+                         const float* gates, const int32_t* idx, int N, int E, int k) override {
+    cpu_.moe_topk_backward(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
+                const float* probs, int N, int E, int k, int capacity) override {
+    cpu_.moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+  }
+  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_permute_forward(xp, x, slot, N, C, k);
+  }
+  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_permute_backward(dx, dxp, slot, N, C, k);
+  }
+  void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
+                             int C, int k) override {
+    cpu_.moe_unpermute_forward(out, yp, gates, slot, N, C, k);
+  }
+  void moe_unpermute_backward(float* dyp, float* dgates, const float* dout, const float* yp,
+                              const float* gates, const int32_t* slot, int N, int C, int k) override {
+    cpu_.moe_unpermute_backward(dyp, dgates, dout, yp, gates, slot, N, C, k);
+  }
+
+  // As CudaBackend::matmul_forward: bias rows first, then the plan with beta 1.
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC, bool accumulate) override {
+    for (int64_t n = 0; n < N; ++n)
+      for (int j = 0; j < OC; ++j) out[n * OC + j] = (accumulate ? out[n * OC + j] : 0.f) + (bias ? bias[j] : 0.f);
+    const MatmulShape s{N, C, OC};
+    const std::vector<float> x = staged(inp, numel(s, Array::kInp)), w = staged(weight, numel(s, Array::kWeight));
+    run(matmul_forward_gemm(s), x.data(), w.data(), out);
+  }
+  // The bias gradient reads the fp32 dout, as the CUDA kernel does.
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC) override {
+    const MatmulShape s{N, C, OC};
+    const std::vector<float> d = staged(dout, numel(s, Array::kDout));
+    const auto g = matmul_backward_gemms(s);
+    if (dinp != nullptr) run(g[0], d.data(), staged(weight, numel(s, Array::kWeight)).data(), dinp);
+    if (dweight != nullptr) run(g[1], d.data(), staged(inp, numel(s, Array::kInp)).data(), dweight);
+    if (dbias == nullptr) return;
+    for (int j = 0; j < OC; ++j) {
+      float acc = 0.f;
+      for (int64_t n = 0; n < N; ++n) acc += dout[n * OC + j];
+      dbias[j] += acc;
+    }
+  }
+
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int KVH,
+                         int hs) override {
+    const AttentionShape s{B, T, NH, KVH, hs};
+    const std::vector<float> q = staged(qkv, numel(s, Array::kQkv));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) run(attention_forward_gemms(s, b, h)[0], q.data(), q.data(), att);
+    for (int64_t r = 0; r < int64_t(B) * NH * T; ++r) {  // k_causal_softmax
+      float* p = att + r * T;
+      const int t = int(r % T);
+      float mx = -INFINITY, sum = 0.f;
+      for (int j = 0; j <= t; ++j) mx = std::max(mx, p[j]);
+      for (int j = 0; j <= t; ++j) sum += std::exp(p[j] - mx);
+      for (int j = 0; j < T; ++j) p[j] = j <= t ? std::exp(p[j] - mx) / sum : 0.f;
+    }
+    const std::vector<float> a = staged(att, numel(s, Array::kAtt));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) run(attention_forward_gemms(s, b, h)[1], a.data(), q.data(), out);
+  }
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int NH, int KVH, int hs) override {
+    const AttentionShape s{B, T, NH, KVH, hs};
+    std::memset(dqkv, 0, sizeof(float) * static_cast<size_t>(numel(s, Array::kDqkv)));
+    const std::vector<float> dy = staged(dout, numel(s, Array::kDout)), q = staged(qkv, numel(s, Array::kQkv));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) run(attention_backward_gemms(s, b, h)[0], dy.data(), q.data(), datt);
+    for (int64_t r = 0; r < int64_t(B) * NH * T; ++r) {  // k_softmax_bwd
+      const float* p = att + r * T;
+      float* d = datt + r * T;
+      const int t = int(r % T);
+      float dot = 0.f;
+      for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
+      for (int j = 0; j < T; ++j) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.f;
+    }
+    const std::vector<float> ds = staged(datt, numel(s, Array::kDatt)), a = staged(att, numel(s, Array::kAtt));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        const auto g = attention_backward_gemms(s, b, h);
+        run(g[1], ds.data(), q.data(), dqkv);
+        run(g[2], ds.data(), q.data(), dqkv);
+        run(g[3], a.data(), dy.data(), dqkv);
+      }
+  }
+
+ private:
+  // A GEMM input as the device stages it: the whole array, rounded to bf16 in kBf16.
+  std::vector<float> staged(const float* x, int64_t n) const {
+    std::vector<float> r(x, x + n);
+    if (p_ == Precision::kBf16)
+      for (float& v : r) v = bf16_round(v);
+    return r;
+  }
+  static void run(const GemmPlan& g, const float* A, const float* B, float* C) {
+    compute::gemm<float>(g.ta ? Trans::kYes : Trans::kNo, g.tb ? Trans::kYes : Trans::kNo, g.M, g.N,
+                         g.K, g.alpha, A + g.a.offset, g.a.ld, B + g.b.offset, g.b.ld, g.beta,
+                         C + g.c.offset, g.c.ld);
+  }
+
+  Precision p_;
+  Backend<float>& cpu_;
+};
+
+}  // namespace
+
+Backend<float>& emulated_backend(Precision p) {
+  static EmulatedBackend fp32(Precision::kFp32), bf16(Precision::kBf16);
+  return p == Precision::kFp32 ? fp32 : bf16;
+}
+
+}  // namespace meshbench::parallel

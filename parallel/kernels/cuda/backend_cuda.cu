@@ -1,0 +1,529 @@
+// CudaBackend: the step engine's layers on one GPU, behind Backend<float> (backend.hpp).
+// cuBLAS runs the GEMM plans of operands.hpp (fp32 SGEMM without TF32, or bf16 inputs with
+// fp32 accumulation through cublasGemmEx); kernels.cuh has the other layers. Every call is
+// queued on the backend's own non-blocking stream (stream()), in program order; upload and
+// download are ordered on it and complete before they return. Buffers are cudaMalloc'd and
+// zeroed on that stream. The cuBLAS handle belongs to the object (never a static).
+// bf16 operands (issue 17, defect 4): each GEMM weight keeps a bf16 copy, made at its first
+// use and refreshed by whatever op writes the weight (adamw_update, upload, copy, zero,
+// scale, written()), so the forward and backward never convert weights; an activation is
+// converted once, whole, where a GEMM consumes it (all heads of qkv at once).
+// Not here: model wiring (model.cpp), availability and parity (cuda_engine.cu).
+// Reference: llm.c's train_gpt2.cu (cuBLAS for the linears, one kernel per layer op) behind a
+// ggml-style backend interface; the CPU layers (layers.cpp) are what it must match.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "core/error.hpp"
+#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/cuda/kernels.cuh"
+#include "kernels/cuda/moe_kernels.cuh"
+#include "kernels/operands.hpp"
+
+namespace meshbench::parallel::cuda {
+namespace {
+
+constexpr const char* kG = "-";  // check macros: no communicator group here
+
+class CudaBackend final : public Backend<float> {
+ public:
+  CudaBackend(Precision p, int device) : p_(p), device_(device) {
+    MB_CHECK_CUDA(cudaSetDevice(device), kG);
+    MB_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kG);
+    MB_CHECK_CUBLAS(cublasCreate(&blas_), kG);
+    MB_CHECK_CUBLAS(cublasSetStream(blas_, stream_), kG);
+    // Default math: fp32 GEMMs stay fp32 (no TF32); bf16 inputs take the tensor cores.
+    MB_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), kG);
+  }
+  ~CudaBackend() override {
+    (void)cudaStreamSynchronize(stream_);
+    for (auto& m : mirrors_) (void)cudaFree(m.bf16);
+    for (auto& s : scratch_) (void)cudaFree(s.p);
+    if (bad_) (void)cudaFree(bad_);
+    (void)cublasDestroy(blas_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return std::string("cuda ") + precision_name(p_); }
+  compute::MemKind mem() const override { return compute::MemKind::kDevice; }
+  void* stream() const override { return stream_; }
+  void synchronize() override { MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG); }
+  int64_t take_nonfinite_grads() override {
+    if (!bad_) return 0;
+    unsigned long long n = 0;
+    MB_CHECK_CUDA(cudaMemcpyAsync(&n, bad_, sizeof n, cudaMemcpyDeviceToHost, stream_), kG);
+    MB_CHECK_CUDA(cudaMemsetAsync(bad_, 0, sizeof n, stream_), kG);
+    MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);
+    return static_cast<int64_t>(n);
+  }
+
+  void* alloc(std::size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    MB_CHECK_CUDA(cudaMalloc(&p, bytes), kG);
+    MB_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_), kG);
+    sizes_.push_back({p, bytes});
+    return p;
+  }
+  void release(void* p) noexcept override {
+    if (p == nullptr) return;
+    (void)cudaStreamSynchronize(stream_);  // queued ops may still use p
+    auto it = std::find_if(sizes_.begin(), sizes_.end(), [&](const Alloc& a) { return a.p == p; });
+    if (it != sizes_.end()) {
+      const auto lo = static_cast<const char*>(p), hi = lo + it->bytes;
+      for (auto m = mirrors_.begin(); m != mirrors_.end();) {
+        const auto w = reinterpret_cast<const char*>(m->fp32);
+        if (w >= lo && w < hi) {
+          (void)cudaFree(m->bf16);
+          m = mirrors_.erase(m);
+        } else {
+          ++m;
+        }
+      }
+      sizes_.erase(it);
+    }
+    (void)cudaFree(p);
+  }
+  void upload(void* dst, const void* host, std::size_t bytes) override {
+    if (bytes == 0) return;
+    MB_CHECK_CUDA(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), kG);
+    MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);  // the host buffer is free on return
+    written(dst, bytes);
+  }
+  void download(void* host, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    MB_CHECK_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), kG);
+    MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);
+  }
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes == 0) return;
+    MB_CHECK_CUDA(cudaMemsetAsync(p, 0, bytes, stream_), kG);
+    written(p, bytes);
+  }
+  void copy(float* dst, const float* src, int64_t n) override {
+    if (n <= 0) return;
+    MB_CHECK_CUDA(cudaMemcpyAsync(dst, src, sizeof(float) * size_t(n), cudaMemcpyDeviceToDevice, stream_), kG);
+    written(dst, sizeof(float) * size_t(n));
+  }
+  void scale(float* x, double a, int64_t n) override {
+    if (n <= 0) return;
+    k_scale<<<blocks_for(size_t(n)), 256, 0, stream_>>>(x, float(a), size_t(n));
+    MB_CHECK_LAUNCH(k_scale, kG);
+    written(x, sizeof(float) * size_t(n));
+  }
+  void add(float* dst, const float* src, int64_t n) override {
+    if (n <= 0) return;
+    k_add<<<blocks_for(size_t(n)), 256, 0, stream_>>>(dst, src, size_t(n));
+    MB_CHECK_LAUNCH(k_add, kG);
+    written(dst, sizeof(float) * size_t(n));
+  }
+  // Refresh the bf16 copy of any GEMM weight in [p, p + bytes) (backend.hpp), queued on the
+  // stream; this backend's own writing ops call it too.
+  void written(const void* p, std::size_t bytes) override {
+    const auto lo = static_cast<const char*>(p), hi = lo + bytes;
+    for (auto& m : mirrors_) {
+      const auto w = reinterpret_cast<const char*>(m.fp32);
+      if (w < hi && lo < w + sizeof(float) * size_t(m.n)) convert(m.bf16, m.fp32, m.n);
+    }
+  }
+
+  void embedding_forward(float* out, const int32_t* tok, const float* wte, const float* wpe, int B,
+                         int T, int C) override {
+    const int N = B * T;
+    k_embedding_fwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, tok, wte, wpe, N, T, C);
+    MB_CHECK_LAUNCH(k_embedding_fwd, kG);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tok, int B,
+                          int T, int C) override {
+    const int N = B * T;
+    k_embedding_bwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(dwte, dwpe, dout, tok, N, T, C);
+    MB_CHECK_LAUNCH(k_embedding_bwd, kG);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                         const float* b, int N, int C) override {
+    k_layernorm_fwd<<<N, row_threads(C), 0, stream_>>>(out, mean, rstd, inp, w, b, C);
+    MB_CHECK_LAUNCH(k_layernorm_fwd, kG);
+  }
+  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                          const float* w, const float* mean, const float* rstd, int N,
+                          int C) override {
+    k_layernorm_bwd<<<N, row_threads(C), 0, stream_>>>(dinp, dw, db, dout, inp, w, mean, rstd, C);
+    MB_CHECK_LAUNCH(k_layernorm_bwd, kG);
+  }
+  void gelu_forward(float* out, const float* inp, int64_t N) override {
+    k_gelu_fwd<<<blocks_for(size_t(N)), 256, 0, stream_>>>(out, inp, size_t(N));
+    MB_CHECK_LAUNCH(k_gelu_fwd, kG);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) override {
+    k_gelu_bwd<<<blocks_for(size_t(N)), 256, 0, stream_>>>(dinp, inp, dout, size_t(N));
+    MB_CHECK_LAUNCH(k_gelu_bwd, kG);
+  }
+  // The mean over rows in double on the host, as layers.cpp (this op synchronises).
+  float crossentropy_forward(float* probs, float* losses, const float* logits, const int32_t* tgt,
+                             int N, int V) override {
+    k_ce_fwd<<<N, row_threads(V), 0, stream_>>>(probs, losses, logits, tgt, V);
+    MB_CHECK_LAUNCH(k_ce_fwd, kG);
+    return mean_loss(losses, N);
+  }
+  float mean_loss(const float* losses, int N) {
+    loss_host_.resize(size_t(N));
+    download(loss_host_.data(), losses, sizeof(float) * size_t(N));
+    double total = 0;
+    for (float l : loss_host_) total += double(l);
+    return float(total / N);
+  }
+  void crossentropy_backward(float* dlogits, const float* probs, const int32_t* tgt, float dloss,
+                             int N, int V) override {
+    const float scale = dloss / float(N);
+    k_ce_bwd<<<blocks_for(size_t(N) * V), 256, 0, stream_>>>(dlogits, probs, tgt, scale, N, V);
+    MB_CHECK_LAUNCH(k_ce_bwd, kG);
+  }
+  void crossentropy_rowmax(float* rowmax, const float* logits, int N, int V, int valid) override {
+    k_ce_rowmax<<<N, row_threads(V), 0, stream_>>>(rowmax, logits, V, valid);
+    MB_CHECK_LAUNCH(k_ce_rowmax, kG);
+  }
+  void crossentropy_partial(float* probs, float* sumexp, float* tlogit, const float* logits,
+                            const float* rowmax, const int32_t* tgt, int N, int V, int valid) override {
+    k_ce_partial<<<N, row_threads(V), 0, stream_>>>(probs, sumexp, tlogit, logits, rowmax, tgt, V, valid);
+    MB_CHECK_LAUNCH(k_ce_partial, kG);
+  }
+  // The mean over rows in double on the host, as crossentropy_forward (this op synchronises).
+  float crossentropy_finish(float* probs, float* losses, const float* sumexp, const float* tlogit,
+                            const float* rowmax, int N, int V) override {
+    k_ce_finish<<<N, row_threads(V), 0, stream_>>>(probs, losses, sumexp, tlogit, rowmax, V);
+    MB_CHECK_LAUNCH(k_ce_finish, kG);
+    return mean_loss(losses, N);
+  }
+  void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
+                               const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    if (hs > kChunkMaxHs) throw std::runtime_error("cuda attention_chunk_forward: head size above 256");
+    k_attn_chunk_fwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
+        o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first, 1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_attn_chunk_fwd, kG);
+  }
+  void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout,
+                                int lddo, const float* D, const float* lse, const float* q, int ldq, const float* k,
+                                int ldk, const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
+                                int k0) override {
+    k_attn_chunk_bwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
+        dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0,
+        1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_attn_chunk_bwd, kG);
+  }
+  void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    k_attn_rowdot<<<blocks_for(size_t(B) * NH * T), 256, 0, stream_>>>(D, dout, lddo, o, ldo, B, T, NH, hs);
+    MB_CHECK_LAUNCH(k_attn_rowdot, kG);
+  }
+  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    MB_CHECK_CUDA(cudaMemcpy2DAsync(dst, sizeof(float) * size_t(ld_dst), src, sizeof(float) * size_t(ld_src),
+                                    sizeof(float) * size_t(cols), size_t(rows), cudaMemcpyDeviceToDevice, stream_), kG);
+    written(dst, sizeof(float) * size_t((rows - 1) * ld_dst + cols));
+  }
+  void add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    k_add_2d<<<blocks_for(size_t(rows) * size_t(cols)), 256, 0, stream_>>>(dst, ld_dst, src, ld_src, rows, cols);
+    MB_CHECK_LAUNCH(k_add_2d, kG);
+  }
+  void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
+    k_bias_residual_add<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, x, bias, N, C);
+    MB_CHECK_LAUNCH(k_bias_residual_add, kG);
+    written(out, sizeof(float) * size_t(N) * C);
+  }
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWConfig& cfg,
+                    double wd, int t) override {
+    if (n <= 0) return;
+    if (!bad_) {
+      MB_CHECK_CUDA(cudaMalloc(&bad_, sizeof *bad_), kG);
+      MB_CHECK_CUDA(cudaMemsetAsync(bad_, 0, sizeof *bad_, stream_), kG);
+    }
+    const float bc1 = float(1.0 - std::pow(cfg.beta1, t));
+    k_adamw<<<blocks_for(size_t(n)), 256, 0, stream_>>>(
+        p, g, m, v, size_t(n), float(cfg.beta1), float(cfg.beta2), float(1.0 - cfg.beta1),
+        float(1.0 - cfg.beta2), float(cfg.eps), float(1.0 - cfg.lr * wd), float(cfg.lr) / bc1,
+        float(std::sqrt(1.0 - std::pow(cfg.beta2, t))), bad_);
+    MB_CHECK_LAUNCH(k_adamw, kG);
+    written(p, sizeof(float) * size_t(n));  // refresh the bf16 copy of an updated weight
+  }
+
+  // The MoE routing ops (moe_kernels.cuh); the expert GEMMs are matmul_forward/backward.
+  void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
+                        int k, bool assigned) override {
+    k_moe_topk_fwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(idx, gates, probs, logits, N, E, k, assigned);
+    MB_CHECK_LAUNCH(k_moe_topk_fwd, kG);
+  }
+  void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
+                         const float* gates, const int32_t* idx, int N, int E, int k) override {
+    k_moe_topk_bwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
+    MB_CHECK_LAUNCH(k_moe_topk_bwd, kG);
+  }
+  void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
+                const float* probs, int N, int E, int k, int capacity) override {
+    k_moe_plan<<<1, unsigned((E + 31) / 32 * 32), 0, stream_>>>(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+    MB_CHECK_LAUNCH(k_moe_plan, kG);
+  }
+  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    k_moe_permute_fwd<<<blocks_for(size_t(N) * k * C), 256, 0, stream_>>>(xp, x, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_permute_fwd, kG);
+  }
+  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    k_moe_permute_bwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(dx, dxp, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_permute_bwd, kG);
+  }
+  void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
+                             int C, int k) override {
+    k_moe_unpermute_fwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, yp, gates, slot, N, C, k);
+    MB_CHECK_LAUNCH(k_moe_unpermute_fwd, kG);
+  }
+  void moe_unpermute_backward(float* dyp, float* dgates, const float* dout, const float* yp,
+                              const float* gates, const int32_t* slot, int N, int C, int k) override {
+    if (N == 0) return;
+    k_moe_unpermute_bwd<<<unsigned(size_t(N) * k), row_threads(C), 0, stream_>>>(dyp, dgates, dout, yp, gates, slot, C, k);
+    MB_CHECK_LAUNCH(k_moe_unpermute_bwd, kG);
+  }
+
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC, bool accumulate) override {
+    k_bias_rows<<<blocks_for(size_t(N) * OC), 256, 0, stream_>>>(out, bias, N, OC, accumulate);
+    MB_CHECK_LAUNCH(k_bias_rows, kG);
+    const MatmulShape s{N, C, OC};
+    const Operands x = operands({{Array::kInp, inp}, {Array::kWeight, weight}, {Array::kOut, out}}, s);
+    gemm(matmul_forward_gemm(s), x);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int C, int OC) override {
+    const MatmulShape s{N, C, OC};
+    // Only the GEMMs asked for read their operands (tensor parallel may still be gathering inp
+    // while the input gradient is computed).
+    const Operands x = operands({{Array::kDout, dout}, {Array::kInp, dweight ? inp : nullptr},
+                                 {Array::kWeight, dinp ? weight : nullptr}, {Array::kDinp, dinp},
+                                 {Array::kDweight, dweight}}, s);
+    const auto g = matmul_backward_gemms(s);
+    if (dinp != nullptr) gemm(g[0], x);
+    if (dweight != nullptr) gemm(g[1], x);
+    if (dbias == nullptr) return;
+    k_bias_grad<<<blocks_for(size_t(OC)), 256, 0, stream_>>>(dbias, dout, N, OC);
+    MB_CHECK_LAUNCH(k_bias_grad, kG);
+  }
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int NH, int KVH,
+                         int hs) override {
+    const AttentionShape s{B, T, NH, KVH, hs};
+    Operands x = operands({{Array::kQkv, qkv}, {Array::kAtt, att}, {Array::kOut, out}}, s, Array::kAtt);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) gemm(attention_forward_gemms(s, b, h)[0], x);
+    k_causal_softmax<<<unsigned(B) * NH * T, row_threads(T), 0, stream_>>>(att, T);
+    MB_CHECK_LAUNCH(k_causal_softmax, kG);
+    stage(x, Array::kAtt, att, numel(s, Array::kAtt));  // P, once, for all heads
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) gemm(attention_forward_gemms(s, b, h)[1], x);
+  }
+  void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int NH, int KVH, int hs) override {
+    const AttentionShape s{B, T, NH, KVH, hs};
+    MB_CHECK_CUDA(cudaMemsetAsync(dqkv, 0, sizeof(float) * size_t(numel(s, Array::kDqkv)), stream_), kG);
+    Operands x = operands({{Array::kDout, dout}, {Array::kQkv, qkv}, {Array::kDatt, datt},
+                           {Array::kAtt, att}, {Array::kDqkv, dqkv}}, s, Array::kDatt, Array::kAtt);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) gemm(attention_backward_gemms(s, b, h)[0], x);
+    k_softmax_bwd<<<unsigned(B) * NH * T, row_threads(T), 0, stream_>>>(datt, att, T);
+    MB_CHECK_LAUNCH(k_softmax_bwd, kG);
+    stage(x, Array::kDatt, datt, numel(s, Array::kDatt));
+    stage(x, Array::kAtt, att, numel(s, Array::kAtt));
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        const auto g = attention_backward_gemms(s, b, h);
+        gemm(g[1], x);
+        gemm(g[2], x);
+        gemm(g[3], x);
+      }
+  }
+
+  // Best cuBLAS rate (FLOP/s) of C (M,N) = A (M,K) B (N,K)^T on this backend's precision:
+  // operands are made (and, in bf16, converted) before the clock starts, and only the GEMM
+  // calls are timed, by events on the stream; best of at least 3 calls over 0.3 s.
+  double gemm_rate(int M, int N, int K) {
+    const size_t es = p_ == Precision::kBf16 ? sizeof(__nv_bfloat16) : sizeof(float);
+    void* a = alloc(es * size_t(M) * K);
+    void* b = alloc(es * size_t(N) * K);
+    void* c = alloc(sizeof(float) * size_t(M) * N);
+    fill(a, size_t(M) * K, 1);
+    fill(b, size_t(N) * K, 2);
+    const GemmPlan g{false, true, M, N, K, 1.f, 0.f, {Array::kInp, 0, M, K, K},
+                     {Array::kWeight, 0, N, K, K}, {Array::kOut, 0, M, N, N}};
+    cudaEvent_t e0, e1;
+    MB_CHECK_CUDA(cudaEventCreate(&e0), kG);
+    MB_CHECK_CUDA(cudaEventCreate(&e1), kG);
+    cublas(g, a, b, static_cast<float*>(c));  // warm-up: cuBLAS picks and loads its kernel
+    synchronize();
+    double best = 0, spent = 0;
+    for (int i = 0; i < 200 && (i < 3 || spent < 0.3); ++i) {
+      MB_CHECK_CUDA(cudaEventRecord(e0, stream_), kG);
+      cublas(g, a, b, static_cast<float*>(c));
+      MB_CHECK_CUDA(cudaEventRecord(e1, stream_), kG);
+      MB_CHECK_CUDA(cudaEventSynchronize(e1), kG);
+      float ms = 0;
+      MB_CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1), kG);
+      spent += ms / 1e3;
+      if (ms > 0) best = std::max(best, 2.0 * M * N * K / (ms / 1e3));
+    }
+    (void)cudaEventDestroy(e0);
+    (void)cudaEventDestroy(e1);
+    release(a);
+    release(b);
+    release(c);
+    return best;
+  }
+
+ private:
+  struct Alloc {
+    void* p;
+    std::size_t bytes;
+  };
+  struct Mirror {  // the bf16 copy of a GEMM weight (n elements at fp32)
+    const float* fp32;
+    int64_t n;
+    __nv_bfloat16* bf16;
+  };
+  struct Scratch {
+    void* p = nullptr;
+    std::size_t bytes = 0;
+  };
+  // The base pointer of every array a plan names: fp32 for outputs and in fp32 mode, the
+  // staged bf16 copy for GEMM inputs in bf16 mode.
+  struct Operands {
+    const void* in[10] = {};
+    float* out[10] = {};
+    int next_slot = 0;
+  };
+  struct Named {
+    Array a;
+    const float* p;
+  };
+
+  template <typename Shape>
+  Operands operands(std::initializer_list<Named> arrays, const Shape& s, Array later1 = Array::kOut,
+                    Array later2 = Array::kOut) {
+    Operands x;
+    for (const Named& n : arrays) {
+      const int i = int(n.a);
+      x.out[i] = const_cast<float*>(n.p);
+      x.in[i] = n.p;
+      const bool input = n.a == Array::kInp || n.a == Array::kWeight || n.a == Array::kDout ||
+                         n.a == Array::kQkv || n.a == Array::kAtt || n.a == Array::kDatt;
+      // Arrays a kernel of this op writes before a GEMM reads them are staged later (stage()).
+      if (p_ == Precision::kBf16 && input && n.p != nullptr && n.a != later1 && n.a != later2) {
+        if (n.a == Array::kWeight)
+          x.in[i] = weight_bf16(n.p, numel(s, n.a));
+        else
+          stage(x, n.a, n.p, numel(s, n.a));
+      }
+    }
+    return x;
+  }
+  // In bf16 mode: the whole of array `a` (n elements) converted into the next scratch slot.
+  void stage(Operands& x, Array a, const float* p, int64_t n) {
+    if (p_ != Precision::kBf16) return;
+    auto* dst = static_cast<__nv_bfloat16*>(scratch(x.next_slot++, sizeof(__nv_bfloat16) * size_t(n)));
+    convert(dst, p, n);
+    x.in[int(a)] = dst;
+  }
+  void gemm(const GemmPlan& g, const Operands& x) {
+    cublas(g, x.in[int(g.a.array)], x.in[int(g.b.array)], x.out[int(g.c.array)]);
+  }
+  // Row-major C = alpha op(A) op(B) + beta C on column-major cuBLAS: it computes
+  // C^T (N,M) = op(B)^T op(A)^T, so B comes first and the sizes swap. A, B are the arrays'
+  // base pointers (fp32, or bf16 in kBf16); the plan's offsets are applied here.
+  void cublas(const GemmPlan& g, const void* A, const void* B, float* C) {
+    const cublasOperation_t opA = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    float* c = C + g.c.offset;
+    if (p_ == Precision::kFp32) {
+      const float* a = static_cast<const float*>(A) + g.a.offset;
+      const float* b = static_cast<const float*>(B) + g.b.offset;
+      MB_CHECK_CUBLAS(cublasSgemm(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, g.b.ld, a, g.a.ld,
+                                  &g.beta, c, g.c.ld), kG);
+      return;
+    }
+    const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(A) + g.a.offset;
+    const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(B) + g.b.offset;
+    MB_CHECK_CUBLAS(cublasGemmEx(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, CUDA_R_16BF, g.b.ld, a,
+                                 CUDA_R_16BF, g.a.ld, &g.beta, c, CUDA_R_32F, g.c.ld,
+                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), kG);
+  }
+  void convert(__nv_bfloat16* dst, const float* src, int64_t n) {
+    if (n <= 0) return;
+    k_to_bf16<<<blocks_for(size_t(n)), 256, 0, stream_>>>(dst, src, size_t(n));
+    MB_CHECK_LAUNCH(k_to_bf16, kG);
+  }
+  // The bf16 copy of weight w (n elements), made at its first use.
+  const __nv_bfloat16* weight_bf16(const float* w, int64_t n) {
+    for (auto& m : mirrors_)
+      if (m.fp32 == w && m.n == n) return m.bf16;
+    Mirror m{w, n, nullptr};
+    MB_CHECK_CUDA(cudaMalloc(&m.bf16, sizeof(__nv_bfloat16) * size_t(n)), kG);
+    convert(m.bf16, w, n);
+    mirrors_.push_back(m);
+    return m.bf16;
+  }
+  // Scratch slot i of at least `bytes`; growing waits for queued users of the old one.
+  void* scratch(int i, std::size_t bytes) {
+    Scratch& s = scratch_[i];
+    if (s.bytes < bytes) {
+      MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);
+      MB_CHECK_CUDA(cudaFree(s.p), kG);
+      s.p = nullptr;
+      MB_CHECK_CUDA(cudaMalloc(&s.p, bytes), kG);
+      s.bytes = bytes;
+    }
+    return s.p;
+  }
+  // n elements of the precision's GEMM input type, uniform in [-1, 1) from `seed` (random,
+  // not constant: a GPU's clock under load depends on the data it multiplies).
+  void fill(void* p, size_t n, uint64_t seed) {
+    std::vector<float> h(n);
+    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+    for (float& v : h) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      v = float(double(x >> 40) / double(1 << 23) - 1.0);
+    }
+    float* tmp = static_cast<float*>(alloc(sizeof(float) * n));
+    upload(tmp, h.data(), sizeof(float) * n);
+    if (p_ == Precision::kBf16) convert(static_cast<__nv_bfloat16*>(p), tmp, int64_t(n));
+    else copy(static_cast<float*>(p), tmp, int64_t(n));
+    release(tmp);
+  }
+
+  Precision p_;
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  unsigned long long* bad_ = nullptr;  // k_adamw's count of non-finite gradient elements
+  std::vector<Alloc> sizes_;
+  std::vector<Mirror> mirrors_;
+  Scratch scratch_[4];
+  std::vector<float> loss_host_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend<float>> make_backend(Precision p, int device) {
+  return std::make_unique<CudaBackend>(p, device);
+}
+
+double measure_gemm_peak(int M, int N, int K, Precision p, int device) {
+  CudaBackend be(p, device);
+  return be.gemm_rate(M, N, K);
+}
+
+}  // namespace meshbench::parallel::cuda

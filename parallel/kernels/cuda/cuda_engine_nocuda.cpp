@@ -1,0 +1,29 @@
+// Built without the CUDA toolkit: the CUDA path reports itself unavailable and refuses.
+#include <cmath>
+
+#include "core/error.hpp"
+#include "kernels/cuda/cuda_engine.hpp"
+
+namespace meshbench::parallel::cuda {
+namespace {
+[[noreturn]] void no_cuda() {
+  throw core::UsageError("--device cuda: meshbench was built without CUDA");
+}
+}  // namespace
+
+bool available(std::string* why) {
+  if (why) *why = "meshbench was built without CUDA";
+  return false;
+}
+std::string device_name(int) { return "none"; }
+double device_memory_gib(int) { return NAN; }
+std::unique_ptr<Backend<float>> make_backend(Precision, int) { no_cuda(); }
+double datasheet_peak(const std::string&, Precision) { return NAN; }
+std::vector<ParityRow> layer_parity(Precision, unsigned) { no_cuda(); }
+std::vector<ParityRow> step_parity(const GptConfig&, Precision, unsigned) { no_cuda(); }
+double measure_gemm_peak(int, int, int, Precision, int) { no_cuda(); }
+GpuStepTimes run_steps(const GptConfig&, Precision, int, int, unsigned, const GpuRunOptions&) {
+  no_cuda();
+}
+
+}  // namespace meshbench::parallel::cuda

@@ -1,0 +1,103 @@
+// GEMM plans of the device backends (operands.hpp): offsets of every head's column slice.
+#include "kernels/operands.hpp"
+
+#include <cmath>
+
+namespace meshbench::parallel {
+
+const char* array_name(Array a) {
+  switch (a) {
+    case Array::kInp: return "inp";
+    case Array::kWeight: return "weight";
+    case Array::kOut: return "out";
+    case Array::kDout: return "dout";
+    case Array::kDinp: return "dinp";
+    case Array::kDweight: return "dweight";
+    case Array::kQkv: return "qkv";
+    case Array::kAtt: return "att";
+    case Array::kDatt: return "datt";
+    case Array::kDqkv: return "dqkv";
+  }
+  return "?";
+}
+
+int64_t numel(const MatmulShape& s, Array a) {
+  const int64_t N = s.N, C = s.C, OC = s.OC;
+  switch (a) {
+    case Array::kInp: case Array::kDinp: return N * C;
+    case Array::kWeight: case Array::kDweight: return OC * C;
+    case Array::kOut: case Array::kDout: return N * OC;
+    default: return 0;
+  }
+}
+
+int64_t numel(const AttentionShape& s, Array a) {
+  const int64_t B = s.B, T = s.T, NH = s.NH;
+  switch (a) {
+    case Array::kQkv: case Array::kDqkv: return B * T * s.QKV();
+    case Array::kAtt: case Array::kDatt: return B * NH * T * T;
+    case Array::kOut: case Array::kDout: return B * T * s.C();
+    default: return 0;
+  }
+}
+
+GemmPlan matmul_forward_gemm(const MatmulShape& s) {
+  const int N = s.N, C = s.C, OC = s.OC;
+  return {false, true, N, OC, C, 1.f, 1.f,
+          {Array::kInp, 0, N, C, C}, {Array::kWeight, 0, OC, C, C}, {Array::kOut, 0, N, OC, OC}};
+}
+
+std::array<GemmPlan, 2> matmul_backward_gemms(const MatmulShape& s) {
+  const int N = s.N, C = s.C, OC = s.OC;
+  return {{{false, false, N, C, OC, 1.f, 0.f, {Array::kDout, 0, N, OC, OC},
+            {Array::kWeight, 0, OC, C, C}, {Array::kDinp, 0, N, C, C}},
+           {true, false, OC, C, N, 1.f, 1.f, {Array::kDout, 0, N, OC, OC},
+            {Array::kInp, 0, N, C, C}, {Array::kDweight, 0, OC, C, C}}}};
+}
+
+namespace {
+struct Heads {  // offsets of sample b's rows and head h's column slices
+  int64_t qkv_row0, y_row0, att0;
+  int q, k, v;  // column of Q head h, of its K and V heads
+};
+Heads heads(const AttentionShape& s, int b, int h) {
+  const int64_t T = s.T;
+  const int kv = h / (s.NH / s.KVH);
+  return {b * T * s.QKV(), b * T * s.C(), (int64_t(b) * s.NH + h) * T * T, h * s.hs,
+          (s.NH + kv) * s.hs, (s.NH + s.KVH + kv) * s.hs};
+}
+}  // namespace
+
+std::array<GemmPlan, 2> attention_forward_gemms(const AttentionShape& s, int b, int h) {
+  const int T = s.T, hs = s.hs, QKV = s.QKV(), C = s.C();
+  const float scale = 1.f / std::sqrt(float(hs));
+  const Heads x = heads(s, b, h);
+  return {{{false, true, T, T, hs, scale, 0.f, {Array::kQkv, x.qkv_row0 + x.q, T, hs, QKV},
+            {Array::kQkv, x.qkv_row0 + x.k, T, hs, QKV}, {Array::kAtt, x.att0, T, T, T}},
+           {false, false, T, hs, T, 1.f, 0.f, {Array::kAtt, x.att0, T, T, T},
+            {Array::kQkv, x.qkv_row0 + x.v, T, hs, QKV}, {Array::kOut, x.y_row0 + h * hs, T, hs, C}}}};
+}
+
+std::array<GemmPlan, 4> attention_backward_gemms(const AttentionShape& s, int b, int h) {
+  const int T = s.T, hs = s.hs, QKV = s.QKV(), C = s.C();
+  const float scale = 1.f / std::sqrt(float(hs));
+  const Heads x = heads(s, b, h);
+  const View dy{Array::kDout, x.y_row0 + h * hs, T, hs, C};
+  const View att{Array::kAtt, x.att0, T, T, T}, datt{Array::kDatt, x.att0, T, T, T};
+  return {{{false, true, T, T, hs, 1.f, 0.f, dy, {Array::kQkv, x.qkv_row0 + x.v, T, hs, QKV}, datt},
+           {false, false, T, hs, T, scale, 0.f, datt, {Array::kQkv, x.qkv_row0 + x.k, T, hs, QKV},
+            {Array::kDqkv, x.qkv_row0 + x.q, T, hs, QKV}},
+           {true, false, T, hs, T, scale, 1.f, datt, {Array::kQkv, x.qkv_row0 + x.q, T, hs, QKV},
+            {Array::kDqkv, x.qkv_row0 + x.k, T, hs, QKV}},
+           {true, false, T, hs, T, 1.f, 1.f, att, dy, {Array::kDqkv, x.qkv_row0 + x.v, T, hs, QKV}}}};
+}
+
+bool plan_consistent(const GemmPlan& g) {
+  auto ok = [](const View& v, int rows, int cols) {
+    return v.offset >= 0 && v.rows == rows && v.cols == cols && v.ld >= cols;
+  };
+  return ok(g.a, g.ta ? g.K : g.M, g.ta ? g.M : g.K) && ok(g.b, g.tb ? g.N : g.K, g.tb ? g.K : g.N) &&
+         ok(g.c, g.M, g.N);
+}
+
+}  // namespace meshbench::parallel

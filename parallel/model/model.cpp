@@ -1,0 +1,613 @@
+// Gpt<S>: construction, forward, backward and AdamW (llm.c's gpt2_* functions). The parameter
+// table, canonical weights, closed-form memory and synthetic data are model_layout.cpp.
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "vocab/sharding.hpp"
+
+namespace meshbench::parallel {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kEmbedding: return "embedding";
+    case Op::kLayerNorm: return "layernorm";
+    case Op::kMatmul: return "matmul";
+    case Op::kAttention: return "attention";
+    case Op::kGelu: return "gelu";
+    case Op::kResidual: return "residual";
+    case Op::kLoss: return "crossentropy";
+    case Op::kAdamW: return "adamw";
+    case Op::kRouter: return "router";
+    case Op::kPermute: return "permute";
+    case Op::kCopy: return "copy";
+    case Op::kCount: break;
+  }
+  return "?";
+}
+
+template <typename S>
+Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
+    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)), moe_(cfg, opts.ep) {
+  if (cfg.moe_blocks() > 0 && opts.tp.size > 1 && opts.tp.mode.sp)
+    throw core::UsageError("--experts with sequence parallel: not available (the plan refuses it)");
+  ParamTable pt = param_table(cfg, opts);
+  layout_ = std::move(pt.layout);
+  units_ = std::move(pt.units);
+  lo_ = std::move(pt.lo);
+  wte_ = pt.wte;
+  wpe_ = pt.wpe;
+  lnf_w_ = pt.lnf_w;
+  lnf_b_ = pt.lnf_b;
+  head_w_ = pt.head_w;
+  head_b_ = pt.head_b;
+  bu_ = std::move(pt.bu);
+  embed_unit_ = pt.embed_unit;
+  head_unit_ = pt.head_unit;
+  tied_embed_ = cfg.tied && embed_unit_ >= 0;
+  chunks_ = opts.stage ? opts.stage->chunks : std::vector<std::pair<int, int>>{{0, cfg.layers}};
+  token_slots_ = opts.stage ? std::max(1, opts.stage->micro_batches) : 1;
+  chunk_start_.assign(static_cast<size_t>(cfg.layers) + 1, 0);
+  for (const auto& [lb, le] : chunks_) chunk_start_[static_cast<size_t>(lb)] = 1;
+  for (int l = 0; l < cfg.layers; ++l)
+    if (cfg.is_moe(l) && bu_[static_cast<size_t>(l)] >= 0) moe_.bind(l, layout_, units_[static_cast<size_t>(bu_[static_cast<size_t>(l)])].lo);
+  const int64_t P = layout_.total();
+  if (opts.own_params) params_ = BackendArray<S, S>(be, P, &mem_, MemCat::kParams);
+  if (opts.own_grads) grads_ = BackendArray<S, S>(be, P, &mem_, MemCat::kGrads);
+  if (opts.own_optimizer) set_optimizer_shard(P);
+  build_activations();
+  qkv_op_ = runner("qkv");
+  proj_op_ = runner("attn.proj");
+  fc_op_ = runner("fc");
+  fcproj_op_ = runner("fc.proj");
+  head_op_ = runner("head");
+  attention_op_ = runner("attention");
+}
+
+template <typename S>
+void Gpt<S>::build_activations() {
+  const TpDims& d = dims_;
+  const int64_t L = cfg_.layers, C = cfg_.hidden, B = cfg_.micro_batch, T = cfg_.seq, N = d.tokens, n = d.rows;
+  const bool tp = opts_.tp.size > 1, sp = tp && opts_.tp.mode.sp, keep = sp && !opts_.tp.mode.regather;
+  if (opts_.cp.size > 1)  // counted under buffers; its per-layer state takes the place of att
+    cp_attn_ = std::make_unique<CpAttention<S>>(cfg_.micro_batch, cfg_.seq, d.heads, d.kv_heads, cfg_.head_size(),
+                                                opts_.cp, *be_, &mem_);
+  // One layout per chunk (a slot): its input at offset 0, its blocks, the head's on the last.
+  la_.resize(static_cast<size_t>(L));
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    Layout& al = act_layouts_.emplace_back();
+    encoded_ = al.add(embed_unit_ >= 0 && c == 0 ? "encoded" : "input", {n, C}, false);
+    for (int64_t l = chunks_[c].first; l < chunks_[c].second; ++l) {
+      const std::string p = fmt::format("h.{}.", l);
+      LayerActs a{};
+      a.ln1 = al.add(p + "ln1", {n, C}, false);
+      a.ln1_mean = al.add(p + "ln1_mean", {n}, false);
+      a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
+      if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
+      a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
+      a.att = cp_attn_ ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
+                       : al.add(p + "att", {B, d.heads, T, T}, false);
+      a.atty = al.add(p + "atty", {N, d.attn_width}, false);
+      a.res2 = al.add(p + "res2", {n, C}, false);
+      a.ln2 = al.add(p + "ln2", {n, C}, false);
+      a.ln2_mean = al.add(p + "ln2_mean", {n}, false);
+      a.ln2_rstd = al.add(p + "ln2_rstd", {n}, false);
+      if (keep) a.ln2_full = al.add(p + "ln2_full", {N, C}, false);
+      if (cfg_.is_moe(static_cast<int>(l))) {
+        moe_.add_acts(static_cast<int>(l), al, p);
+      } else {
+        a.fch = al.add(p + "fch", {N, d.ffn}, false);
+        a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
+      }
+      a.res3 = al.add(p + "res3", {n, C}, false);
+      la_[static_cast<size_t>(l)] = a;
+    }
+    if (head_unit_ >= 0 && c + 1 == chunks_.size()) {
+      lnf_ = al.add("lnf", {n, C}, false);
+      lnf_mean_ = al.add("lnf_mean", {n}, false);
+      lnf_rstd_ = al.add("lnf_rstd", {n}, false);
+      if (keep) lnf_full_ = al.add("lnf_full", {N, C}, false);
+      logits_ = al.add("logits", {N, d.vocab}, false);  // probs, then dlogits, in place
+      losses_ = al.add("losses", {N}, false);
+    }
+  }
+  if (!opts_.stage) take_slot(0, 0);  // the whole model: one slot for the model's life
+
+  const MemCat kBuf = MemCat::kBuffers;
+  dresid_ = BackendArray<S, S>(*be_, n * C, &mem_, kBuf);
+  dln_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+  datty_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
+  dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
+  if (!cp_attn_) datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+  dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
+  tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
+  targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
+  moe_.allocate(*be_, &mem_, token_slots_);
+  if (tp) {
+    row_scratch_ = BackendArray<S, S>(*be_, (N + n) * C, &mem_, kBuf);
+    ce_stats_ = BackendArray<S, S>(*be_, 3 * N, &mem_, kBuf);
+  }
+  if (sp) {
+    dxfull_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+    dyfull_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+    if (!keep) gather_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
+  }
+}
+
+template <typename S>
+std::vector<S> Gpt<S>::download_params() const {
+  std::vector<S> h(static_cast<size_t>(layout_.total()));
+  be_->download(h.data(), params_.data(), params_.bytes());
+  return h;
+}
+
+template <typename S>
+std::vector<S> Gpt<S>::download_grads() const {
+  std::vector<S> h(static_cast<size_t>(layout_.total()));
+  be_->download(h.data(), grads_.data(), grads_.bytes());
+  return h;
+}
+
+template <typename S>
+void Gpt<S>::upload_params(const S* host) {
+  be_->upload(params_.data(), host, params_.bytes());
+}
+
+template <typename S>
+int64_t Gpt<S>::num_params() const {
+  return layout_.numel();
+}
+
+template <typename S>
+void Gpt<S>::init_weights(uint64_t seed) {
+  if (opts_.own_params) upload_params(canonical_weights(seed).data());
+  be_->zero(m_.data(), m_.bytes());
+  be_->zero(v_.data(), v_.bytes());
+}
+
+template <typename S>
+template <typename F>
+void Gpt<S>::timed(Op op, F&& f, double flops) {
+  timed(OpInfo{op, "", 0, 0, 0, flops}, "", std::forward<F>(f));
+}
+
+template <typename S>
+template <typename F>
+void Gpt<S>::timed(const OpInfo& info, const char* role, F&& f) {
+  if (!profiling_ && trace_ == nullptr) {
+    f();
+  } else {
+    // A device backend queues ops: profiling waits for each so its time is its own.
+    const bool sync = profiling_ && be_->mem() == compute::MemKind::kDevice;
+    if (sync) be_->synchronize();
+    const double t0 = core::now_seconds();
+    f();
+    if (sync) be_->synchronize();
+    const double t1 = core::now_seconds();
+    if (profiling_) op_s_[static_cast<int>(info.op)] += t1 - t0;
+    if (trace_ != nullptr)
+      trace_->push_back({trace_step_, trace_micro_, trace_layer_, info.op, trace_phase_, info.flops, t0, t1, 0, role,
+                         info.part, info.m, info.n, info.k});
+  }
+  if (hooks_.poll) hooks_.poll();
+}
+
+template <typename S>
+ComputeOp Gpt<S>::runner(const char* role) {
+  return [this, role](const OpInfo& info, const std::function<void()>& op) { timed(info, role, op); };
+}
+
+template <typename S>
+typename MoeMlp<S>::Timed Gpt<S>::moe_timed() {
+  return runner("moe");
+}
+
+template <typename S>
+const S* Gpt<S>::res_in(int l) const {
+  return a_ + (chunk_start_[static_cast<size_t>(l)] ? encoded_ : la_[static_cast<size_t>(l) - 1].res3);
+}
+
+template <typename S>
+S* Gpt<S>::take_slot(int chunk, int micro) {
+  auto it = slots_.find({chunk, micro});
+  if (it == slots_.end())
+    it = slots_.emplace(std::make_pair(chunk, micro),
+                        BackendArray<S, S>(*be_, slot_elements(chunk), &mem_, MemCat::kActivations)).first;
+  return it->second.data();
+}
+
+template <typename S>
+S* Gpt<S>::stage_input(int chunk, int micro) {
+  return take_slot(chunk, micro) + encoded_;
+}
+
+template <typename S>
+const S* Gpt<S>::stage_output(int chunk, int micro) const {
+  const int last = chunks_[static_cast<size_t>(chunk)].second - 1;
+  return slots_.at({chunk, micro}).data() + la_[static_cast<size_t>(last)].res3;
+}
+
+// The slot and the token/target ids of (chunk, micro) become the ones in use.
+template <typename S>
+void Gpt<S>::use(int chunk, int micro) {
+  a_ = take_slot(chunk, micro);
+  const int64_t k = int64_t{dims_.tokens} * (micro % token_slots_);
+  tok_ = tokens_.data() + k;
+  tgt_ = targets_.data() + k;
+  moe_.use(micro % token_slots_);
+}
+
+template <typename S>
+S* Gpt<S>::gathered(int l, int which) {
+  if (opts_.tp.size <= 1 || !opts_.tp.mode.sp) return nullptr;
+  if (opts_.tp.mode.regather) return gather_.data();  // one buffer, re-gathered in the backward
+  if (l < 0) return a_ + lnf_full_;
+  return a_ + (which == 0 ? la_[l].ln1_full : la_[l].ln2_full);
+}
+
+template <typename S>
+void Gpt<S>::embed_forward(const S* pe) {
+  const int B = cfg_.micro_batch, C = cfg_.hidden, N = dims_.tokens;
+  S* out = a_ + encoded_;
+  // Context parallel: one lookup per chunk of the sequence, its positions from its start.
+  const CpChunks ch = cp_chunks(cfg_.seq, opts_.cp, opts_.cp.rank);
+  auto lookup = [&](S* dst, const S* wpe) {
+    for (int k = 0; k < ch.count; ++k) {
+      const int64_t r = int64_t{k} * B * ch.len;
+      be_->embedding_forward(dst + r * C, tok_ + r, pe + wte_, wpe ? wpe + int64_t{ch.start[k]} * C : nullptr,
+                             B, ch.len, C);
+    }
+  };
+  if (tp_ == nullptr) {
+    timed(Op::kEmbedding, [&] { lookup(out, pe + wpe_); });
+    return;
+  }
+  // Vocabulary-parallel: each rank looks up the tokens in its rows (the others give 0), the
+  // positions are added once (rank 0), and the partial sums are reduced over the group.
+  S* partial = opts_.tp.mode.sp ? row_scratch_.data() : out;
+  timed(Op::kEmbedding, [&] { lookup(partial, tp_->rank() == 0 ? pe + wpe_ : nullptr); });
+  if (opts_.tp.mode.sp)
+    tp_->reduce_scatter(out, partial, int64_t{dims_.rows} * C);
+  else
+    tp_->all_reduce(out, int64_t{N} * C);
+}
+
+template <typename S>
+void Gpt<S>::block_forward(int l) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = dims_.tokens, n = dims_.rows;
+  const TpDims& d = dims_;
+  const TpMode& mode = opts_.tp.mode;
+  Backend<S>& be = *be_;
+  S* a = a_;
+  const S* p = P(bu_[static_cast<size_t>(l)]);
+  const LayerOffsets& w = lo_[l];
+  const LayerActs& x = la_[l];
+  const S* res = res_in(l);
+  const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w, p + w.ln1_b, n, C);
+  });
+  column_forward(be, qkv_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
+  if (cp_attn_)
+    cp_attn_->forward(*cp_, attention_op_, a + x.atty, a + x.att, a + x.qkv);
+  else
+    timed(Op::kAttention,
+          [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
+  // The residual joins the projection: res2 = res, then res2 += proj(atty).
+  timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{n} * C); });
+  row_forward(be, proj_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
+              row_scratch_.data());
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w, p + w.ln2_b, n, C);
+  });
+  if (cfg_.is_moe(l)) {  // res3 = res2 + MoE(ln2) (moe.hpp)
+    timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
+    moe_aux_ += moe_.forward(l, p, a, a + x.ln2, a + x.res3, moe_timed());
+    return;
+  }
+  column_forward(be, fc_op_, tp_, mode, a + x.fch, a + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
+  timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * d.ffn); });
+  timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
+  row_forward(be, fcproj_op_, tp_, mode, a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, d.ffn, C,
+              row_scratch_.data());
+}
+
+template <typename S>
+S Gpt<S>::head_forward(S* logits_out) {
+  const int C = cfg_.hidden, N = dims_.tokens, n = dims_.rows, V = dims_.vocab;
+  Backend<S>& be = *be_;
+  S* a = a_;
+  const int hu = head_unit();
+  const S* ph = P(hu);
+  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_forward(a + lnf_, a + lnf_mean_, a + lnf_rstd_, res_in(cfg_.layers), ph + lnf_w_, ph + lnf_b_, n, C);
+  });
+  column_forward(be, head_op_, tp_, opts_.tp.mode, a + logits_, a + lnf_, gathered(-1, 0), head_w, ph + head_b_,
+                 N, C, V);
+  if (logits_out != nullptr) be.download(logits_out, a + logits_, sizeof(S) * N * V);  // before the softmax
+  S loss{};
+  if (tp_ == nullptr) {
+    timed(Op::kLoss, [&] { loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, tgt_, N, V); });
+    return loss;
+  }
+  // Vocabulary-parallel cross-entropy: three all-reduces of N values (the row max, the sums
+  // of exponentials, the target logits); no rank builds the full logits.
+  S* mx = ce_stats_.data();
+  S* sum = mx + N;
+  S* tl = sum + N;
+  timed(Op::kLoss, [&] { be.crossentropy_rowmax(mx, a + logits_, N, V, dims_.vocab_valid); });
+  tp_->all_reduce_max(mx, N);
+  timed(Op::kLoss, [&] {
+    be.crossentropy_partial(a + logits_, sum, tl, a + logits_, mx, tgt_, N, V, dims_.vocab_valid);
+  });
+  tp_->all_reduce(sum, N);
+  tp_->all_reduce(tl, N);
+  timed(Op::kLoss, [&] { loss = be.crossentropy_finish(a + logits_, a + losses_, sum, tl, mx, N, V); });
+  return loss;
+}
+
+template <typename S>
+S Gpt<S>::forward(const int32_t* tokens, const int32_t* targets, S* logits_out) {
+  return forward_chunk(0, 0, tokens, targets, logits_out);
+}
+
+template <typename S>
+S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32_t* targets, S* logits_out) {
+  const int N = dims_.tokens;
+  use(chunk, micro);  // stage entry: a chunk past the first stage's first finds its input received in the slot
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
+  trace_phase_ = 'F';
+  trace_layer_ = -1;
+  moe_aux_ = 0;
+  moe_.set_batch(tokens, trace_step_);  // a fixed routing workload's assignment reads them
+  if (tp_) tp_->set_layer(-1);
+  std::vector<int32_t> tok, tgt;
+  if (opts_.cp.size > 1) {  // this rank's chunks of the sequence, chunk-major
+    std::vector<int> rows;
+    cp_local_rows(rows, cfg_.micro_batch, cfg_.seq, opts_.cp);
+    for (int r : rows) {
+      tok.push_back(tokens[r]);
+      tgt.push_back(targets[r]);
+    }
+    tokens = tok.data();
+    targets = tgt.data();
+  }
+  if (opts_.tp.size > 1) {  // token ids as rows of this rank's vocabulary slice, -1 elsewhere
+    tok.assign(tokens, tokens + N);
+    tgt.assign(targets, targets + N);
+    for (int32_t* v : {tok.data(), tgt.data()})
+      for (int i = 0; i < N; ++i) {
+        const int32_t r = v[i] - dims_.vocab_first;
+        v[i] = r >= 0 && r < dims_.vocab_valid ? r : -1;
+      }
+    be_->upload(tok_, tok.data(), sizeof(int32_t) * N);
+    be_->upload(tgt_, tgt.data(), sizeof(int32_t) * N);
+  } else {
+    be_->upload(tok_, tokens, sizeof(int32_t) * N);
+    be_->upload(tgt_, targets, sizeof(int32_t) * N);
+  }
+  if (embeds) {
+    acquire(embed_unit_, 'F');
+    embed_forward(P(embed_unit_));
+    if (!tied_embed_ || !heads) release(embed_unit_, 'F');  // a tied head reads wte again at the end
+  }
+  for (int l = chunks_[static_cast<size_t>(chunk)].first; l < chunks_[static_cast<size_t>(chunk)].second; ++l) {
+    trace_layer_ = l;
+    if (tp_) tp_->set_layer(l);
+    acquire(bu_[static_cast<size_t>(l)], 'F');
+    block_forward(l);
+    release(bu_[static_cast<size_t>(l)], 'F');
+  }
+  trace_layer_ = -1;  // embedding, final norm, head and loss are outside the blocks
+  if (tp_) tp_->set_layer(-1);
+  // stage exit: the output stays in the slot (stage_output); the chunk's MoE aux losses are
+  // its part of the micro-batch's loss (the pipeline sums the parts over its stages)
+  if (!heads) return static_cast<S>(moe_aux_);
+  const int hu = head_unit();
+  acquire(hu, 'F');
+  const S loss = head_forward(logits_out);
+  release(hu, 'F');
+  if (tied_embed_) release(embed_unit_, 'F');
+  return loss + static_cast<S>(moe_aux_);
+}
+
+template <typename S>
+S* Gpt<S>::grads_at(int64_t offset) {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (offset >= units_[u].lo && offset < units_[u].hi) return G(static_cast<int>(u)) + (offset - units_[u].lo);
+  throw std::out_of_range("Gpt::grads_at: element outside every unit");
+}
+
+template <typename S>
+void Gpt<S>::zero_grad() {
+  if (opts_.own_grads) be_->zero(grads_.data(), grads_.bytes());
+}
+
+template <typename S>
+void Gpt<S>::sync_norm_grads(S* g, int64_t n) {
+  if (tp_ == nullptr || !opts_.tp.mode.sp) return;
+  tp_->all_reduce(g, n);
+}
+
+template <typename S>
+void Gpt<S>::head_backward(S loss_scale, bool sync_replicated) {
+  const int C = cfg_.hidden, N = dims_.tokens, n = dims_.rows, V = dims_.vocab;
+  Backend<S>& be = *be_;
+  S* a = a_;
+  const int hu = head_unit();
+  // d(loss_scale x mean loss)/dloss = loss_scale; probs become dlogits in place.
+  timed(Op::kLoss, [&] { be.crossentropy_backward(a + logits_, a + logits_, tgt_, loss_scale, N, V); });
+  acquire(hu, 'B');
+  if (tied_embed_) acquire(embed_unit_, 'B');  // the head's weight is wte: its gradient accumulates there
+  const S* ph = P(hu);
+  S* gh = G(hu);
+  const S* head_w = tied_embed_ ? P(embed_unit_) + head_w_ : ph + head_w_;
+  S* dhead_w = tied_embed_ ? G(embed_unit_) + head_w_ : gh + head_w_;
+  column_backward(be, head_op_, tp_, opts_.tp.mode, dln_.data(), dxfull_.data(), dhead_w, gh + head_b_, a + logits_,
+                  a + lnf_, gathered(-1, 0), head_w, N, C, V);
+  be.zero(dresid_.data(), sizeof(S) * n * C);
+  timed(Op::kLayerNorm, [&] {
+    be.layernorm_backward(dresid_.data(), gh + lnf_w_, gh + lnf_b_, dln_.data(), res_in(cfg_.layers), ph + lnf_w_,
+                          a + lnf_mean_, a + lnf_rstd_, n, C);
+  });
+  if (sync_replicated) sync_norm_grads(gh + lnf_w_, lnf_b_ + C - lnf_w_);
+  release(hu, 'B');
+  grads_ready(units_[hu].lo, units_[hu].hi);
+}
+
+template <typename S>
+void Gpt<S>::block_backward(int l, bool sync_replicated) {
+  const int B = cfg_.micro_batch, T = cfg_.seq, C = cfg_.hidden, hs = cfg_.head_size(), N = dims_.tokens, n = dims_.rows;
+  const TpDims& d = dims_;
+  const TpMode& mode = opts_.tp.mode;
+  Backend<S>& be = *be_;
+  S* a = a_;
+  S* dresid = dresid_.data();
+  S* dln = dln_.data();
+  S* dfch = dfch_.data();
+  const S* p = P(bu_[static_cast<size_t>(l)]);
+  S* g = G(bu_[static_cast<size_t>(l)]);
+  const LayerOffsets& w = lo_[l];
+  const LayerActs& x = la_[l];
+  const double attn_bwd_flops = 8.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
+  if (cfg_.is_moe(l)) {  // dln = d(ln2) through the MoE MLP (moe.hpp)
+    moe_.backward(l, p, g, a, a + x.ln2, dresid, dln, loss_scale_, moe_timed());
+  } else {
+    row_backward(be, fcproj_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
+                 a + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
+    timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * d.ffn); });
+    column_backward(be, fc_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
+                    gathered(l, 1), p + w.fc_w, N, C, d.ffn);
+  }
+  timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
+    be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w, a + x.ln2_mean,
+                          a + x.ln2_rstd, n, C);
+  });
+  row_backward(be, proj_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), a + x.atty,
+               p + w.proj_w, N, d.attn_width, C);
+  if (cp_attn_)
+    cp_attn_->backward(*cp_, attention_op_, dqkv_.data(), datty_.data(), a + x.atty, a + x.att, a + x.qkv);
+  else
+    timed(Op::kAttention, [&] {
+      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);
+    }, attn_bwd_flops);
+  column_backward(be, qkv_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
+                  gathered(l, 0), p + w.qkv_w, N, C, d.qkv);
+  timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
+    be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w, a + x.ln1_mean,
+                          a + x.ln1_rstd, n, C);
+  });
+  if (sync_replicated) sync_norm_grads(g + w.ln1_w, w.ln2_b + C - w.ln1_w);
+}
+
+template <typename S>
+void Gpt<S>::embed_backward() {
+  const int B = cfg_.micro_batch, C = cfg_.hidden;
+  const S* d = dresid_.data();
+  if (tp_ && opts_.tp.mode.sp) {  // the reduce-scatter's backward: gather the rows
+    tp_->all_gather(dyfull_.data(), dresid_.data(), int64_t{dims_.rows} * C);
+    d = dyfull_.data();
+  }
+  S* ge = G(embed_unit_);
+  const CpChunks ch = cp_chunks(cfg_.seq, opts_.cp, opts_.cp.rank);
+  timed(Op::kEmbedding, [&] {
+    for (int k = 0; k < ch.count; ++k) {
+      const int64_t r = int64_t{k} * B * ch.len;
+      be_->embedding_backward(ge + wte_, ge + wpe_ + int64_t{ch.start[k]} * C, d + r * C, tok_ + r, B, ch.len, C);
+    }
+  });
+}
+
+template <typename S>
+void Gpt<S>::backward(S loss_scale, bool sync_replicated) {
+  backward_chunk(0, 0, loss_scale, nullptr, nullptr, sync_replicated);
+}
+
+template <typename S>
+void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S* din, bool sync_replicated) {
+  use(chunk, micro);
+  const bool embeds = embed_unit_ >= 0 && chunk == 0, heads = head_unit_ >= 0 && chunk + 1 == num_chunks();
+  const int64_t rows_c = int64_t{dims_.rows} * cfg_.hidden;
+  trace_phase_ = 'B';
+  trace_layer_ = -1;
+  loss_scale_ = loss_scale;
+  if (tp_) tp_->set_layer(-1);
+  if (heads)
+    head_backward(loss_scale, sync_replicated);
+  else  // stage entry: the received gradient of the chunk's output
+    be_->copy(dresid_.data(), dout, rows_c);
+  // dresid now holds d(res3 of the last layer); each layer turns it into d(its input).
+  for (int l = chunks_[static_cast<size_t>(chunk)].second - 1; l >= chunks_[static_cast<size_t>(chunk)].first; --l) {
+    trace_layer_ = l;
+    if (tp_) tp_->set_layer(l);
+    const int u = bu_[static_cast<size_t>(l)];
+    acquire(u, 'B');
+    block_backward(l, sync_replicated);
+    release(u, 'B');
+    grads_ready(units_[u].lo, units_[u].hi);
+  }
+  trace_layer_ = -1;
+  if (tp_) tp_->set_layer(-1);
+  if (embeds) {  // stage exit: the embedding backward, or the input's gradient to `din`
+    if (!tied_embed_ || !heads) acquire(embed_unit_, 'B');
+    embed_backward();
+    release(embed_unit_, 'B');
+    grads_ready(units_[embed_unit_].lo, units_[embed_unit_].hi);
+  } else {
+    be_->copy(din, dresid_.data(), rows_c);
+  }
+  if (opts_.stage) slots_.erase({chunk, micro});  // the micro-batch's activations are freed
+}
+
+template <typename S>
+void Gpt<S>::set_optimizer_shard(int64_t elements) {
+  m_ = BackendArray<S, S>(*be_, elements, &mem_, MemCat::kOptimizer);
+  v_ = BackendArray<S, S>(*be_, elements, &mem_, MemCat::kOptimizer);
+}
+
+template <typename S>
+void Gpt<S>::update(const AdamWConfig& cfg, int t) {
+  update_pieces({{0, layout_.total(), params_.data(), grads_.data(), 0}}, cfg, t);
+}
+
+template <typename S>
+void Gpt<S>::update_pieces(const std::vector<OptPiece>& pieces, const AdamWConfig& cfg, int t) {
+  trace_phase_ = 'O';
+  trace_layer_ = -1;
+  timed(Op::kAdamW, [&] {
+    for (const OptPiece& pc : pieces) {
+      for (const auto& e : layout_.entries()) {  // weight decay is per tensor
+        const int64_t a = std::max(pc.lo, e.offset), b = std::min(pc.hi, e.offset + e.numel);
+        if (a >= b) continue;
+        const int64_t k = a - pc.lo;
+        be_->adamw_update(pc.params + k, pc.grads + k, m_.data() + pc.moment_off + k,
+                          v_.data() + pc.moment_off + k, b - a, cfg, e.weight_decay ? cfg.weight_decay : 0.0, t);
+      }
+    }
+  });
+}
+
+template <typename S>
+MemoryBytes Gpt<S>::memory_allocated() const {
+  MemoryBytes m;
+  m.params = mem_.now[static_cast<int>(MemCat::kParams)];
+  m.grads = mem_.now[static_cast<int>(MemCat::kGrads)];
+  m.optimizer = mem_.now[static_cast<int>(MemCat::kOptimizer)];
+  m.activations = mem_.now[static_cast<int>(MemCat::kActivations)];
+  m.buffers = mem_.now[static_cast<int>(MemCat::kBuffers)];
+  return m;
+}
+
+template class Gpt<float>;
+template class Gpt<double>;
+
+}  // namespace meshbench::parallel

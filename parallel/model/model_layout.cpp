@@ -1,0 +1,222 @@
+// Gpt<S>'s tables and closed forms, apart from the wiring in model.cpp: the local sizes of a
+// tensor-parallel rank, the parameter table (layout, units, offsets; each entry's Shard), the
+// full model's layout and canonical weights sliced by name, the memory formulas, and the
+// synthetic data every rank can regenerate.
+#include "model/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include <fmt/core.h>
+
+#include "core/hash.hpp"
+#include "vocab/sharding.hpp"
+
+namespace meshbench::parallel {
+
+TpDims tp_dims(const GptConfig& c, const TpSpec& tp, const CpSpec& cp) {
+  const int t = std::max(1, tp.size), hs = c.head_size();
+  TpDims d{};
+  d.heads = c.heads / t;
+  d.kv_heads = c.kv_heads / t;
+  d.ffn = c.ffn / t;
+  d.attn_width = d.heads * hs;
+  d.qkv = (d.heads + 2 * d.kv_heads) * hs;
+  d.vocab = (c.vocab + t - 1) / t;
+  d.vocab_first = tp.rank * d.vocab;
+  d.vocab_valid = std::clamp(c.vocab - d.vocab_first, 0, d.vocab);
+  d.tokens = c.micro_batch * c.seq / std::max(1, cp.size);
+  d.rows = d.tokens / (tp.mode.sp ? t : 1);
+  return d;
+}
+
+template <typename S>
+typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptOptions& opts) {
+  const TpDims d = meshbench::parallel::tp_dims(cfg, opts.tp);
+  const int64_t L = cfg.layers, C = cfg.hidden, maxT = cfg.max_seq, hs = cfg.head_size();
+  const int64_t mult = std::max<int64_t>(1, opts.unit_multiple);
+  const int t = opts.tp.size;
+  // Tensor-parallel slices (layout.hpp): column-parallel weights and biases by output rows
+  // (qkv per part, so each rank holds whole query and key/value heads), row-parallel weights
+  // by input columns, the vocabulary by rows of the padded table.
+  auto rows = [&](std::vector<int64_t> parts = {}) {
+    return t > 1 ? Shard{ShardRule::kRowSplit, opts.tp.rank, t, std::move(parts), -1} : Shard{};
+  };
+  const Shard cols = t > 1 ? Shard{ShardRule::kColSplit, opts.tp.rank, t, {}, -1} : Shard{};
+  const Shard vocab = t > 1 ? Shard{ShardRule::kRowSplit, opts.tp.rank, t, {}, cfg.vocab} : Shard{};
+  const std::vector<int64_t> qkv_parts = {int64_t{d.heads} * hs, int64_t{d.kv_heads} * hs, int64_t{d.kv_heads} * hs};
+  ParamTable pt;
+  Layout& lay = pt.layout;
+  // Units in layout order; offsets inside a unit are kept relative to the unit's start.
+  auto close_unit = [&](std::string name, int64_t lo) {
+    lay.pad_unit(lo, mult);
+    pt.units.push_back({std::move(name), lo, lay.total()});
+  };
+  // The stage (pipeline parallel): which blocks, and whether the embeddings and the head
+  // live here; the whole model without one.
+  const StageSpec whole{{{0, cfg.layers}}, true, true, 1};
+  const StageSpec& st = opts.stage ? *opts.stage : whole;
+  pt.lo.resize(static_cast<size_t>(L));
+  pt.bu.assign(static_cast<size_t>(L), -1);
+  if (st.first) {
+    pt.wte = lay.add("wte", {d.vocab, C}, true, vocab);
+    pt.wpe = lay.add("wpe", {maxT, C}, true);
+    pt.embed_unit = 0;
+    close_unit("embed", 0);
+  }
+  for (const auto& [lb, le] : st.chunks)
+  for (int64_t l = lb; l < le; ++l) {
+    const std::string p = fmt::format("h.{}.", l);
+    const int64_t u = (lay.total() + 15) / 16 * 16;
+    LayerOffsets o{};
+    o.ln1_w = lay.add(p + "ln1.weight", {C}, false) - u;
+    o.ln1_b = lay.add(p + "ln1.bias", {C}, false) - u;
+    o.ln2_w = lay.add(p + "ln2.weight", {C}, false) - u;
+    o.ln2_b = lay.add(p + "ln2.bias", {C}, false) - u;
+    o.qkv_w = lay.add(p + "attn.qkv.weight", {d.qkv, C}, true, rows(qkv_parts)) - u;
+    o.qkv_b = lay.add(p + "attn.qkv.bias", {d.qkv}, false, rows(qkv_parts)) - u;
+    o.proj_w = lay.add(p + "attn.proj.weight", {C, d.attn_width}, true, cols) - u;
+    o.proj_b = lay.add(p + "attn.proj.bias", {C}, false) - u;
+    if (cfg.is_moe(static_cast<int>(l))) {
+      moe_add_params(lay, cfg, p, opts.ep);  // the router and E (ep: E/ep) experts (moe.hpp)
+    } else {
+      o.fc_w = lay.add(p + "mlp.fc.weight", {d.ffn, C}, true, rows()) - u;
+      o.fc_b = lay.add(p + "mlp.fc.bias", {d.ffn}, false, rows()) - u;
+      o.fcproj_w = lay.add(p + "mlp.proj.weight", {C, d.ffn}, true, cols) - u;
+      o.fcproj_b = lay.add(p + "mlp.proj.bias", {C}, false) - u;
+    }
+    pt.lo[static_cast<size_t>(l)] = o;
+    pt.bu[static_cast<size_t>(l)] = static_cast<int>(pt.units.size());
+    close_unit(fmt::format("h.{}", l), u);
+  }
+  if (st.last) {
+    const int64_t hu = (lay.total() + 15) / 16 * 16;
+    pt.lnf_w = lay.add("lnf.weight", {C}, false) - hu;
+    pt.lnf_b = lay.add("lnf.bias", {C}, false) - hu;
+    // A tied head reads the embedding unit's wte, or on a last stage without it its own copy.
+    pt.head_w = cfg.tied && st.first ? pt.wte
+                                     : lay.add(cfg.tied ? "wte" : "lm_head.weight", {d.vocab, C}, true, vocab) - hu;
+    pt.head_b = lay.add("lm_head.bias", {d.vocab}, false, vocab) - hu;
+    pt.head_unit = static_cast<int>(pt.units.size());
+    close_unit("head", hu);
+  }
+  return pt;
+}
+
+template <typename S>
+Layout Gpt<S>::full_layout(const GptConfig& cfg) {
+  return param_table(cfg, GptOptions{}).layout;
+}
+
+template <typename S>
+int64_t Gpt<S>::flat_elements(const GptConfig& cfg, const GptOptions& opts) {
+  return param_table(cfg, opts).layout.total();
+}
+
+template <typename S>
+std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
+  // The full model's weights in its layout's entry order, so every plan starts identical.
+  const Layout full = full_layout(cfg_);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<S> whole(static_cast<size_t>(full.total()), S(0));
+  const double proj_std = 0.02 / std::sqrt(2.0 * cfg_.layers);
+  for (const auto& e : full.entries()) {
+    S* p = whole.data() + e.offset;
+    const bool is_norm_weight = e.name.find("ln") != std::string::npos &&
+                                e.name.find(".weight") != std::string::npos;
+    if (is_norm_weight) {
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = S(1);
+    } else if (e.shape.size() == 2) {
+      const bool residual_proj = e.name.find(".proj.weight") != std::string::npos;
+      const double sd = residual_proj ? proj_std : 0.02;
+      for (int64_t i = 0; i < e.numel; ++i) p[i] = static_cast<S>(sd * normal(rng));
+    }  // biases stay 0
+  }
+  std::vector<S> host(static_cast<size_t>(layout_.total()), S(0));
+  take_from_full(full, whole.data(), layout_, host.data());
+  return host;
+}
+
+template <typename S>
+MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp, const CpSpec& cp,
+                                    const EpSpec& ep) {
+  // Closed forms, written independently of the layout tables (padding not counted). With
+  // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
+  // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows. Context
+  // parallel holds N = B T / cp token rows; its attention keeps per layer a log-sum-exp per
+  // row and head (ring, all-gather) or the gathered heads' q, k, v, probabilities and output
+  // (Ulysses) instead of the B x NH x T x T probabilities, plus its transfer buffers.
+  const int64_t t = std::max(1, tp.size), L = c.layers, C = c.hidden, hs = c.head_size(), cpn = std::max(1, cp.size);
+  const int64_t F = c.ffn / t, NH = c.heads / t, KVH = c.kv_heads / t, Ca = NH * hs, QKV = (NH + 2 * KVH) * hs;
+  const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T / cpn;
+  int64_t att = B * NH * T * T, cp_buf = 0, datt = B * NH * T * T;  // per layer; buffers
+  if (cpn > 1) {
+    const int64_t kv = N * 2 * KVH * hs, NHu = NH / cpn, wu = (NHu + 2 * (KVH / cpn)) * hs;
+    datt = 0;
+    switch (cp.algo) {
+      case CpAlgo::kRing: att = N * NH, cp_buf = 4 * kv + N * NH; break;
+      case CpAlgo::kAllGather: att = N * NH, cp_buf = 2 * kv + 2 * cpn * kv + N * NH; break;
+      case CpAlgo::kUlysses:
+        att = B * T * wu + B * NHu * T * T + B * T * NHu * hs;
+        cp_buf = 3 * B * T * wu + B * T * NHu * hs + B * NHu * T * T;
+        break;
+    }
+  }
+  const bool par = t > 1, sp = par && tp.mode.sp, keep = sp && !tp.mode.regather;
+  const int64_t n = sp ? N / t : N;
+  const int64_t per_layer = 4 * C + QKV * C + QKV + C * Ca + C + F * C + F + C * F + C;
+  const int64_t P = V * C + maxT * C + L * per_layer + 2 * C + (c.tied ? 0 : V * C) + V;
+  MemoryBytes m;
+  m.params = P * sb;
+  m.grads = P * sb;
+  m.optimizer = 2 * P * sb;
+  // per layer: ln1, res2, ln2, res3 and 4 norm statistics on n rows; qkv, atty, 2 x fch, att
+  // on all N rows; SP keeping its gathers: ln1 and ln2 gathered (N x C each)
+  const int64_t act_layer = 4 * n * C + 4 * n + N * QKV + N * Ca + 2 * N * F + att + (keep ? 2 * N * C : 0);
+  m.activations = (L * act_layer + 2 * n * C + 2 * n + (keep ? N * C : 0) + N * V + N) * sb;
+  m.buffers = (n * C + N * C + N * Ca + N * QKV + datt + N * F + cp_buf) * sb + 2 * N * 4;
+  if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
+  if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
+  const MoeMemory moe = moe_memory(c, sb, ep, static_cast<int>(t));  // the MoE blocks against the dense MLPs
+  m.params += moe.param_elements * sb;
+  m.grads += moe.param_elements * sb;
+  m.optimizer += 2 * moe.param_elements * sb;
+  m.activations += moe.activation_bytes;
+  m.buffers += moe.buffer_bytes;
+  return m;
+}
+
+// The members defined here, for both scalar types (the class is instantiated in model.cpp).
+#define MB_LAYOUT_INSTANTIATE(S)                                                                    \
+  template Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig&, const GptOptions&);            \
+  template Layout Gpt<S>::full_layout(const GptConfig&);                                           \
+  template int64_t Gpt<S>::flat_elements(const GptConfig&, const GptOptions&);                     \
+  template std::vector<S> Gpt<S>::canonical_weights(uint64_t) const;                               \
+  template MemoryBytes Gpt<S>::memory_analytic(const GptConfig&, int64_t, const TpSpec&, const CpSpec&, \
+                                               const EpSpec&);
+MB_LAYOUT_INSTANTIATE(float)
+MB_LAYOUT_INSTANTIATE(double)
+
+void synthetic_batch(int32_t* tokens, int32_t* targets, DataKind kind, uint64_t seed,
+                     int64_t step, int64_t first_sample, int B, int T, int V) {
+  for (int b = 0; b < B; ++b) {
+    const uint64_t sample = static_cast<uint64_t>(first_sample + b);
+    for (int t = 0; t <= T; ++t) {
+      uint64_t h;
+      if (kind == DataKind::kRandom) {
+        h = core::mix64(core::mix64(core::mix64(seed) ^ static_cast<uint64_t>(step)) ^ sample) ^ static_cast<uint64_t>(t);
+        h = core::mix64(h);
+      } else {
+        h = core::mix64(core::mix64(seed) ^ static_cast<uint64_t>(t % 8));
+      }
+      const int32_t id = static_cast<int32_t>(h % static_cast<uint64_t>(V));
+      if (t < T) tokens[b * T + t] = id;
+      if (t > 0) targets[b * T + t - 1] = id;
+    }
+  }
+}
+
+}  // namespace meshbench::parallel

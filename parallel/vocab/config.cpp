@@ -1,0 +1,108 @@
+#include "vocab/config.hpp"
+
+#include <algorithm>
+
+#include <fmt/core.h>
+
+#include "core/error.hpp"
+
+namespace meshbench::parallel {
+
+namespace {
+struct Named {
+  const char* name;
+  GptConfig cfg;
+};
+// layers, hidden, heads, kv_heads, ffn, seq, max_seq, vocab, micro_batch, tied
+const Named kPresets[] = {
+    {"tiny", {2, 64, 4, 4, 256, 64, 64, 512, 4, true}},
+    {"small", {2, 256, 4, 4, 1024, 128, 128, 4096, 8, true}},
+    {"medium", {4, 512, 8, 8, 2048, 256, 256, 8192, 4, true}},
+    {"gpt2-124m", {12, 768, 12, 12, 3072, 1024, 1024, 50257, 1, true}},
+    {"small-moe", {2, 256, 4, 4, 1024, 128, 128, 4096, 8, true, 8, 2, 1, 0.0, 0.01}},
+};
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const auto& p : kPresets) out.emplace_back(p.name);
+  return out;
+}
+
+GptConfig preset(const std::string& name) {
+  for (const auto& p : kPresets)
+    if (name == p.name) return p.cfg;
+  std::string known;
+  for (const auto& p : kPresets) known += std::string(known.empty() ? "" : ", ") + p.name;
+  throw core::UsageError(fmt::format("--model {}: unknown preset (known: {})", name, known));
+}
+
+void validate(const GptConfig& c) {
+  auto positive = [](const char* opt, int v) {
+    if (v < 1) throw core::UsageError(fmt::format("{} {}: must be at least 1", opt, v));
+  };
+  positive("--layers", c.layers);
+  positive("--hidden", c.hidden);
+  positive("--heads", c.heads);
+  positive("--kv-heads", c.kv_heads);
+  positive("--ffn", c.ffn);
+  positive("--seq", c.seq);
+  positive("--max-seq", c.max_seq);
+  positive("--vocab", c.vocab);
+  positive("--micro-batch", c.micro_batch);
+  if (c.hidden % c.heads != 0)
+    throw core::UsageError(
+        fmt::format("--heads {} must divide --hidden {} (head size = hidden / heads)", c.heads,
+                    c.hidden));
+  if (c.heads % c.kv_heads != 0)
+    throw core::UsageError(fmt::format(
+        "--kv-heads {} must divide --heads {} (grouped-query attention)", c.kv_heads, c.heads));
+  if (c.seq > c.max_seq)
+    throw core::UsageError(fmt::format(
+        "--seq {} exceeds the position table (--max-seq {}): seq must be <= max-seq", c.seq,
+        c.max_seq));
+  if (c.experts < 0)
+    throw core::UsageError(fmt::format("--experts {}: must be 0 (dense) or at least 1", c.experts));
+  if (c.experts > 0) {
+    if (c.top_k < 1 || c.top_k > c.experts)
+      throw core::UsageError(fmt::format(
+          "--top-k {}: must be between 1 and --experts {} (top-k <= E)", c.top_k, c.experts));
+    if (c.experts > 1024)
+      throw core::UsageError(fmt::format("--experts {}: at most 1024", c.experts));
+    positive("--moe-every", c.moe_every);
+    if (!(c.capacity_factor >= 0))
+      throw core::UsageError(fmt::format(
+          "--capacity-factor {}: must be >= 0 (0: dropless)", c.capacity_factor));
+    if (!(c.aux_loss_coef >= 0))
+      throw core::UsageError(fmt::format("--aux-loss-coef {}: must be >= 0", c.aux_loss_coef));
+    if (c.tokens() * c.top_k * c.ffn >= (int64_t{1} << 31))
+      throw core::UsageError(fmt::format(
+          "--top-k/--ffn: the expert activations ({} elements) exceed 2^31-1",
+          c.tokens() * c.top_k * c.ffn));
+  }
+  // Every index in the engine is an int of elements per tensor; keep the largest below 2^31.
+  const int64_t biggest = std::max<int64_t>(
+      {c.tokens() * c.vocab, static_cast<int64_t>(c.micro_batch) * c.heads * c.seq * c.seq,
+       static_cast<int64_t>(c.vocab) * c.hidden, c.tokens() * c.ffn});
+  if (biggest >= (int64_t{1} << 31))
+    throw core::UsageError(fmt::format(
+        "--micro-batch/--seq/--vocab: a tensor of {} elements exceeds 2^31-1", biggest));
+}
+
+int GptConfig::moe_blocks() const {
+  int n = 0;
+  for (int l = 0; l < layers; ++l) n += is_moe(l) ? 1 : 0;
+  return n;
+}
+
+std::string describe(const GptConfig& c) {
+  std::string s = fmt::format("L={} C={} NH={} KVH={} F={} T={} maxT={} V={} B={} head={}",
+                              c.layers, c.hidden, c.heads, c.kv_heads, c.ffn, c.seq, c.max_seq,
+                              c.vocab, c.micro_batch, c.tied ? "tied" : "untied");
+  if (c.experts > 0)
+    s += fmt::format(" E={} k={} moe_every={} capacity={} aux={}", c.experts, c.top_k,
+                     c.moe_every, c.capacity_factor, c.aux_loss_coef);
+  return s;
+}
+
+}  // namespace meshbench::parallel

@@ -1,0 +1,333 @@
+#include "zero/zero.hpp"
+
+#include "data_parallel/data_parallel.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace meshbench::parallel {
+
+GptOptions zero_model_options(int stage, int d) {
+  GptOptions o;
+  o.unit_multiple = 16 * static_cast<int64_t>(d);  // equal slices, each 16-element aligned
+  o.own_params = stage < 3;
+  o.own_grads = stage < 2;
+  o.own_optimizer = false;
+  return o;
+}
+
+template <typename S>
+comm::View Zero<S>::view(S* p, int64_t n) const {
+  return {p, static_cast<size_t>(n), sizeof(S) == 8 ? comm::DType::kDouble : comm::DType::kFloat,
+          model_.backend().mem()};
+}
+
+template <typename S>
+Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags* tags, uint64_t seed)
+    : model_(model), dp_(dp), plan_(plan), tags_(tags), stage_(plan.zero), d_(dp.size()), r_(dp.rank()) {
+  Backend<S>& be = model.backend();
+  MemoryTracker* mt = &model.memory();
+  units_.resize(model.units().size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& un = model.units()[u];
+    UnitState& s = units_[u];
+    s.lo = un.lo;
+    s.len = un.hi - un.lo;
+    if (s.len % d_ != 0)
+      throw core::RuntimeFault(fmt::format("zero: unit {} of {} elements does not split over {} ranks", un.name, s.len, d_));
+    s.slice = s.len / d_;
+    s.shard_off = shard_elems_;
+    shard_elems_ += s.slice;
+    if (plan.degrees.pp > 1 && model.config().tied) {
+      const auto& es = model.layout().entries();
+      s.held = std::any_of(es.begin(), es.end(),
+                           [&](const LayoutEntry& e) { return e.name == "wte" && e.offset >= un.lo && e.offset < un.hi; });
+    }
+  }
+  model.set_optimizer_shard(shard_elems_);
+  order_f_ = order('F');
+  order_b_ = order('B');
+  if (stage_ >= 2) gshard_ = BackendArray<S, S>(be, shard_elems_, mt, MemCat::kGrads);
+  if (stage_ == 3) {
+    pshard_ = BackendArray<S, S>(be, shard_elems_, mt, MemCat::kParams);
+    const std::vector<S> w = model.canonical_weights(seed);
+    std::vector<S> mine(static_cast<size_t>(shard_elems_));
+    for (const UnitState& s : units_)
+      std::copy_n(w.begin() + s.lo + r_ * s.slice, s.slice, mine.begin() + s.shard_off);
+    be.upload(pshard_.data(), mine.data(), pshard_.bytes());
+    if (plan.micro_batches > 1) scratch_ = BackendArray<S, S>(be, shard_elems_, mt, MemCat::kGrads);
+  }
+  BackwardHooks hooks;
+  if (stage_ == 1) hooks.grads_ready = [this](int64_t lo, int64_t, int layer) { on_ready(lo, layer); };
+  hooks.poll = [this] { poll(); };
+  model.set_hooks(std::move(hooks));
+  if (stage_ >= 2) model.set_residency(this);
+}
+
+template <typename S>
+Zero<S>::~Zero() {
+  for (UnitState& s : units_) {
+    if (s.gather) s.gather->wait();
+    if (s.rs) s.rs->wait();
+  }
+  model_.set_hooks({});
+  model_.set_residency(nullptr);
+}
+
+template <typename S>
+int64_t Zero<S>::padding_elements() const {
+  return model_.layout().total() - model_.num_params();
+}
+
+template <typename S>
+std::string Zero<S>::describe() const {
+  return fmt::format("ZeRO-{} over dp x cp = {}: {} units, shard of {} elements per rank ({} of {} flat "
+                     "elements are padding){}{}",
+                     stage_, d_, units_.size(), shard_elems_, padding_elements(), model_.layout().total(),
+                     stage_ == 3 ? fmt::format(", prefetch {}", plan_.prefetch) : std::string(),
+                     stage_ == 3 && plan_.keep_params ? ", gathered units kept across micro-batches" : "");
+}
+
+template <typename S>
+double Zero<S>::loss_scale() const {
+  return DataParallel<S>::loss_scale(plan_);
+}
+
+template <typename S>
+std::vector<int> Zero<S>::order(char phase) const {
+  const int L = static_cast<int>(units_.size()) - 2;
+  std::vector<int> o;
+  if (phase == 'F') {
+    for (int u = 0; u <= L + 1; ++u) o.push_back(u);
+  } else {
+    o.push_back(L + 1);
+    if (model_.config().tied) o.push_back(0);
+    for (int u = L; u >= 1; --u) o.push_back(u);
+    if (!model_.config().tied) o.push_back(0);
+  }
+  return o;
+}
+
+template <typename S>
+void Zero<S>::begin_forward(int micro) {
+  micro_ = micro;
+}
+
+template <typename S>
+void Zero<S>::begin_backward(int micro, bool last) {
+  micro_ = micro;
+  last_ = last;
+  armed_ = last && plan_.overlap;  // interleaved pipelines: the last micro-batch of each chunk
+}
+
+// ---- reduce-scatter -----------------------------------------------------------------------
+
+template <typename S>
+void Zero<S>::on_ready(int64_t lo, int layer) {  // stage 1: the model's flat gradients
+  if (!armed_) return;
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (units_[u].lo == lo && !units_[u].held) {
+      if (tags_) tags_->layer = layer;
+      post_reduce_scatter(static_cast<int>(u));
+    }
+}
+
+template <typename S>
+void Zero<S>::post_reduce_scatter(int u) {
+  UnitState& s = units_[static_cast<size_t>(u)];
+  if (s.rs) complete_reduce_scatter(u);  // a previous micro-batch's, into the same slice
+  Backend<S>& be = model_.backend();
+  s.posted = true;
+  S* full = stage_ == 1 ? model_.grads() + s.lo : s.grad.data();
+  if (fault_ != 0) {  // one element, before its reduction, on this rank only
+    S x{};
+    be.download(&x, full, sizeof(S));
+    x = static_cast<S>(x + fault_);
+    be.upload(full, &x, sizeof(S));
+    fault_ = 0;
+  }
+  dp_.order_after(be.stream());
+  if (stage_ == 1) {  // in place: the slice lands where the backend puts it (reduce_scatter_inplace_offset)
+    S* slice = full + dp_.reduce_scatter_inplace_offset(static_cast<size_t>(s.slice));
+    s.rs = dp_.ireduce_scatter(view(full, s.len), view(slice, s.slice), comm::RedOp::kSum);
+    return;
+  }
+  s.rs_into_scratch = stage_ == 3 && micro_ > 0;
+  S* dst = (s.rs_into_scratch ? scratch_.data() : gshard_.data()) + s.shard_off;
+  s.rs = dp_.ireduce_scatter(view(full, s.len), view(dst, s.slice), comm::RedOp::kSum);
+  if (stage_ == 3 && !plan_.overlap) complete_reduce_scatter(u);  // --no-overlap: wait at once
+}
+
+template <typename S>
+void Zero<S>::complete_reduce_scatter(int u) {
+  UnitState& s = units_[static_cast<size_t>(u)];
+  if (!s.rs) return;
+  s.rs->wait();
+  s.rs.reset();
+  if (stage_ >= 2) s.grad.reset();  // the unit's full gradients are gone; the slice stays
+  if (s.rs_into_scratch)             // a later micro-batch: accumulate into the shard
+    model_.backend().add(gshard_.data() + s.shard_off, scratch_.data() + s.shard_off, s.slice);
+  s.rs_into_scratch = false;
+}
+
+template <typename S>
+void Zero<S>::poll() {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    if (s.rs && s.rs->test()) complete_reduce_scatter(static_cast<int>(u));
+    if (s.gather) s.gather->test();
+  }
+}
+
+template <typename S>
+void Zero<S>::finish() {
+  armed_ = false;
+  if (stage_ <= 2) {  // stages 1 and 2 reduce after the last micro-batch: post what remains
+    for (size_t u = 0; u < units_.size(); ++u) {
+      UnitState& s = units_[u];
+      if (!s.posted) post_reduce_scatter(static_cast<int>(u));
+    }
+  }
+  for (UnitState& s : units_) s.posted = false;  // the next step reduces every unit again
+  for (size_t u = 0; u < units_.size(); ++u) complete_reduce_scatter(static_cast<int>(u));
+}
+
+// ---- residency (stages 2 and 3) -----------------------------------------------------------
+
+template <typename S>
+void Zero<S>::post_gather(int u) {
+  UnitState& s = units_[static_cast<size_t>(u)];
+  if (s.gathered.data() != nullptr) return;  // held, or already on its way
+  Backend<S>& be = model_.backend();
+  s.gathered = BackendArray<S, S>(be, s.len, &model_.memory(), MemCat::kParams);
+  dp_.order_after(be.stream());  // the optimizer wrote the shard on the compute stream
+  s.gather = dp_.iall_gather(view(pshard_.data() + s.shard_off, s.slice), view(s.gathered.data(), s.len));
+}
+
+template <typename S>
+void Zero<S>::acquire(int u, char phase) {
+  UnitState& s = units_[static_cast<size_t>(u)];
+  if (stage_ == 3) {
+    post_gather(u);
+    const std::vector<int>& seq = phase == 'F' ? order_f_ : order_b_;
+    const auto at = std::find(seq.begin(), seq.end(), u);
+    for (auto it = at == seq.end() ? at : at + 1; it != seq.end() && it - at <= plan_.prefetch; ++it) post_gather(*it);
+    if (s.gather) {
+      s.gather->wait();
+      s.gather.reset();
+      model_.backend().written(s.gathered.data(), s.gathered.bytes());
+    }
+  }
+  if (phase == 'B' && s.rs) complete_reduce_scatter(u);  // stage 3: the last micro-batch's
+  if (phase == 'B' && s.grad.data() == nullptr) {
+    s.grad = BackendArray<S, S>(model_.backend(), s.len, &model_.memory(), MemCat::kGrads);  // zeroed
+  }
+}
+
+template <typename S>
+void Zero<S>::release(int u, char phase) {
+  UnitState& s = units_[static_cast<size_t>(u)];
+  if (phase == 'B' && (stage_ == 3 || (last_ && plan_.overlap && !s.held))) post_reduce_scatter(u);
+  if (stage_ == 3 && !(plan_.keep_params && !(phase == 'B' && last_))) {
+    if (s.gather) s.gather->wait();
+    s.gather.reset();
+    s.gathered.reset();
+  }
+}
+
+template <typename S>
+S* Zero<S>::params(int u) {
+  const UnitState& s = units_[static_cast<size_t>(u)];
+  return stage_ == 3 ? s.gathered.data() : model_.params() + s.lo;
+}
+
+template <typename S>
+S* Zero<S>::grads(int u) {
+  return units_[static_cast<size_t>(u)].grad.data();
+}
+
+// ---- the optimizer on the shard, then the parameters back to every rank --------------------
+
+template <typename S>
+void Zero<S>::optimizer_step(const AdamWConfig& cfg, int t) {
+  std::vector<typename Gpt<S>::OptPiece> pieces;
+  for (const UnitState& s : units_) {
+    const int64_t lo = s.lo + r_ * s.slice;
+    S* p = stage_ == 3 ? pshard_.data() + s.shard_off : model_.params() + lo;
+    const S* g = stage_ == 1 ? model_.grads() + s.lo + dp_.reduce_scatter_inplace_offset(static_cast<size_t>(s.slice))
+                             : gshard_.data() + s.shard_off;
+    pieces.push_back({lo, lo + s.slice, p, g, s.shard_off});
+  }
+  model_.update_pieces(pieces, cfg, t);
+  if (stage_ == 3) return;  // the next forward gathers the updated slices
+  Backend<S>& be = model_.backend();
+  dp_.order_after(be.stream());
+  std::vector<std::unique_ptr<comm::Request>> reqs;
+  for (const UnitState& s : units_)  // in place: my slice sits at its place in the unit
+    reqs.push_back(dp_.iall_gather(view(model_.params() + s.lo + r_ * s.slice, s.slice),
+                                   view(model_.params() + s.lo, s.len)));
+  for (auto& q : reqs) q->wait();
+  be.written(model_.params(), sizeof(S) * static_cast<size_t>(model_.layout().total()));
+}
+
+// ---- --check and the metrics --------------------------------------------------------------
+
+template <typename S>
+std::vector<S> Zero<S>::gather_full(const S* shard) {
+  Backend<S>& be = model_.backend();
+  BackendArray<S, S> full(be, model_.layout().total());
+  dp_.order_after(be.stream());  // the shard was written on the compute stream
+  for (const UnitState& s : units_)
+    dp_.all_gather(view(const_cast<S*>(shard) + s.shard_off, s.slice), view(full.data() + s.lo, s.len));
+  dp_.synchronize();  // NCCL queues even the blocking forms on its stream
+  std::vector<S> host(static_cast<size_t>(full.size()));
+  be.download(host.data(), full.data(), full.bytes());
+  return host;
+}
+
+template <typename S>
+std::vector<S> Zero<S>::full_grads() {
+  if (stage_ >= 2) return gather_full(gshard_.data());
+  // stage 1: each unit's slice sits inside the flat gradients; copy them into one shard
+  Backend<S>& be = model_.backend();
+  BackendArray<S, S> shard(be, shard_elems_);
+  for (const UnitState& s : units_)
+    be.copy(shard.data() + s.shard_off,
+            model_.grads() + s.lo + dp_.reduce_scatter_inplace_offset(static_cast<size_t>(s.slice)), s.slice);
+  return gather_full(shard.data());
+}
+
+template <typename S>
+std::vector<S> Zero<S>::full_params() {
+  return stage_ == 3 ? gather_full(pshard_.data()) : model_.download_params();
+}
+
+template <typename S>
+std::vector<AnalyticBytes> Zero<S>::analytic() const {
+  return zero_analytic(static_cast<uint64_t>(model_.layout().total()) * sizeof(S), stage_, d_, plan_.micro_batches,
+                       plan_.keep_params);
+}
+
+std::vector<AnalyticBytes> zero_analytic(uint64_t P, int stage, int d, int micro_batches, bool keep_params) {
+  if (d <= 1) return {};  // a group of one issues no call (RecordingComm)
+  const double f = double(d - 1) / d;
+  const uint64_t m = static_cast<uint64_t>(micro_batches);
+  uint64_t rs = P, ag = P;
+  if (stage == 3) {
+    rs = P * m;                           // every micro-batch's gradients
+    ag = keep_params ? P : 2 * P * m;     // forward and backward of every micro-batch
+  }
+  return {{"dp", "reduce_scatter", rs, f * double(rs)}, {"dp", "all_gather", ag, f * double(ag)}};
+}
+
+StateBytes zero_state_bytes(int64_t flat_elements, int scalar_bytes, int stage, int d) {
+  const double P = double(flat_elements) * scalar_bytes;
+  return {stage >= 3 ? P / d : P, stage >= 2 ? P / d : P, stage >= 1 ? 2 * P / d : 2 * P};
+}
+
+template class Zero<float>;
+
+}  // namespace meshbench::parallel
