@@ -6,15 +6,6 @@
 
 namespace meshbench::parallel {
 
-const char* cp_algo_name(CpAlgo a) {
-  switch (a) {
-    case CpAlgo::kRing: return "ring";
-    case CpAlgo::kAllGather: return "allgather";
-    case CpAlgo::kUlysses: return "ulysses";
-  }
-  return "?";
-}
-
 CpChunks cp_chunks(int T, const CpSpec& cp, int rank) {
   CpChunks c;
   if (cp.size <= 1) {

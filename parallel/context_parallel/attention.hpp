@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "tensor_parallel/linear.hpp"
+#include "vocab/group_comm.hpp"
+#include "vocab/op.hpp"
+#include "vocab/modes.hpp"
 
 namespace meshbench::parallel {
 
-enum class CpAlgo { kRing, kAllGather, kUlysses };
-const char* cp_algo_name(CpAlgo a);  // "ring", "allgather", "ulysses"
 
 struct CpSpec {
   int size = 1, rank = 0;

@@ -1,8 +1,13 @@
 #include "context_parallel/context_parallel.hpp"
 
+#include <fmt/core.h>
+
+#include "core/error.hpp"
 #include "vocab/trace.hpp"
 
 namespace meshbench::parallel {
+
+using core::UsageError;
 
 std::vector<AnalyticBytes> cp_analytic(const Plan& p, int sb, int layers) {
   const int C = p.degrees.cp, t = p.degrees.tp;
@@ -24,6 +29,30 @@ std::vector<AnalyticBytes> cp_analytic(const Plan& p, int sb, int layers) {
       return {row(comm::Collective::kAllToAll, per * 2 * rows * (q + 2 * kv + q) * static_cast<uint64_t>(sb))};
   }
   return {};
+}
+
+void validate_context_parallel(const Plan& p) {
+  const int c = p.degrees.cp, t = p.degrees.tp;
+  if (c < 2) return;
+  const GptConfig& m = p.model;
+  const int parts = p.cp_zigzag ? 2 * c : c;
+  if (m.seq % parts != 0)
+    throw UsageError(fmt::format("--mesh cp={}: --seq {} must be divisible by {} ({})", c, m.seq, parts,
+                                 p.cp_zigzag ? "the zig-zag split cuts the sequence into 2 x cp chunks"
+                                             : "the contiguous split cuts it into cp chunks"));
+  if (p.cp_algo == CpAlgo::kUlysses) {
+    if ((m.heads / t) % c != 0)
+      throw UsageError(fmt::format("--cp-algo ulysses with --mesh cp={}: --heads {} per tensor-parallel rank ({}) must "
+                                   "be divisible by cp (the all-to-all hands each rank whole heads)", c, m.heads, m.heads / t));
+    if ((m.kv_heads / t) % c != 0)
+      throw UsageError(fmt::format("--cp-algo ulysses with --mesh cp={}: --kv-heads {} per tensor-parallel rank ({}) "
+                                   "must be divisible by cp", c, m.kv_heads, m.kv_heads / t));
+  }
+  if (p.sp && (m.seq / c) % t != 0)
+    throw UsageError(fmt::format("--sp with --mesh cp={},tp={}: --seq {} / cp must be divisible by tp", c, t, m.seq));
+  if (m.moe_blocks() > 0)
+    throw UsageError(fmt::format("--mesh cp={} with --experts: context parallel with MoE blocks is not available in "
+                                 "this build", c));
 }
 
 }  // namespace meshbench::parallel

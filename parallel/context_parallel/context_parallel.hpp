@@ -18,6 +18,10 @@ namespace meshbench::parallel {
 //   ulysses:   all-to-alls of the rank's rows: q, k, v forward and their gradients backward
 //              (b s / C x (q + 2 kv)), the output forward and its gradient backward (x q).
 // `layers`: this rank's blocks (a pipeline stage's; -1: all).
+// The context-parallel rules: seq divisible by 2 cp (zig-zag) or cp; Ulysses: heads and kv
+// heads per tensor-parallel rank divisible by cp; with --sp, seq / cp divisible by tp; no MoE.
+void validate_context_parallel(const Plan& plan);
+
 std::vector<AnalyticBytes> cp_analytic(const Plan& plan, int scalar_bytes, int layers = -1);
 
 }  // namespace meshbench::parallel

@@ -1,5 +1,7 @@
 #include "data_parallel/data_parallel.hpp"
 
+#include "core/error.hpp"
+
 #include <algorithm>
 #include <chrono>
 
@@ -168,5 +170,22 @@ void DataParallel<S>::finish() {
 }
 
 template class DataParallel<float>;
+
+void validate_data_parallel(const Plan& p) {
+  if (p.bucket_mb < 0)
+    throw core::UsageError(fmt::format("--bucket-mb {}: must be >= 0 (0: the default rule)", p.bucket_mb));
+}
+
+int64_t bucket_elements(const Plan& p, int64_t grad_elements, int scalar_bytes) {
+  int64_t n;
+  if (p.bucket_mb > 0) {
+    n = static_cast<int64_t>(p.bucket_mb * 1024.0 * 1024.0 / scalar_bytes);
+  } else {
+    constexpr int64_t kMin = 16 * 1024, kMax = 40'000'000;  // Megatron's 40 M is the cap
+    n = std::clamp((grad_elements + 3) / 4, kMin, kMax);
+  }
+  n = std::max<int64_t>(64, (n + 63) / 64 * 64);
+  return n;
+}
 
 }  // namespace meshbench::parallel

@@ -31,6 +31,14 @@
 
 namespace meshbench::parallel {
 
+// The data-parallel rules: --bucket-mb >= 0.
+void validate_data_parallel(const Plan& plan);
+
+// The gradient bucket size in elements: --bucket-mb when given, otherwise the default rule
+// (a quarter of the gradient array, at least 64 Ki elements and at most Megatron's 40 M,
+// rounded to 64 elements), so a small model still gets about four buckets.
+int64_t bucket_elements(const Plan& plan, int64_t grad_elements, int scalar_bytes);
+
 // The flat ranges [lo, hi) reduced over `edp` instead of dp x cp (null edp: a group of one).
 struct ExpertGrads {
   comm::Communicator* edp = nullptr;

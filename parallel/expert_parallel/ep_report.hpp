@@ -12,17 +12,10 @@
 #include "vocab/config.hpp"
 #include "core/log.hpp"
 #include "vocab/grad_sync.hpp"
-#include "expert_parallel/moe.hpp"
+#include "expert_parallel/expert_parallel.hpp"
 #include "report/step_h5.hpp"
 
 namespace meshbench::parallel {
-
-// This rank's "ep" all_to_all (counts: E values per MoE block per forward) and all_to_allv
-// (per MoE block and micro-batch: the dispatch sends the rows this rank routes, the combine
-// the rows its experts received, and the backward both again) over the timed steps, from its
-// routing totals: AnalyticBytes::total is exact, payload and wire the mean per step. Empty
-// unless ep > 1.
-std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int scalar_bytes);
 
 // Per rank (gathered to rank 0): rows received by its experts, expert, dispatch, combine and
 // counts seconds per step; then worst/mean. Console and HDF5 (ep_* step attributes; the

@@ -8,8 +8,7 @@
 #include <fmt/core.h>
 
 #include "core/timer.hpp"
-#include "model/model.hpp"
-#include "tensor_parallel/linear.hpp"
+#include "vocab/group_comm.hpp"
 
 namespace meshbench::parallel {
 

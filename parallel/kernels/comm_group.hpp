@@ -10,7 +10,7 @@
 
 #include "kernels/backend.hpp"
 #include "comm/communicator.hpp"
-#include "tensor_parallel/linear.hpp"
+#include "vocab/group_comm.hpp"
 #include "vocab/trace.hpp"
 
 namespace meshbench::parallel {

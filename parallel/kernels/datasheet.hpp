@@ -2,7 +2,7 @@
 // the datasheet. A device matches an entry only by its exact CUDA name and a memory size in
 // the entry's range (issue 17, defect 9: "NVIDIA H200 NVL" is not "NVIDIA H200"; its dense
 // bf16 peak is 835, not 989 TFLOP/s). No match means no datasheet MFU, never a default.
-// Not here: the measured cuBLAS peak (cuda/cuda_engine.hpp), the CPU peak (step_bench).
+// Not here: the measured cuBLAS peak (cuda/cuda_backend.hpp), the CPU peak (step_bench).
 #pragma once
 
 #include <string>

@@ -637,4 +637,13 @@ MB_INSTANTIATE(float)
 MB_INSTANTIATE(double)
 #undef MB_INSTANTIATE
 
+std::vector<float> adamw_first_step(const Layout& layout, const std::vector<float>& params0,
+                                    const std::vector<float>& grads, const AdamWConfig& cfg) {
+  std::vector<float> p(params0), m(params0.size(), 0.f), v(params0.size(), 0.f);
+  for (const auto& e : layout.entries())
+    adamw_update(p.data() + e.offset, grads.data() + e.offset, m.data() + e.offset, v.data() + e.offset, e.numel, cfg,
+                 e.weight_decay ? cfg.weight_decay : 0.0, 1);
+  return p;
+}
+
 }  // namespace meshbench::parallel

@@ -15,6 +15,11 @@
 
 #include <cstdint>
 
+#include <vector>
+
+#include "vocab/config.hpp"
+#include "vocab/layout.hpp"
+
 namespace meshbench::parallel {
 
 // out (B,T,C) = wte[tokens] + wpe[t]. tokens (B,T) in [0,V), wte (V,C), wpe (maxT,C).
@@ -153,11 +158,16 @@ void bias_residual_add(S* out, const S* x, const S* bias, int N, int C);
 // AdamW (torch.optim.AdamW semantics) on a flat range: param *= 1 - lr*wd, then the Adam
 // step with bias corrections for step t (1-based). m, v are updated in place. Returns how
 // many gradient elements were not finite (the step's divergence check reads it).
-struct AdamWConfig {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
-};
 template <typename S>
 int64_t adamw_update(S* param, const S* grad, S* m, S* v, int64_t n, const AdamWConfig& cfg,
                      double weight_decay, int t);
+
+// AdamW step 1 from `params0` with `grads` over a whole flat array of `layout` (weight decay
+// per tensor, fresh moments), on the host: what an optimizer that got these gradients must
+// produce. Parity and --check compare an update with it instead of with another run's update,
+// since step 1 moves a weight by lr g / (|g| + eps), which turns a last-bit gradient difference
+// near eps into one of size lr.
+std::vector<float> adamw_first_step(const Layout& layout, const std::vector<float>& params0,
+                                    const std::vector<float>& grads, const AdamWConfig& cfg);
 
 }  // namespace meshbench::parallel

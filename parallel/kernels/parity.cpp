@@ -8,7 +8,6 @@
 #include "core/error.hpp"
 #include "kernels/layers.hpp"
 #include "kernels/moe_layers.hpp"
-#include "model/model.hpp"
 
 namespace meshbench::parallel {
 
@@ -289,43 +288,6 @@ std::vector<ParityRow> layer_parity(Backend<float>& be, Precision p, unsigned se
   }
   be.synchronize();
   return rows;
-}
-
-std::vector<ParityRow> step_parity(const GptConfig& cfg, Backend<float>& be, Precision p,
-                                   unsigned seed) {
-  Gpt<float> ref(cfg);
-  ref.init_weights(seed);
-  const std::vector<float> p0 = ref.download_params();
-  Gpt<float> dut(cfg, be);
-  dut.upload_params(p0.data());  // the Adam moments start at zero in both
-  std::vector<int32_t> tok(size_t(cfg.tokens())), tgt(tok.size());
-  synthetic_batch(tok.data(), tgt.data(), DataKind::kRandom, seed, 0, 0, cfg.micro_batch, cfg.seq,
-                  cfg.vocab);
-  const AdamWConfig adam;
-  std::vector<float> lr(size_t(cfg.tokens()) * size_t(cfg.vocab)), ld(lr.size());
-  auto step = [&](Gpt<float>& m, std::vector<float>& logits, std::vector<float>& grads,
-                  std::vector<float>& params) {
-    m.zero_grad();
-    const float loss = m.forward(tok.data(), tgt.data(), logits.data());
-    m.backward();
-    grads = m.download_grads();
-    m.update(adam, 1);
-    params = m.download_params();
-    return loss;
-  };
-  std::vector<float> gr, pr, gd, pd;
-  const float loss_r = step(ref, lr, gr, pr);
-  const float loss_d = step(dut, ld, gd, pd);
-  // The update rule (parity.hpp): CPU AdamW from p0 with the backend's own gradients.
-  std::vector<float> expect = p0, m(p0.size(), 0.f), v(p0.size(), 0.f);
-  for (const auto& e : ref.layout().entries())
-    adamw_update(expect.data() + e.offset, gd.data() + e.offset, m.data() + e.offset,
-                 v.data() + e.offset, e.numel, adam, e.weight_decay ? adam.weight_decay : 0.0, 1);
-  auto tol = [&](const char* op) { return parity_tolerance(op, p); };
-  return {{"loss", std::abs(double(loss_d) - loss_r) / std::abs(double(loss_r)), tol("loss")},
-          {"logits", rel_error(ld, lr), tol("logits")},
-          {"grads", rel_error(gd, gr), tol("grads")},
-          {"updated_params", rel_error(pd, expect), tol("updated_params")}};
 }
 
 }  // namespace meshbench::parallel

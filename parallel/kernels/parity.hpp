@@ -1,9 +1,10 @@
 // Backend parity against the CPU float32 reference, in the manner of ggml's
 // test-backend-ops: every op of a Backend<float> on random data, and one whole training step
 // of Gpt<float> over it, each output compared by normalised error ||x - ref|| / ||ref||
-// against a tolerance per op and precision. The same functions check the CUDA backend on a
+// against a tolerance per op and precision (the whole step: model/step_parity.hpp). The same
+// functions check the CUDA backend on a
 // GPU and, here, the host emulation of its algorithm (backend_emulated.hpp).
-// Not here: choosing a backend (cuda/cuda_engine.hpp), gradient checks against float64
+// Not here: choosing a backend (cuda/cuda_backend.hpp), gradient checks against float64
 // (tests/parallel/layers_gradcheck_test.cpp).
 //
 // Tolerances (parity_tolerance):
@@ -42,11 +43,5 @@ double rel_error(const std::vector<float>& got, const std::vector<float>& ref);
 
 // Every op of `be` (run as precision p) against the CPU layers on data drawn from seed.
 std::vector<ParityRow> layer_parity(Backend<float>& be, Precision p, unsigned seed);
-
-// One step (forward with logits, backward, AdamW step 1) of Gpt<float>(cfg, be) against
-// Gpt<float>(cfg, cpu) from the same weights (init_weights(seed)) and tokens: rows loss,
-// logits, grads, updated_params.
-std::vector<ParityRow> step_parity(const GptConfig& cfg, Backend<float>& be, Precision p,
-                                   unsigned seed);
 
 }  // namespace meshbench::parallel

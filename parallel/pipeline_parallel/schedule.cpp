@@ -108,22 +108,6 @@ int64_t scheduled_activation_peak(const std::vector<Action>& actions, const std:
   return peak;
 }
 
-PipeSchedule parse_pipe_schedule(const std::string& n) {
-  if (n == "gpipe") return PipeSchedule::kGpipe;
-  if (n == "1f1b") return PipeSchedule::k1F1B;
-  if (n == "interleaved") return PipeSchedule::kInterleaved;
-  throw core::UsageError(fmt::format("--schedule {}: must be gpipe, 1f1b or interleaved", n));
-}
-
-const char* name(PipeSchedule k) {
-  switch (k) {
-    case PipeSchedule::kGpipe: return "gpipe";
-    case PipeSchedule::k1F1B: return "1f1b";
-    case PipeSchedule::kInterleaved: return "interleaved";
-  }
-  return "?";
-}
-
 namespace {
 std::string action_text(const Action& a) {
   const std::string c = a.chunk > 0 ? fmt::format("c{}", a.chunk) : std::string();

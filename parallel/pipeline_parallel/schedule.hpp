@@ -23,6 +23,8 @@
 //    micro-batches.
 #pragma once
 
+#include "vocab/modes.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,7 +46,6 @@ struct Action {
   int peer = -1;  // send/recv: the peer's pipeline rank
 };
 
-enum class PipeSchedule { kGpipe, k1F1B, kInterleaved };
 
 struct PipeShape {
   int stages = 1;        // P
@@ -74,8 +75,6 @@ int warmup_forwards(PipeSchedule kind, const PipeShape& s, int rank);
 // its backward frees them.
 int64_t scheduled_activation_peak(const std::vector<Action>& actions, const std::vector<int64_t>& slot_bytes);
 
-PipeSchedule parse_pipe_schedule(const std::string& name);  // gpipe | 1f1b | interleaved
-const char* name(PipeSchedule kind);
 
 // "F0 B0 G O"; chunks > 0 as "F3c1"; sends and receives as "ra0" "sa0" "rg0" "sg0" (with
 // "c1"); the peer is not printed.

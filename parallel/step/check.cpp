@@ -121,18 +121,6 @@ Reference run_reference(StepEnv<float>& env, const Gpt<float>& model) {
   return out;
 }
 
-// The parameters AdamW step 1 makes from `params0` with a rank's own gradients (the full
-// layout, weight decay per tensor), by the CPU layers' update: what that rank's optimizer
-// (replicated, or ZeRO's shard) must have produced. Against the reference's own update instead,
-// a 1e-7 difference in a gradient near AdamW's eps moves a weight by up to lr.
-std::vector<float> adamw_of(const Layout& full, const std::vector<float>& params0, const std::vector<float>& grads,
-                            const AdamWConfig& cfg) {
-  std::vector<float> p(params0), m(params0.size(), 0.f), v(params0.size(), 0.f);
-  for (const auto& e : full.entries())
-    adamw_update(p.data() + e.offset, grads.data() + e.offset, m.data() + e.offset, v.data() + e.offset, e.numel,
-                 cfg, e.weight_decay ? cfg.weight_decay : 0.0, 1);
-  return p;
-}
 
 // The logits of this rank's first micro-batch before the step (its vocabulary columns
 // [first, first + valid) under tensor parallel). ZeRO's strategies prepare their gathers per
@@ -299,7 +287,7 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
         MB_CHECK_MPI(MPI_Recv(other.owned.data(), Pf, MPI_UINT8_T, r, 903, world, MPI_STATUS_IGNORE), "world");
       }
       const InFull& f = r == 0 ? mine : other;
-      const std::vector<float> want_params = adamw_of(full, ref.params0, f.grads, env.adam);
+      const std::vector<float> want_params = adamw_first_step(full, ref.params0, f.grads, env.adam);
       all_a.clear();
       all_r.clear();
       pa.clear();

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "vocab/config.hpp"
-#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/flops.hpp"
 
 namespace meshbench::parallel {

@@ -6,6 +6,8 @@
 #include "expert_parallel/moe.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "zero/zero.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "step/rules.hpp"
 
 namespace meshbench::parallel {
 

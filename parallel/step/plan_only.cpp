@@ -14,6 +14,8 @@
 #include "model/model.hpp"
 #include "step/options.hpp"
 #include "step/plan_memory.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "step/rules.hpp"
 
 namespace meshbench::parallel {
 

@@ -7,6 +7,8 @@
 #include "comm/watched_comm.hpp"
 #include "core/routing.hpp"
 #include "core/timer.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "step/rules.hpp"
 
 namespace meshbench::parallel {
 

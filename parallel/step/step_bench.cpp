@@ -39,7 +39,7 @@
 #include "core/log.hpp"
 #include "core/stats.hpp"
 #include "core/timer.hpp"
-#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "model/export.hpp"
 #include "kernels/flops.hpp"
 #include "model/model.hpp"
@@ -74,6 +74,9 @@
 #include "step/setup.hpp"
 #include "report/step_h5.hpp"
 #include "vocab/trace.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "step/rules.hpp"
+#include "model/step_parity.hpp"
 
 namespace mb = meshbench;
 using mb::core::UsageError;

@@ -1,8 +1,13 @@
 #include "tensor_parallel/tensor_parallel.hpp"
 
+#include <fmt/core.h>
+
+#include "core/error.hpp"
 #include "vocab/trace.hpp"
 
 namespace meshbench::parallel {
+
+using core::UsageError;
 
 std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool embed, bool head, int moe_layers) {
   const int t = p.degrees.tp;
@@ -37,6 +42,32 @@ std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool e
   const uint64_t ag = (L * (4 + 2 * r) + 2 + r) * act, rs = (4 * L + 2) * act;
   return {row(comm::Collective::kAllReduce, m * ce + norms), row(comm::Collective::kAllGather, m * ag),
           row(comm::Collective::kReduceScatter, m * rs)};
+}
+
+void validate_tensor_parallel(const Plan& p) {
+  const int t = p.degrees.tp;
+  const GptConfig& c = p.model;
+  if (p.sp && t < 2) throw UsageError("--sp: sequence parallel splits the tensor-parallel group; needs --mesh tp=T with T >= 2");
+  if (!p.sp_regather && !p.sp) throw UsageError("--sp-regather false: applies to sequence parallel only (add --sp)");
+  if (t < 2) return;
+  auto rule = [&](int v, const char* opt, const char* why) {
+    if (v % t != 0)
+      throw UsageError(fmt::format("--mesh tp={}: {} {} must be divisible by tp ({})", t, opt, v, why));
+  };
+  rule(c.heads, "--heads", "each rank holds whole query heads");
+  rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
+  rule(c.ffn, "--ffn", "the MLP width is split over the group");
+  if (p.sp && p.degrees.cp < 2) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
+  if (c.experts > 0 && p.sp)
+    throw UsageError(fmt::format("--experts {} with --sp: MoE blocks with sequence parallel are not available in this "
+                                 "build (tensor parallel's all-reduce mode is)", c.experts));
+  if (c.experts > 0 && p.degrees.etp != 1)
+    throw UsageError(fmt::format("--experts {} with --mesh tp={}: the experts are not split over tensor parallel in "
+                                 "this build; add etp=1 to the mesh (whole experts, expert grid etp x ep x edp)",
+                                 c.experts, t));
+  if (p.zero > 0)
+    throw UsageError(fmt::format("--zero {} with --mesh tp={}: ZeRO with tensor parallel is not available in this "
+                                 "build (data parallel with tensor parallel is)", p.zero, t));
 }
 
 }  // namespace meshbench::parallel

@@ -21,6 +21,10 @@ namespace meshbench::parallel {
 // A pipeline stage holds `layers` blocks (-1: all), `moe_layers` of them MoE (-1: all the
 // model's), the embedding (`embed`) and the head with the loss (`head`); without sequence
 // parallel its traffic counts only those.
+// The tensor-parallel rules: heads, kv heads and ffn divisible by tp (seq too with --sp);
+// --sp needs tp >= 2; MoE blocks need etp = 1 and no SP; no ZeRO with tp in this build.
+void validate_tensor_parallel(const Plan& plan);
+
 std::vector<AnalyticBytes> tp_analytic(const Plan& plan, int scalar_bytes, int layers = -1, bool embed = true,
                                        bool head = true, int moe_layers = -1);
 

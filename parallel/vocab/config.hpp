@@ -45,4 +45,9 @@ void validate(const GptConfig& c);
 
 std::string describe(const GptConfig& c);  // one line: L=2 C=64 NH=4 KVH=4 F=256 ...
 
+// AdamW's settings (torch.optim.AdamW's names and defaults; --lr, --beta1, ...).
+struct AdamWConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+
 }  // namespace meshbench::parallel

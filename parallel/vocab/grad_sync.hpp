@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/layers.hpp"
+#include "vocab/config.hpp"
 
 namespace meshbench::parallel {
 

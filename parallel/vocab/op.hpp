@@ -29,4 +29,19 @@ struct OpInfo {
 // ops stays outside every compute span. Empty: run directly.
 using ComputeOp = std::function<void(const OpInfo& info, const std::function<void()>& op)>;
 
+// One op call in the trace (--profile, --trace): what ran, where, its FLOPs (GEMMs and
+// attention products; 0 for the elementwise ops) and its steady-clock start and end
+// (seconds); for a layer's op also its role and part ("qkv", "dweight") and GEMM shape (op.hpp).
+struct OpEvent {
+  int step, micro, layer;  // layer -1: embedding, final norm, head, loss, optimizer
+  Op op;
+  char phase;       // 'F' forward, 'B' backward, 'O' optimizer
+  double flops, t_start, t_end;
+  int chunk = 0;    // pipeline model chunk (set by the executor)
+  const char* role = "";  // qkv, attn.proj, fc, fc.proj, head, attention, moe ("": the op's name says it)
+  const char* part = "";  // OpInfo::part
+  int m = 0, n = 0, k = 0;  // the GEMM's shape (op.hpp), 0 otherwise
+};
+
+
 }  // namespace meshbench::parallel

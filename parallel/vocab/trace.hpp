@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "model/model.hpp"
+#include "vocab/op.hpp"
 
 namespace meshbench::parallel {
 

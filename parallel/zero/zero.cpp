@@ -330,4 +330,31 @@ StateBytes zero_state_bytes(int64_t flat_elements, int scalar_bytes, int stage, 
 
 template class Zero<float>;
 
+void validate_zero(const Plan& p) {
+  using core::UsageError;
+  if (p.zero < 0 || p.zero > 3) throw UsageError(fmt::format("--zero {}: must be 0, 1, 2 or 3", p.zero));
+  if (p.prefetch < 0) throw UsageError(fmt::format("--prefetch {}: must be >= 0", p.prefetch));
+  if (p.keep_params && p.zero != 3) throw UsageError("--zero3-keep-params: needs --zero 3");
+  if (p.zero > 0 && p.progress == Progress::kThread)
+    throw UsageError(fmt::format("--progress thread: runs plain data parallel only (--zero {} tests its "
+                                 "reductions between backward ops)", p.zero));
+  if (p.zero > 0 && p.bucket_mb > 0) {
+    const int64_t unit = largest_unit_elements(p.model);
+    if (p.bucket_mb * 1024 * 1024 / 4 < static_cast<double>(unit))
+      throw UsageError(fmt::format("--bucket-mb {} with --zero {}: ZeRO reduces and gathers whole units (the "
+                                   "embeddings, a block, the head); the largest holds {} elements ({:.2f} MiB), "
+                                   "so the bucket must be 0 or at least that",
+                                   p.bucket_mb, p.zero, unit, static_cast<double>(unit) * 4.0 / 1024 / 1024));
+  }
+}
+
+int64_t largest_unit_elements(const GptConfig& c) {
+  const int64_t C = c.hidden, F = c.ffn, V = c.vocab, QKV = c.qkv_width();
+  const int64_t embed = V * C + int64_t{c.max_seq} * C;
+  const int64_t mlp = F * C + F + C * F + C;  // a MoE block: E of them and the router instead
+  const int64_t block = 4 * C + QKV * C + QKV + C * C + C + (c.experts > 0 ? c.experts * (C + mlp) : mlp);
+  const int64_t head = 2 * C + V + (c.tied ? 0 : V * C);
+  return std::max({embed, block, head});
+}
+
 }  // namespace meshbench::parallel

@@ -28,6 +28,14 @@
 
 namespace meshbench::parallel {
 
+// The ZeRO rules: --zero 0..3, --prefetch >= 0, --zero3-keep-params only with --zero 3, no
+// --progress thread, and a --bucket-mb that holds the largest unit.
+void validate_zero(const Plan& plan);
+
+// The largest unit of the model (embeddings, a block, or the head) in elements, without
+// padding: ZeRO reduces and gathers whole units.
+int64_t largest_unit_elements(const GptConfig& c);
+
 // How the model must be laid out and owned under ZeRO stage `stage` over d ranks.
 GptOptions zero_model_options(int stage, int d);
 

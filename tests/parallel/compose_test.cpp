@@ -15,6 +15,8 @@
 #include "vocab/plan.hpp"
 #include "tensor_parallel/tensor_parallel.hpp"
 #include "zero/zero.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "step/rules.hpp"
 
 using namespace meshbench::parallel;
 using meshbench::core::UsageError;

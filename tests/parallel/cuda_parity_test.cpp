@@ -14,7 +14,8 @@
 #include "shapes.hpp"
 #include "kernels/backend_emulated.hpp"
 #include "compute/device.hpp"
-#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "model/cuda_steps.hpp"
 #include "kernels/datasheet.hpp"
 
 using namespace meshbench::parallel;

@@ -15,6 +15,7 @@
 #include "kernels/backend_emulated.hpp"
 #include "kernels/parity.hpp"
 #include "vocab/precision.hpp"
+#include "model/step_parity.hpp"
 
 using namespace meshbench::parallel;
 

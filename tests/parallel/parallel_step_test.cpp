@@ -14,6 +14,9 @@
 #include "vocab/plan.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "vocab/trace.hpp"
+#include "data_parallel/data_parallel.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "step/rules.hpp"
 
 using namespace meshbench::parallel;
 using meshbench::comm::Collective;

@@ -6,6 +6,8 @@
 
 #include "vocab/plan.hpp"
 #include "step/plan_memory.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "step/rules.hpp"
 
 using namespace meshbench::parallel;
 

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/moe_kernels.cuh"
 #include "kernels/operands.hpp"

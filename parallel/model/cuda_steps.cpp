@@ -1,43 +1,9 @@
-// The CUDA path's plain entry points (cuda_engine.hpp): availability, device facts, parity
-// of the CUDA backend, and the timed step loop, all over Gpt<float> with make_backend().
-#include <cuda_runtime.h>
+#include "model/cuda_steps.hpp"
 
-#include <cmath>
-
-#include "compute/device.hpp"
-#include "core/error.hpp"
 #include "core/timer.hpp"
-#include "kernels/cuda/cuda_engine.hpp"
-#include "kernels/datasheet.hpp"
+#include "model/step_parity.hpp"
 
 namespace meshbench::parallel::cuda {
-
-bool available(std::string* why) {
-  const compute::GpuProbe p = compute::probe_gpus();
-  if (p.state == compute::GpuState::kUsable) return true;
-  if (why) *why = p.detail;
-  return false;
-}
-
-std::string device_name(int device) { return compute::device_name(device); }
-
-double device_memory_gib(int device) {
-  if (!available(nullptr)) return NAN;
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return NAN;
-  return double(prop.totalGlobalMem) / double(1ull << 30);
-}
-
-double datasheet_peak(const std::string& name, Precision p) {
-  const DatasheetEntry* e = datasheet_entry(name, device_memory_gib(0));
-  if (e == nullptr) return NAN;
-  return p == Precision::kFp32 ? e->fp32 : e->bf16;
-}
-
-std::vector<ParityRow> layer_parity(Precision p, unsigned seed) {
-  const auto be = make_backend(p, 0);
-  return parallel::layer_parity(*be, p, seed);
-}
 
 std::vector<ParityRow> step_parity(const GptConfig& cfg, Precision p, unsigned seed) {
   const auto be = make_backend(p, 0);

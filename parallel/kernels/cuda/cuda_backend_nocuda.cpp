@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
-#include "kernels/cuda/cuda_engine.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 
 namespace meshbench::parallel::cuda {
 namespace {
@@ -20,10 +20,6 @@ double device_memory_gib(int) { return NAN; }
 std::unique_ptr<Backend<float>> make_backend(Precision, int) { no_cuda(); }
 double datasheet_peak(const std::string&, Precision) { return NAN; }
 std::vector<ParityRow> layer_parity(Precision, unsigned) { no_cuda(); }
-std::vector<ParityRow> step_parity(const GptConfig&, Precision, unsigned) { no_cuda(); }
 double measure_gemm_peak(int, int, int, Precision, int) { no_cuda(); }
-GpuStepTimes run_steps(const GptConfig&, Precision, int, int, unsigned, const GpuRunOptions&) {
-  no_cuda();
-}
 
 }  // namespace meshbench::parallel::cuda

@@ -1,0 +1,26 @@
+// Expert parallel (MoE blocks with their experts spread over the ep group, issue 13): its
+// rules and the bytes a run's all-to-alls must move. The MoE block (router, dispatch, experts,
+// combine) is moe.hpp; the per-rank imbalance report ep_report.hpp.
+#pragma once
+
+#include <vector>
+
+#include "expert_parallel/moe.hpp"
+#include "vocab/config.hpp"
+#include "vocab/grad_sync.hpp"
+#include "vocab/plan.hpp"
+
+namespace meshbench::parallel {
+
+// The expert-parallel rules: ep > 1 needs MoE blocks, --experts divisible by ep, top-k <= E;
+// no ZeRO with ep in this build.
+void validate_expert_parallel(const Plan& plan);
+
+// This rank's "ep" all_to_all (counts: E values per MoE block per forward) and all_to_allv
+// (per MoE block and micro-batch: the dispatch sends the rows this rank routes, the combine
+// the rows its experts received, and the backward both again) over the timed steps, from its
+// routing totals: AnalyticBytes::total is exact, payload and wire the mean per step. Empty
+// unless ep > 1.
+std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int scalar_bytes);
+
+}  // namespace meshbench::parallel
