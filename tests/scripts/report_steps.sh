@@ -2,7 +2,8 @@
 # scripts/report and scripts/plot on step_bench files written here (tiny model, 2 ranks, dp=2,
 # --zero 0..3): every number of the step table equals the file (read independently with h5py);
 # bytes match the plan; ZeRO-1..3 optimizer memory equals its formula and is below DP's; the
-# stages are shown side by side in Markdown; plot draws memory.png; filters and mixed folders.
+# stages are shown side by side in Markdown (bytes headers name the quantity, cells carry the
+# unit); plot draws memory.png; filters and mixed folders.
 . "$(dirname "$0")/lib.bash"
 R="$MB_SRC/scripts/report"
 P="$MB_SRC/scripts/plot"
@@ -58,11 +59,21 @@ pass "json step table equals the files (times, tokens/s, MFU, bytes per rank and
 
 py "$R" "$WORK/zero" -o "$WORK/steps.md" || fail "report md exit $?"
 grep -q '^| | data_parallel | zero1 | zero2 | zero3 |$' "$WORK/steps.md" || fail "stages not side by side: $(cat "$WORK/steps.md")"
-for row in 'step (ms)' 'tokens/s' 'MFU' 'exposed comm' 'dp reduce_scatter (B/rank/step)' 'dp all_reduce (B/rank/step)' \
+for row in 'step (ms)' 'tokens/s' 'MFU' 'exposed comm' 'dp reduce_scatter (bytes/rank/step)' 'dp all_reduce (bytes/rank/step)' \
            'optimizer (rank 0)' 'optimizer analytic' 'memory total (rank 0)'; do
   grep -qF "| $row |" "$WORK/steps.md" || fail "side-by-side table lacks '$row': $(cat "$WORK/steps.md")"
 done
 grep -q '^| bytes match | yes | yes | yes | yes |$' "$WORK/steps.md" || fail "bytes match row: $(grep 'bytes match' "$WORK/steps.md")"
+# A header names the quantity, the cell its unit: no 'B/rank/step' header above cells in KiB or MiB.
+! grep -q 'B/rank/step' "$WORK/steps.md" || fail "a header still says B/rank/step: $(grep 'B/rank/step' "$WORK/steps.md")"
+py - "$WORK/steps.md" <<'PY' || fail "bytes cells without their unit: $(grep 'bytes/rank/step' "$WORK/steps.md")"
+import re, sys
+rows = [l for l in open(sys.argv[1]) if "(bytes/rank/step)" in l]
+assert len(rows) >= 3, rows
+for l in rows:
+    for c in [c.strip() for c in l.strip("|\n").split("|")][1:]:
+        assert c == "-" or re.fullmatch(r"[0-9.]+ (B|KiB|MiB|GiB)", c), (l, c)
+PY
 py "$R" "$WORK/zero/z1.h5" > "$WORK/one.md" || fail "report one run exit $?"
 grep -q '^| run | strategy | degrees | m | step (ms) | tokens/s | MFU | exposed comm |' "$WORK/one.md" \
   || fail "one run: not one row per run: $(cat "$WORK/one.md")"
