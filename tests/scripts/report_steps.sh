@@ -3,7 +3,7 @@
 # --zero 0..3): every number of the step table equals the file (read independently with h5py);
 # bytes match the plan; ZeRO-1..3 optimizer memory equals its formula and is below DP's; the
 # stages are shown side by side in Markdown (bytes headers name the quantity, cells carry the
-# unit); plot draws memory.png; filters and mixed folders.
+# unit; step times to their spread's precision); plot draws memory.png; filters and mixed folders.
 . "$(dirname "$0")/lib.bash"
 R="$MB_SRC/scripts/report"
 P="$MB_SRC/scripts/plot"
@@ -73,6 +73,23 @@ assert len(rows) >= 3, rows
 for l in rows:
     for c in [c.strip() for c in l.strip("|\n").split("|")][1:]:
         assert c == "-" or re.fullmatch(r"[0-9.]+ (B|KiB|MiB|GiB)", c), (l, c)
+PY
+# Step times to the precision their spread supports: 2 steps' min-max, 2 significant digits of it.
+py - "$WORK/steps.md" "$WORK"/zero/z*.h5 <<'PY' || fail "step (ms) precision: $(grep 'step (ms)' "$WORK/steps.md")"
+import math, sys
+import h5py
+cells = [c.strip() for c in next(l for l in open(sys.argv[1]) if l.startswith("| step (ms) |")).strip("|\n").split("|")][1:]
+want = []
+for path in sys.argv[2:]:
+    with h5py.File(path, "r") as f:
+        s = next(iter(f["runs"].values()))["step"]
+        t = s["step_times"][()].max(axis=1)
+        med = float(s["summary"][0]["step_time_median"]) * 1e3
+        w = (t.max() - t.min()) * 1e3
+        p = min(math.floor(math.log10(w)) - 1, math.floor(math.log10(med))) if w > 0 else math.floor(math.log10(med)) - 2
+        want.append(f"{med:.{-p}f}" if p < 0 else f"{round(med / 10 ** p) * 10 ** p:,.0f}")
+assert cells == want, (cells, want)
+print("step (ms):", cells)
 PY
 py "$R" "$WORK/zero/z1.h5" > "$WORK/one.md" || fail "report one run exit $?"
 grep -q '^| run | strategy | degrees | m | step (ms) | tokens/s | MFU | exposed comm |' "$WORK/one.md" \
