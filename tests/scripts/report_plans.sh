@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# scripts/report's plan table (issues 14 and 23) and --compare for step runs on tiny step_bench
-# files written here: single (1 rank), dp=2 twice (two rounds appended to one file), tp=2
-# (--check), pp=2 1F1B and GPipe at m=4, all with --ranks-per-node 1 so that every group crosses
-# a "node", under shared memory (tag shm) and dp=2, tp=2 again over TCP on loopback (tag tcp);
-# global batches 2, 4, 2, 8, 8. Asserts against the files (read with h5py by h5truth.py,
-# independently of the scripts): every run's time split is step/time_split's mean over ranks
-# (nothing derived), the rounds' median and spread, the ranking by median tokens/s, the
-# global-batch column, "not separable", rounding to the spread's precision, files without
-# step/time_split ('-' and a note), the compare rows, and that a timed-out run and a sweep
-# point that exited 2 are rows.
+# scripts/report's plan table (issues 14 and 23), --compare for step runs and scripts/plot's
+# steps.png, memory.png, scaling.png and --timeline on tiny step_bench files written here:
+# single (1 rank), dp=2 twice (two rounds appended to one file), tp=2 (--check), pp=2 1F1B and
+# GPipe at m=4, all with --ranks-per-node 1 so that every group crosses a "node", under shared
+# memory (tag shm) and dp=2, tp=2 again over TCP on loopback (tag tcp); global batches 2, 4, 2,
+# 8, 8. Asserts against the files (read with h5py by h5truth.py, independently of the scripts):
+# every run's time split is step/time_split's mean over ranks (nothing derived), the rounds'
+# median and spread, the ranking by median tokens/s, the global-batch column, "not separable",
+# rounding to the spread's precision, files without step/time_split ('-' and a note, left out
+# of steps.png), the compare rows, steps.png per token, memory.png's worst rank (GPipe: rank 1)
+# labelled by plan, scaling.png over rounds, the timeline of GPipe and 1F1B on one time axis
+# with memory in MiB, and that a timed-out run and a sweep point that exited 2 are rows.
 . "$(dirname "$0")/lib.bash"
 R="$MB_SRC/scripts/report"
+P="$MB_SRC/scripts/plot"
 [[ -x "$MB_BIN/step_bench" ]] || fail "no step_bench in $MB_BIN (MESHBENCH_WITH_ENGINE=OFF?)"
 SHAPE=(--layers 2 --hidden 32 --heads 2 --seq 16 --vocab 64 --micro-batch 2 --threads 1 --quiet --ranks-per-node 1)
 TINY=("${SHAPE[@]}" --steps 2 --warmup 1)
@@ -201,7 +204,10 @@ for r in rows:
     assert (r.get("bubble_worst") is None) or r["plan"] == "tp2", r["plan"]
 print("old files: '-' and the note")
 PY
-pass "files without step/time_split: '-' and a note in the report"
+py "$P" "$WORK/old" -o "$WORK/oldplots" > "$WORK/oldlist" 2> "$WORK/olderr" || fail "plot on old files exit $?"
+grep -q "steps.png leaves out 2 plan(s) written before step/time_split" "$WORK/olderr" \
+  && grep -qx "$WORK/oldplots/steps.png" "$WORK/oldlist" || fail "plot on old files: $(cat "$WORK/olderr" "$WORK/oldlist")"
+pass "files without step/time_split: '-' and a note in the report, left out of steps.png (said on stderr)"
 
 # 5. --compare: the same plans under shm and tcp, matched by plan (dp2's latest round under shm).
 py "$R" "$D" --compare tag=shm tag=tcp -f json -o "$WORK/cmp.json" || fail "compare json exit $?"
@@ -232,7 +238,131 @@ rc=0; py "$R" "$D" --compare tag=shm tag=nothing > /dev/null 2>&1 || rc=$?
 [[ $rc -eq 1 ]] || fail "compare without partners exit $rc, expected 1"
 pass "--compare tag=shm tag=tcp: dp2 and tp2 matched, times, tokens/s, ratio and exposed time (time_split) equal the files"
 
-# 6. Failed points: a run stopped by --time-limit (checked after each step: without warm-up it
+# 6. plot: steps.png (per token, time_split's parts), memory.png (worst rank, by plan), scaling.png.
+py "$P" "$D" --where tag=shm -o "$WORK/plots" > "$WORK/list" || fail "plot exit $?"
+for f in memory steps scaling; do grep -qx "$WORK/plots/$f.png" "$WORK/list" || fail "no $f.png: $(cat "$WORK/list")"; done
+py - "$MB_SRC/scripts" "$D" "$WORK/plots" "$MB_SRC/tests/scripts" <<'PY' || fail "plot contents"
+import importlib.machinery, importlib.util, math, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.image as mpimg
+import matplotlib.pyplot as plt
+sys.path.insert(0, sys.argv[1])
+sys.path.insert(0, sys.argv[4])
+import h5truth
+from meshbench import plans, reader
+D = sys.argv[2]
+for f in ("steps", "scaling", "memory"):
+    img = mpimg.imread(f"{sys.argv[3]}/{f}.png")
+    assert img.shape[0] > 200 and img.shape[1] > 400, (f, img.shape)
+loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[1] + "/plot")
+spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
+loader.exec_module(mod)
+runs, _ = reader.load_steps([D])
+rows = [r for r in plans.plan_rows(runs) if r["tag"] == "shm"]
+truth = {}
+for f, plan in (("single", "single"), ("dp2", "dp2"), ("tp2", "tp2"), ("pp2", "pp2 1f1b m=4"), ("gpipe", "pp2 gpipe m=4")):
+    truth[plan] = [h5truth.step_truth(f"{D}/{f}.h5", rid) for rid in h5truth.step_runs(f"{D}/{f}.h5")]
+saved = []
+plt.Figure.savefig = lambda fig, *a, **k: saved.append(fig)
+
+# steps.png: one bar per plan, the time split per token (mean over ranks and rounds / global batch tokens)
+groups = [g for g in plans.plan_groups(rows) if g["tokens"] is not None]
+mod.plot_step_bars(plt, groups, "/dev/null", "")
+ax = saved[-1].axes[0]
+assert "per token" in ax.get_ylabel(), ax.get_ylabel()
+labels = [t.get_text() for t in ax.get_xticklabels()]
+assert labels == [f"{g['plan']} gb={g['global_batch']}" for g in groups], labels  # global batches differ
+segs = {}
+for b in ax.patches:
+    segs.setdefault(round(b.get_x() + b.get_width() / 2), []).append(b)
+for x, g in enumerate(groups):
+    ts = truth[g["plan"]]
+    per_tok = lambda c: 1e6 * sum(t["split"].get(c, 0.0) for t in ts) / len(ts) / ts[0]["tokens_per_step"]  # noqa
+    top = max(b.get_y() + b.get_height() for b in segs[x])
+    assert math.isclose(top, per_tok("step"), rel_tol=1e-9), (g["plan"], top, per_tok("step"))
+    comp = min(segs[x], key=lambda b: b.get_y())
+    assert comp.get_y() == 0 and math.isclose(comp.get_height(), per_tok("compute"), rel_tol=1e-9), g["plan"]
+
+# memory.png: one bar per plan, the worst rank's five parts, named; GPipe's worst is its last stage
+mod.plot_memory(plt, rows, "/dev/null", "")
+ax = saved[-1].axes[0]
+labels = [t.get_text() for t in ax.get_xticklabels()]
+tops = {}
+for b in ax.patches:
+    x = round(b.get_x() + b.get_width() / 2)
+    tops[x] = max(tops.get(x, 0.0), b.get_y() + b.get_height())
+scale = 1 << 10 if "KiB" in ax.get_ylabel() else 1 << 20
+assert len(labels) == 5, labels
+for x, lab in enumerate(labels):
+    plan = lab.split(" gb=")[0]
+    t = truth[plan][-1]
+    worst = max(t["mem_totals"], key=lambda k: (t["mem_totals"][k], -k))
+    assert lab.endswith(f"\n(rank {worst})"), lab
+    assert math.isclose(tops[x], t["mem_totals"][worst] / scale, rel_tol=1e-12), (lab, tops[x])
+g = truth["pp2 gpipe m=4"][0]["mem_totals"]
+assert g[1] > g[0], g  # GPipe: the last stage holds the most here; rank 0's bar would hide it
+lab = next(l for l in labels if l.startswith("pp2 gpipe m=4"))
+assert lab.endswith("(rank 1)"), lab
+
+# scaling.png: single and dp2 (the median of its two rounds)
+fams = mod.scaling_families(groups, "dp")
+assert list(fams) == [(rows[0]["model"], "shm", "single")], fams
+mod.plot_scaling(plt, fams, "dp", "/dev/null", "")
+line = saved[-1].axes[0].get_lines()[0]
+dp = sorted(t["tokens_per_s"] for t in truth["dp2"])
+assert list(line.get_xdata()) == [1, 2], line.get_xdata()
+ys = list(line.get_ydata())
+assert ys[0] == truth["single"][0]["tokens_per_s"] and math.isclose(ys[1], sum(dp) / 2, rel_tol=1e-12), ys
+print("steps.png per token, memory.png:", labels, "scaling: single -> dp2")
+PY
+pass "plot: steps.png bars are step/time_split per token by plan and global batch; memory.png the worst rank (GPipe: 1) by plan; scaling.png over rounds"
+
+# 7. --timeline: GPipe and 1F1B on one shared time axis, stages as rows, memory in MiB.
+py "$P" --timeline "$D" --where tag=shm -o "$WORK/tl" > "$WORK/tl.list" || fail "--timeline exit $?"
+[[ "$(cat "$WORK/tl.list")" == "$WORK/tl/timeline.png" ]] || fail "--timeline wrote $(cat "$WORK/tl.list")"
+py - "$MB_SRC/scripts" "$D" "$WORK/tl3" <<'PY' || fail "timeline contents"
+import importlib.machinery, importlib.util, math, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import h5py
+sys.path.insert(0, sys.argv[1])
+from meshbench import plans, reader
+loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[1] + "/plot")
+spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
+loader.exec_module(mod)
+saved = []
+plt.Figure.savefig = lambda fig, *a, **k: saved.append(fig)
+assert mod.main(["--timeline", f"{sys.argv[2]}/gpipe.h5", f"{sys.argv[2]}/pp2.h5", "-o", sys.argv[3]]) == 0
+fig = saved[-1]
+axes = fig.axes
+assert len(axes) == 3, len(axes)  # two runs' stages, one memory panel
+titles = [a.get_title(loc="left") for a in axes[:2]]
+assert titles[0].startswith("pp2 gpipe m=4") and titles[1].startswith("pp2 1f1b m=4"), titles
+assert all(a.get_shared_x_axes().joined(axes[0], a) for a in axes), "not one shared time axis"
+assert [t.get_text() for t in axes[0].get_yticklabels()] == ["stage 0 (rank 0)", "stage 1 (rank 1)"]
+mem = axes[2]
+assert "MiB" in mem.get_ylabel(), mem.get_ylabel()
+lines = {l.get_label(): l for l in mem.get_lines()}
+for name, plan in (("gpipe", "pp2 gpipe m=4"), ("pp2", "pp2 1f1b m=4")):
+    with h5py.File(f"{sys.argv[2]}/{name}.h5", "r") as f:
+        st = next(iter(f["runs"].values()))["step"]
+        slots = st["activation_slots"][()]
+        last = int(st["passes"][()]["step"].max())
+        for r in (0, 1):
+            want = [float(s["bytes"]) / (1 << 20) for s in sorted((s for s in slots if s["rank"] == r and s["step"] == last),
+                                                                   key=lambda s: s["t"])]
+            got = list(lines[f"{plan}: rank {r}"].get_ydata())
+            assert got == want, (name, r, got, want)
+    assert max(max(lines[f"{plan}: rank {r}"].get_ydata()) for r in (0, 1)) > 0
+print("timeline: 2 runs on one axis, memory in MiB equal to step/activation_slots bytes")
+PY
+rc=0; py "$P" --timeline "$D" --where tag=nothing -o "$WORK/tl2" > /dev/null 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || fail "--timeline with nothing selected exit $rc, expected 1"
+pass "--timeline: GPipe and 1F1B on one shared time axis, a row per stage, stored activations in MiB from the file"
+
+# 8. Failed points: a run stopped by --time-limit (checked after each step: without warm-up it
 # times exactly one step, status timeout) and a sweep point record of a run that exited 2
 # (scripts/sweep's <out>/points/<id>.json, written here in its format) are rows with their status.
 S="$WORK/sweep"
