@@ -1,31 +1,38 @@
-"""meshbench.plans: the step runs as parallel plans, for the plan table, --compare and plots.
+"""meshbench.plans: the step runs as parallel plans, for the plan table, --compare, --baseline
+and plots.
 
 No HDF5: functions of what reader.read_steps returns (and of scripts/sweep's point records,
 plain JSON), shared by scripts/report and scripts/plot. Each step row of reader.step_table
-gains the plan's shape and a split of its step time (README, "Reading the report", plan
-table):
+gains the plan's shape and the run's time split as the binary stored it (README, "Reading the
+report"; docs/metrics.md; docs/report.md):
 
   plan                 "tp2 x dp2 x pp2 1f1b m=4": the degrees above 1 in the run's rank order
                        (fastest-varying first, so two orders read differently), then vpp,
                        zero, schedule and micro-batches where they matter, "sp"
-  time.exposed.<dim>   exposed communication of dim per rank and step (s, mean over ranks):
-                       comm exposed_s summed over kinds / steps; for pp only the receives'
-                       transfer (step/pipeline recv_transfer_s): the waits for the upstream
-                       stage, and sends blocked meanwhile, are the bubble
-  time.bubble          the pipeline's idle time per rank and step (s): the mean over ranks of
-                       step/pipeline bubble (a share of the pipeline span) x the span (first
-                       forward to last backward over all ranks, from step/passes)
-  step_time_mean       the mean over the timed steps of each step's slowest rank (step_times):
-                       the height of steps.png's bar, since its parts are means over the steps too
-  time.compute         step_time_mean minus the two above: compute and whatever else
-                       (optimizer, copies); never below 0
-  bubble_worst         the largest step/pipeline bubble over ranks (the worst stage), and
-                       bubble_worst_rank
+  tokens_per_step      the global batch's tokens: step attributes global_batch x seq (what
+                       step_bench divides by the step time for tokens/s)
+  time.step, time.compute, time.exposed.<dim>, time.bubble, time.other
+                       step/time_split (seconds per rank and timed step), the mean over ranks
+                       of each category: step = compute + exposed + bubble + other holds for
+                       every rank, so for the means too. Absent for files written before
+                       step/time_split: nothing here re-derives it
+  bubble_worst         the largest step/pipeline bubble over ranks (the time split's bubble
+                       over that rank's step), and bubble_worst_rank; bubble_mean is the
+                       summary's mean over ranks; only with step/time_split (before it the
+                       column had another definition)
   mem_peak             the largest engine_peak over ranks (bytes), mem_peak_rank, rss_peak
                        (the largest process_peak_rss)
+  mem_worst.<category> the five memory parts of the rank whose parts add up to the most
+                       (mem_worst_rank), mem_worst.total their sum, mem_worst_analytic.total
+                       that rank's formula for them (NaN where a part has none)
   cross_nodes          the dimensions whose groups span more than one node (topology/groups
                        span inter or mixed), in rank order, e.g. "dp,pp"; "none"; "?" without
                        topology
+  _step_samples        (not an output column) each timed step's slowest rank, seconds
+
+plan_groups(rows) gathers the rounds of each plan (the runs with the same PLAN_KEY and tag) and
+ranks them by the median of their tokens/s, with the spread (meshbench.spread) and whether
+each is separable from the next.
 """
 import glob
 import json
@@ -34,21 +41,24 @@ import os
 import re
 import shlex
 
-from . import reader
+from . import reader, spread
 
 DIMS = ["dp", "tp", "cp", "pp", "ep"]
 # The columns this module adds (filters accept them, CSV/JSON carry them).
-PLAN_FIELDS = ["plan", "model", "order", "schedule", "vpp", "step_time_mean", "nodes", "ranks_per_node", "bubble_mean",
-               "bubble_worst", "bubble_worst_rank", "bubble_theory", "mem_peak", "mem_peak_rank", "rss_peak",
-               "cross_nodes", "time.compute", "time.bubble"]
-PLAN_NUMERIC = {"vpp", "step_time_mean", "nodes", "ranks_per_node", "bubble_mean", "bubble_worst", "bubble_worst_rank",
-                "bubble_theory", "mem_peak", "mem_peak_rank", "rss_peak", "time.compute", "time.bubble"}
+PLAN_FIELDS = ["plan", "model", "order", "schedule", "vpp", "tokens_per_step", "nodes", "ranks_per_node",
+               "bubble_mean", "bubble_worst", "bubble_worst_rank", "bubble_theory", "mem_peak", "mem_peak_rank",
+               "rss_peak", "mem_worst_rank", "cross_nodes", "time.step", "time.compute", "time.bubble", "time.other"]
+PLAN_NUMERIC = {"vpp", "tokens_per_step", "nodes", "ranks_per_node", "bubble_mean", "bubble_worst",
+                "bubble_worst_rank", "bubble_theory", "mem_peak", "mem_peak_rank", "rss_peak", "mem_worst_rank",
+                "time.step", "time.compute", "time.bubble", "time.other"}
 # Summary numbers that mean nothing when a run timed no step.
-NO_STEP_BLANKS = ["step_time_mean", "step_time_median", "step_time_min", "step_time_p99", "tokens_per_s",
+NO_STEP_BLANKS = ["step_time_median", "step_time_min", "step_time_p99", "tokens_per_s",
                   "model_flops_per_s", "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction",
                   "exposed_comm_fraction_dp", "straggler_rank"]
-# What makes two runs the same plan (besides the model): --compare joins on these.
+# What makes two runs the same plan (besides the model): --compare joins on these; with the tag
+# (the fabric) they make the rounds of one measurement (plan_groups).
 PLAN_KEY = ["model", "ranks", "plan", "global_batch"]
+ROUND_KEY = PLAN_KEY + ["tag"]
 MODEL_ATTRS = ["preset", "layers", "hidden", "heads", "kv_heads", "ffn", "seq", "vocab", "micro_batch",
                "experts", "top_k"]
 
@@ -84,38 +94,29 @@ def _model(attrs):
                     if attrs.get(k) not in (None, "", 0) and (moe or k != "top_k"))
 
 
-def _span(passes, steps):
-    """Mean pipeline span per step (s): earliest forward start to latest backward end, all ranks."""
-    lo, hi = {}, {}
-    for p in passes:
-        s = p["step"]
-        if p["phase"] == "F":
-            lo[s] = min(lo.get(s, math.inf), p["t_start"])
-        elif p["phase"] == "B":
-            hi[s] = max(hi.get(s, -math.inf), p["t_end"])
-    spans = [hi[s] - lo[s] for s in lo if s in hi and hi[s] > lo[s]]
-    return sum(spans) / len(spans) if spans else 0.0
+def time_split_means(rows):
+    """{category: mean over ranks} of step/time_split rows (rank, category, seconds)."""
+    per = {}
+    ranks = set()
+    for t in rows:
+        ranks.add(int(t["rank"]))
+        per[t["category"]] = per.get(t["category"], 0.0) + float(t["seconds"])
+    return {c: v / len(ranks) for c, v in per.items()} if ranks else {}
 
 
-def _time_split(run, row, steps):
-    """time.exposed.<dim>, time.bubble, time.compute (seconds per rank and step)."""
-    ranks = max(1, int(row.get("ranks") or 1))
-    out = {}
-    for c in run["comm"]:
-        if c["dim"] == "pp" and run["pipeline"]:
-            continue
-        out[c["dim"]] = out.get(c["dim"], 0.0) + float(c["exposed_s"]) / (steps * ranks)
-    pipe = run["pipeline"]
-    bubble = 0.0
-    if pipe:
-        n = len(pipe)
-        out["pp"] = sum(float(p["recv_transfer_s"]) for p in pipe) / n
-        bubble = sum(float(p["bubble"]) for p in pipe) / n * _span(run["passes"], steps)
-    split = {f"time.exposed.{d}": v for d, v in sorted(out.items())}
-    split["time.bubble"] = bubble
-    t = row["step_time_mean"]
-    split["time.compute"] = max(0.0, t - bubble - sum(out.values()))
-    return split
+def worst_memory_rank(memory):
+    """(rank, {part: bytes}, {part: analytic}) of the rank whose MEMORY_PARTS add up to the most
+    (the lowest such rank on a tie); None without memory rows."""
+    by = {}
+    for m in memory:
+        if m["category"] in reader.MEMORY_PARTS:
+            d = by.setdefault(int(m["rank"]), ({}, {}))
+            d[0][m["category"]] = float(m["measured_bytes"])
+            d[1][m["category"]] = float(m["analytic_bytes"])
+    if not by:
+        return None
+    rank = max(sorted(by), key=lambda k: sum(by[k][0].values()))
+    return rank, by[rank][0], by[rank][1]
 
 
 def _per_rank_max(memory, category):
@@ -143,31 +144,44 @@ def plan_rows(runs):
         a, s, f = run["attrs"], run["summary"], run["fields"]
         deg = a.get("degrees") if isinstance(a.get("degrees"), dict) else {}
         order = str(a.get("order", "") or run["run"].get("order", ""))
-        steps = max(1, r.get("steps") or 0)
         r.update(order=order, schedule=str(a.get("schedule", "")), vpp=int(a.get("vpp", 1) or 1),
                  model=_model(a), nodes=f["nodes"], ranks_per_node=f["ranks_per_node"],
                  plan=plan_label(deg, order, a.get("vpp", 1), r["zero_stage"], a.get("schedule", ""),
                                  r.get("microbatches"), r.get("sequence_parallel")),
-                 bubble_mean=s.get("bubble_measured") if run["pipeline"] else None,
-                 bubble_theory=s.get("bubble_theory") if run["pipeline"] else None,
                  cross_nodes=cross_nodes(run, order))
-        if run["pipeline"]:
+        if a.get("global_batch") is not None and a.get("seq") is not None:
+            r["tokens_per_step"] = int(a["global_batch"]) * int(a["seq"])
+        split = time_split_means(run.get("time_split") or [])
+        for c in sorted(split, key=lambda c: (c != "step", c != "compute", not c.startswith("exposed."), c)):
+            r[f"time.{c}"] = split[c]
+        if run["pipeline"] and split:
+            # step/pipeline's bubble is the split's bubble over the rank's step only in files
+            # with step/time_split; older files meant another quantity by it: left blank.
             worst = max(run["pipeline"], key=lambda p: p["bubble"])
-            r.update(bubble_worst=float(worst["bubble"]), bubble_worst_rank=int(worst["rank"]))
+            r.update(bubble_worst=float(worst["bubble"]), bubble_worst_rank=int(worst["rank"]),
+                     bubble_mean=s.get("bubble_measured"))
+        if run["pipeline"]:
+            r["bubble_theory"] = s.get("bubble_theory")
         peak = _per_rank_max(run["memory"], "engine_peak")
         if peak is not None:
             r.update(mem_peak=float(peak["measured_bytes"]), mem_peak_rank=int(peak["rank"]))
         rss = _per_rank_max(run["memory"], "process_peak_rss")
         if rss is not None:
             r["rss_peak"] = float(rss["measured_bytes"])
+        worst_mem = worst_memory_rank(run["memory"])
+        if worst_mem is not None:
+            rank, parts, analytic = worst_mem
+            r["mem_worst_rank"] = rank
+            for c in reader.MEMORY_PARTS:
+                r[f"mem_worst.{c}"] = parts.get(c, 0.0)
+            r["mem_worst.total"] = sum(parts.values())
+            r["mem_worst_analytic.total"] = sum(analytic.get(c, math.nan) for c in reader.MEMORY_PARTS)
         st = run["step_times"]
         if st.ndim == 2 and st.shape[0] and st.shape[1]:
-            r["step_time_mean"] = float(st.max(axis=1).mean())
+            r["_step_samples"] = [float(x) for x in st.max(axis=1)]
         if not r.get("steps"):
             # No timed step finished (a run stopped in its warm-up): its summary holds no numbers.
             r.update({k: None for k in NO_STEP_BLANKS})
-        elif s:
-            r.update(_time_split(run, r, steps))
     return rows
 
 
@@ -189,6 +203,96 @@ def sort_by_throughput(rows):
         ok = isinstance(t, (int, float)) and not math.isnan(t)
         return (0 if ok else 1, -t if ok else 0, str(r.get("plan", "")), r.get("start_time", ""))
     return sorted(rows, key=key)
+
+
+# --- rounds: the runs of one plan and tag, ranked by their median tokens/s ------------------
+def _has_numbers(r):
+    t = r.get("tokens_per_s")
+    return isinstance(t, (int, float)) and not math.isnan(t) and t > 0 and \
+        isinstance(r.get("step_time_median"), (int, float)) and r["step_time_median"] > 0
+
+
+def round_key(r):
+    return tuple(r.get(k) for k in ROUND_KEY)
+
+
+def step_measure(rounds):
+    """spread.Measure of the step time over a plan's rounds (rows with numbers): R >= 2, the
+    median of the rounds' step_time_median and their min-max; one round, its step_time_median
+    and spread.interval of its steps' slowest-rank times."""
+    meds = [r["step_time_median"] for r in rounds]
+    one = spread.interval(rounds[0].get("_step_samples") or []) if len(rounds) == 1 else None
+    if one is not None and math.isnan(one[0]):
+        one = None
+    return spread.Measure.of_rounds(meds, one)
+
+
+def rate_measure(rounds, col, step):
+    """spread.Measure of a rate stored per run (tokens_per_s, mfu_measured_peak: a constant over
+    the step time): R >= 2, the median of the rounds' values and their min-max; one round, its
+    value and the step time's interval turned into the rate's (value x median / hi .. / lo)."""
+    vals = [r[col] for r in rounds]
+    if len(rounds) >= 2:
+        return spread.Measure.of_rounds(vals)
+    v = vals[0]
+    return spread.Measure(v, v * step.med / step.hi, v * step.med / step.lo, 1, step.rule)
+
+
+def plan_groups(rows):
+    """The rounds of each plan (rows with the same ROUND_KEY), best median tokens/s first, groups
+    without numbers last. Each group is a dict: the key columns, 'rows' (every run), 'rounds'
+    (how many have numbers), 'step', 'tokens', 'mfu' (spread.Measure or None), the time.*
+    columns as the mean over rounds of each run's means over ranks (so they still add up),
+    'status' ('ok' or the rounds' other statuses), 'check' (fail if any round failed),
+    'bubble_worst' and 'mem_peak' (the largest over rounds, with the rank), 'straggler'
+    (the rounds' straggler ranks), 'cross_nodes', 'separable' (False when its tokens/s interval
+    overlaps the next group's; None for the last and for groups without numbers)."""
+    by = {}
+    for r in rows:
+        by.setdefault(round_key(r), []).append(r)
+    groups = []
+    for key, rs in by.items():
+        rs = sorted(rs, key=lambda r: (r.get("start_time", ""), r.get("run_id", "")))
+        g = dict(zip(ROUND_KEY, key))
+        first = rs[0]
+        for c in ("order", "schedule", "vpp", "zero_stage", "microbatches", "dp", "tp", "cp", "pp", "ep",
+                  "sequence_parallel", "tokens_per_step", "cross_nodes"):
+            g[c] = first.get(c)
+        ok = [r for r in rs if _has_numbers(r)]
+        g.update(rows=rs, rounds=len(ok), run_ids=[r.get("run_id") for r in rs], step=None, tokens=None, mfu=None)
+        if ok:
+            g["step"] = step_measure(ok)
+            g["tokens"] = rate_measure(ok, "tokens_per_s", g["step"])
+            if all(isinstance(r.get("mfu_measured_peak"), (int, float)) for r in ok):
+                g["mfu"] = rate_measure(ok, "mfu_measured_peak", g["step"])
+            split = [r for r in ok if "time.step" in r]
+            if len(split) == len(ok):
+                cats = sorted({k for r in split for k in r if k.startswith("time.")})
+                for c in cats:
+                    g[c] = sum(r.get(c, 0.0) for r in split) / len(split)
+        statuses = sorted({str(r.get("status")) for r in rs if r.get("status") != "ok"})
+        g["status"] = "ok" if not statuses else ",".join(statuses)
+        checks = {str(r.get("check") or "") for r in rs}
+        g["check"] = "fail" if "fail" in checks else ("pass" if checks == {"pass"} else ",".join(sorted(checks - {""})))
+        bw = [r for r in rs if r.get("bubble_worst") is not None]
+        if bw:
+            w = max(bw, key=lambda r: r["bubble_worst"])
+            g.update(bubble_worst=w["bubble_worst"], bubble_worst_rank=w.get("bubble_worst_rank"))
+        mp = [r for r in rs if r.get("mem_peak") is not None]
+        if mp:
+            w = max(mp, key=lambda r: r["mem_peak"])
+            g.update(mem_peak=w["mem_peak"], mem_peak_rank=w.get("mem_peak_rank"))
+        strag = sorted({r.get("straggler_rank") for r in ok if r.get("straggler_rank") is not None})
+        g["straggler"] = ",".join(str(x) for x in strag)
+        g["time_split_missing"] = sum(1 for r in ok if "time.step" not in r)
+        groups.append(g)
+    groups.sort(key=lambda g: (g["tokens"] is None, -(g["tokens"].med if g["tokens"] else 0), str(g.get("plan")),
+                               str(g.get("tag"))))
+    for i, g in enumerate(groups):
+        nxt = groups[i + 1] if i + 1 < len(groups) else None
+        g["separable"] = None if g["tokens"] is None or nxt is None or nxt["tokens"] is None \
+            else not g["tokens"].overlaps(nxt["tokens"])
+    return groups
 
 
 # --- scripts/sweep's point records ------------------------------------------------------------

@@ -201,9 +201,11 @@ def read_steps(path):
     """Every step_bench run of one file: a dict with 'file', 'run_id', 'run' (run attributes,
     mesh/env parsed), 'attrs' (step attributes, degrees parsed), 'phase_names', arrays
     'step_times' [steps, ranks], 'phases' [steps, ranks, n_phases], 'loss' [steps], and tables
-    'summary' (one dict, or {} before the run finished), 'comm', 'memory', 'check' (lists);
-    pipeline runs also 'pipeline' (a row per rank: stored activations, bubble), 'activation_slots'
-    and 'passes' (forwards F, backwards B, sends S, receives R per rank and step)."""
+    'summary' (one dict, or {} before the run finished), 'comm', 'memory', 'check' and
+    'time_split' (lists; time_split: rank, category, seconds per timed step; empty in files
+    written before it existed); pipeline runs also 'pipeline' (a row per rank: stored
+    activations, bubble), 'activation_slots' and 'passes' (forwards F, backwards B, sends S,
+    receives R per rank and step)."""
     import h5py
     import numpy as np
     out = []
@@ -226,7 +228,7 @@ def read_steps(path):
                  "summary": summary[0] if summary else {}}
             for k in ("step_times", "phases", "loss"):
                 r[k] = np.asarray(step[k][()], dtype=float) if k in step else np.zeros((0,))
-            for k in ("comm", "memory", "check", "pipeline", "activation_slots", "passes"):
+            for k in ("comm", "memory", "check", "time_split", "pipeline", "activation_slots", "passes"):
                 r[k] = table(step[k]) if k in step else []
             r["spans"] = group_spans(run)[1]
             out.append(r)
@@ -283,12 +285,6 @@ def step_table(runs):
             per[key] = max(per.get(key, 0), int(c["bytes"]))
         for key in sorted(per):
             r[key] = per[key] / steps if steps else math.nan
-        # exposed.<dim>: exposed communication time per rank and step (s), the mean over ranks.
-        exposed = {}
-        for c in run["comm"]:
-            exposed[c["dim"]] = exposed.get(c["dim"], 0.0) + float(c["exposed_s"])
-        for dim in sorted(exposed):
-            r[f"exposed.{dim}"] = exposed[dim] / (steps * (r["ranks"] or 1)) if steps else math.nan
         for dim, spans in sorted(run.get("spans", {}).items()):
             r[f"span.{dim}"] = next(iter(spans)) if len(spans) == 1 else "mixed"
         r["sequence_parallel"] = bool(a.get("sequence_parallel", False))

@@ -13,8 +13,9 @@ SIZE_COLUMNS = {"bytes", "count", "total_bytes", "send_bytes_per_rank", "recv_by
 FIELDS = reader.COLLECTIVE_FIELDS + [c for c in reader.STEP_FIELDS + plans.PLAN_FIELDS
                                      if c not in reader.COLLECTIVE_FIELDS]
 NUMERIC = reader.COLLECTIVE_NUMERIC | reader.STEP_NUMERIC | plans.PLAN_NUMERIC
-# Per-file step columns: bytes per (dim, kind), memory, the plan table's time split and spans.
-STEP_PREFIXES = ("bytes.", "mem.", "mem_analytic.", "time.", "exposed.", "span.")
+# Per-file step columns: bytes per (dim, kind), memory (rank 0's; the worst rank's), the time
+# split (step/time_split, mean over ranks) and spans.
+STEP_PREFIXES = ("bytes.", "mem.", "mem_analytic.", "mem_worst.", "mem_worst_analytic.", "time.", "span.")
 
 
 def parse_size(text):

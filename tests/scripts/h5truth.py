@@ -10,8 +10,9 @@ h5py directly (not through scripts/report) and checks a report's output against 
   h5truth.py attr FILE.h5 NAME               print a run attribute of the first run
   h5truth.py steps FILE.h5                   print step_truth(FILE.h5) as JSON
 
-From Python (sys.path.insert(0, "tests/scripts"); import h5truth): step_truth(path), the plan
-table's quantities of a file's one step run, computed here from the datasets.
+From Python (sys.path.insert(0, "tests/scripts"); import h5truth): step_truth(path[, run_id]),
+the plan table's quantities of a step run, read here from the datasets (the time split as
+step/time_split stores it: nothing derived), and step_runs(path).
 Exit 0 when every check holds, 1 with the first mismatch.
 """
 import csv
@@ -48,44 +49,58 @@ def truth(files):
     return out
 
 
-def step_truth(path):
-    """The plan-table quantities of the one step run in path, from the datasets (README,
-    "Reading the report"): summary numbers, exposed seconds per rank and step per dim (pp: the
-    mean receive transfer), worst bubble, bubble_s (mean bubble x the mean pipeline span), largest engine_peak (and the ranks at it), dims whose groups cross nodes."""
+def step_truth(path, run_id=None):
+    """The plan-table quantities of one step run in path (its only run, or run_id), from the
+    datasets (README, "Reading the report"; docs/metrics.md): summary numbers; 'split', the mean
+    over ranks of every step/time_split category (absent in files before it: {}), and
+    'exposed' its exposed.<dim> per dim; 'split_ranks' the per-rank rows; the worst stage's
+    bubble (step/pipeline, only with a time split); the largest engine_peak (and the ranks at
+    it); per-rank totals of the five memory parts ('mem_totals'); 'step_samples', each timed
+    step's slowest rank; 'global_batch' and 'tokens_per_step' (global_batch x seq); dims whose
+    groups cross nodes."""
     with h5py.File(path, "r") as h:
-        (rid,) = h["runs"].keys()
+        if run_id is None:
+            (run_id,) = h["runs"].keys()
+        rid = run_id
         run = h["runs"][rid]
         st = run["step"]
         summ = st["summary"][0]
         steps, ranks = st["step_times"].shape
         t = {"run_id": rid, "status": s(run.attrs["status"]), "tag": s(run.attrs["tag"]), "ranks": ranks,
-             "check": s(summ["check"])}
+             "check": s(summ["check"]), "global_batch": int(st.attrs["global_batch"]),
+             "tokens_per_step": int(st.attrs["global_batch"]) * int(st.attrs["seq"]),
+             "step_samples": [float(x) for x in st["step_times"][()].max(axis=1)]}
         for k in ("step_time_median", "tokens_per_s", "mfu_measured_peak"):
             t[k] = float(summ[k])
+        per_rank = {}
+        if "time_split" in st:
+            for row in st["time_split"][()]:
+                per_rank.setdefault(int(row["rank"]), {})[s(row["category"])] = float(row["seconds"])
+        t["split_ranks"] = per_rank
+        cats = sorted({c for d in per_rank.values() for c in d})
+        t["split"] = {c: sum(d.get(c, 0.0) for d in per_rank.values()) / len(per_rank) for c in cats}
+        t["exposed"] = {c.split(".", 1)[1]: v for c, v in t["split"].items() if c.startswith("exposed.")}
         pipe = st["pipeline"][()] if "pipeline" in st else []
-        exposed = {}
-        for c in st["comm"][()]:
-            d = s(c["dim"])
-            if not (d == "pp" and len(pipe)):
-                exposed[d] = exposed.get(d, 0.0) + float(c["exposed_s"]) / (steps * ranks)
-        if len(pipe):
-            exposed["pp"] = float(sum(p["recv_transfer_s"] for p in pipe)) / len(pipe)
+        if len(pipe) and per_rank:
             t["bubble_worst"] = float(max(p["bubble"] for p in pipe))
-            spans = []
-            passes = st["passes"][()]
-            for k in sorted({int(p["step"]) for p in passes}):
-                f = [p["t_start"] for p in passes if p["step"] == k and p["phase"] == b"F"]
-                b = [p["t_end"] for p in passes if p["step"] == k and p["phase"] == b"B"]
-                spans.append(max(b) - min(f))
-            t["bubble_s"] = float(sum(p["bubble"] for p in pipe)) / len(pipe) * sum(spans) / len(spans)
-        t["exposed"] = exposed
         peaks = [(float(m["measured_bytes"]), int(m["rank"])) for m in st["memory"][()]
                  if s(m["category"]) == "engine_peak"]
         t["mem_peak"] = max(peaks)[0]
         t["mem_peak_ranks"] = [r for v, r in peaks if v == t["mem_peak"]]
+        totals = {}
+        for m in st["memory"][()]:
+            if s(m["category"]) in ("params", "grads", "optimizer", "activations", "buffers"):
+                totals[int(m["rank"])] = totals.get(int(m["rank"]), 0.0) + float(m["measured_bytes"])
+        t["mem_totals"] = totals
         t["cross_nodes"] = sorted({s(g["dim"]) for g in run["topology/groups"][()]
                                    if s(g["dim"]) != "world" and s(g["span"]) in ("inter", "mixed")})
     return t
+
+
+def step_runs(path):
+    """The run ids of a file's step runs, in file order."""
+    with h5py.File(path, "r") as h:
+        return [rid for rid, r in h["runs"].items() if "step" in r]
 
 
 def die(msg):

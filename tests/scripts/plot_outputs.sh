@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/plot on files the binaries write here: busbw.png, latency.png and one per-rank heat
-# map per run are written, are real PNGs, are not blank, and carry one line per fabric.
+# map per run are written, are real PNGs, are not blank, and carry one line per fabric; the heat
+# map's colour bar reads plain ratios (1x, 1.2x), never '1.25x10^0'.
 . "$(dirname "$0")/lib.bash"
 P="$MB_SRC/scripts/plot"
 SZ=(-b 8 -e 256K -f 8 -n 5 -w 1 -c 1 --inplace no)
@@ -37,6 +38,33 @@ assert labels == ["shm", "tcp-lo"], labels
 print("series:", labels)
 PYEOF
 pass "2 line plots + 2 heat maps, valid non-blank PNGs, one series per fabric"
+
+# The heat map's colour bar reads plain ratios ('1.2x'), not matplotlib's log labels ('1.25x10^0').
+py - "$WORK/shm.h5" "$MB_SRC/scripts/plot" <<'PYEOF' || fail "heat map colour bar labels"
+import importlib.machinery, importlib.util, re, sys
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[2])
+spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
+loader.exec_module(mod)
+rows, _ = mod.reader.load_collectives([sys.argv[1]], with_samples=True)
+rows = [r for r in rows if r["placement"] == "out-of-place"]
+saved = []
+plt.Figure.savefig = lambda fig, *a, **k: saved.append(fig)
+for vmax_rows in (rows, [dict(r, samples=np.ones_like(r["samples"]) * [1.0, 1.25]) for r in rows]):
+    mod.plot_heatmap(plt, np, vmax_rows, "/dev/null")
+    fig = saved[-1]
+    fig.canvas.draw()
+    cb = fig.axes[1]
+    major = [t.get_text() for t in cb.yaxis.get_ticklabels()]
+    minor = [t.get_text() for t in cb.yaxis.get_ticklabels(minor=True)]
+    assert major and all(re.fullmatch(r"[0-9]+(\.[0-9]+)?x", t) for t in major), major
+    assert major[0] == "1x" and not any(minor), (major, minor)
+    print("colour bar:", major)
+PYEOF
+pass "heat map colour bar: plain ratio labels from 1x"
 
 rc=0; py "$P" "$WORK/shm.h5" --where tag=none -o "$WORK/p2" >/dev/null 2>&1 || rc=$?
 [[ $rc -eq 1 && ! -e "$WORK/p2/busbw.png" ]] || fail "empty selection: exit $rc (expected 1, no figure)"

@@ -15,7 +15,7 @@ SRC, BIN, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 sys.path.insert(0, os.path.join(SRC, "scripts"))
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
-from meshbench import names, plans, reader, tables  # noqa: E402
+from meshbench import names, plans, reader, spread, tables  # noqa: E402
 
 ROW_T = np.dtype([("bytes", "<u8"), ("count", "<u8"), ("dtype", "S8"), ("redop", "S8"), ("inplace", "u1"),
                   ("root", "<i4"), ("t_median", "<f8"), ("t_min", "<f8"), ("t_mean", "<f8"), ("t_p99", "<f8"),
@@ -57,8 +57,15 @@ def collective_file(path):
         g["samples"] = np.arange(2 * 3 * 2, dtype=float).reshape(2, 3, 2)
 
 
-def step_file(path, stage, steps=2, rank0_opt=800.0):
-    """A 2-rank step run: comm totals over `steps` steps, rank 1 moving more than rank 0."""
+SPLIT_T = np.dtype([("rank", "<i4"), ("category", "S24"), ("seconds", "<f8")])
+# Per rank and timed step (s): step = compute + exposed.dp + bubble + other on each rank.
+SPLIT = [(0, b"step", 0.25), (0, b"compute", 0.15), (0, b"exposed.dp", 0.05), (0, b"bubble", 0.0), (0, b"other", 0.05),
+         (1, b"step", 0.35), (1, b"compute", 0.20), (1, b"exposed.dp", 0.10), (1, b"bubble", 0.0), (1, b"other", 0.05)]
+
+
+def step_file(path, stage, steps=2, rank0_opt=800.0, split=True):
+    """A 2-rank step run: comm totals over `steps` steps, rank 1 moving more than rank 0; with
+    split, step/time_split (SPLIT), else the layout before it."""
     with h5py.File(path, "w") as f:
         run = f.create_group(f"runs/s{stage}")
         run_attrs(run, binary="step_bench", mesh='{"dp":2}')
@@ -83,6 +90,9 @@ def step_file(path, stage, steps=2, rank0_opt=800.0):
                 mem.append((r, c.encode(), m, a))
         s["memory"] = np.array(mem, MEM_T)
         s["summary"] = np.array([(0.25, 1000.0, 0.12, 0.3, 1, 1, b"pass")], SUMMARY_T)
+        s.attrs["seq"] = 16
+        if split:
+            s["time_split"] = np.array(SPLIT, SPLIT_T)
 
 
 class Collectives(unittest.TestCase):
@@ -159,6 +169,78 @@ class Steps(unittest.TestCase):
         self.assertEqual(tables.apply_filters(t, ["collective=all_reduce"]), [])
         with self.assertRaises(ValueError):
             tables.parse_filter("nosuch=1")
+
+
+    def test_time_split_is_read_not_derived(self):
+        """plan_rows: time.<category> is step/time_split's mean over ranks; a file without it has
+        no time.* column at all (nothing re-derived from comm or pipeline)."""
+        old = os.path.join(WORK, "old.h5")
+        step_file(old, 0, split=False)
+        (new_row,) = plans.plan_rows(reader.read_steps(self.paths[0]))
+        (old_row,) = plans.plan_rows(reader.read_steps(old))
+        want = {"time.step": 0.30, "time.compute": 0.175, "time.exposed.dp": 0.075, "time.bubble": 0.0,
+                "time.other": 0.05}
+        got = {k: v for k, v in new_row.items() if k.startswith("time.")}
+        self.assertEqual(got.keys(), want.keys())
+        for k, v in want.items():
+            self.assertAlmostEqual(got[k], v, places=15)
+        self.assertEqual([k for k in old_row if k.startswith("time.")], [])
+        self.assertEqual(new_row["tokens_per_step"], 8 * 16)
+        self.assertEqual(new_row["_step_samples"], [0.2, 0.4])
+        self.assertNotIn("step_time_mean", new_row)
+        self.assertNotIn("exposed.dp", new_row)  # the reader's old second definition is gone
+        # the worst rank's memory: rank 1 (its optimizer holds 1 byte more)
+        self.assertEqual((new_row["mem_worst_rank"], new_row["mem_worst.total"]), (1, 400 + 200 + 801 + 50 + 10))
+
+
+class Spread(unittest.TestCase):
+    def test_median_like_the_binaries(self):
+        self.assertEqual(spread.median([3, 1, 2]), 2)
+        self.assertEqual(spread.median([4, 1, 3, 2]), 2.5)
+        self.assertTrue(math.isnan(spread.median([])))
+
+    def test_interval(self):
+        # below 6 samples no 95% interval of the median exists: min-max
+        self.assertEqual(spread.interval([5, 1, 3]), (1, 5, "min-max over 3"))
+        self.assertEqual(spread.interval([2.0]), (2.0, 2.0, "no spread (1 sample)"))
+        # order statistics: n = 6 -> [x(1), x(6)] (coverage 1 - 2/64); n = 20 -> [x(6), x(15)]
+        self.assertEqual(spread.interval([6, 5, 4, 3, 2, 1]), (1, 6, "95% CI of the median over 6"))
+        self.assertEqual(spread.interval(list(range(1, 21)))[:2], (6, 15))
+        self.assertEqual(spread.interval([1, float("nan"), 3])[:2], (1, 3))
+        self.assertEqual(spread._ci_rank(100), 40)  # the textbook table: x(40), x(61)
+
+    def test_printing_to_the_spread(self):
+        m = spread.Measure(12345.0, 11900.0, 13100.0, 3, "r")
+        self.assertEqual(spread.fmt_measure(m), "12,300 (11,900-13,100)")
+        self.assertEqual(spread.fmt_measure(spread.Measure(5.31e-3, 5.12e-3, 5.63e-3, 3, "r"), 1e3), "5.31 (5.12-5.63)")
+        self.assertEqual(spread.fmt_measure(spread.Measure(0.5152, 0.5152, 0.5152, 1, "r")), "0.515")  # no spread
+        self.assertEqual(spread.fmt_measure(spread.Measure(1.3, 0.01, 11000, 1, "r")), "1 (0-11,000)")
+        inv = spread.Measure(0.5, 0.4, 0.8, 2, "r").inverse(100.0)
+        self.assertEqual((inv.med, inv.lo, inv.hi), (200.0, 125.0, 250.0))
+
+    def test_rounds_rank_and_separate(self):
+        base = {"model": "m", "ranks": 2, "global_batch": 8, "tag": "shm", "status": "ok", "check": "off"}
+        rows = [dict(base, plan="a", run_id=f"a{i}", start_time=f"t{i}", step_time_median=s, tokens_per_s=t,
+                     mfu_measured_peak=0.1, **{"time.step": s, "time.compute": s / 2, "time.other": s / 2})
+                for i, (s, t) in enumerate(((1.0, 100.0), (0.8, 125.0), (1.25, 80.0)))]
+        rows.append(dict(base, plan="b", run_id="b0", step_time_median=0.5, tokens_per_s=200.0, mfu_measured_peak=0.2,
+                         _step_samples=[0.45, 0.5, 0.6]))
+        rows.append(dict(base, plan="c", run_id="c0", step_time_median=1.1, tokens_per_s=90.0, mfu_measured_peak=0.1,
+                         _step_samples=[1.1]))
+        rows.append(dict(base, plan="d", run_id="d0", status="bad usage"))  # a failed point: no numbers
+        g = plans.plan_groups(rows)
+        self.assertEqual([x["plan"] for x in g], ["b", "a", "c", "d"])
+        b, a, c, d = g
+        self.assertEqual((a["rounds"], a["step"].med, a["step"].lo, a["step"].hi), (3, 1.0, 0.8, 1.25))
+        self.assertEqual((a["tokens"].med, a["tokens"].lo, a["tokens"].hi), (100.0, 80.0, 125.0))
+        self.assertEqual(a["step"].rule, "min-max over 3 rounds")
+        self.assertAlmostEqual(a["time.step"], (1.0 + 0.8 + 1.25) / 3, places=15)
+        # one round: its steps' min-max, tokens/s turned over it
+        self.assertEqual((b["rounds"], b["step"].lo, b["step"].hi, b["step"].rule), (1, 0.45, 0.6, "1 round: min-max over 3"))
+        self.assertAlmostEqual(b["tokens"].lo, 200 * 0.5 / 0.6)
+        self.assertEqual((d["rounds"], d["step"], d["status"]), (0, None, "bad usage"))
+        # b [167, 222] vs a [80, 125]: separable; a vs c (90, no spread): not; c vs d: no numbers
+        self.assertEqual([x["separable"] for x in g], [True, False, None, None])
 
 
 class Tables(unittest.TestCase):

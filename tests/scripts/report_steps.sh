@@ -2,7 +2,9 @@
 # scripts/report and scripts/plot on step_bench files written here (tiny model, 2 ranks, dp=2,
 # --zero 0..3): every number of the step table equals the file (read independently with h5py);
 # bytes match the plan; ZeRO-1..3 optimizer memory equals its formula and is below DP's; the
-# stages are shown side by side in Markdown; plot draws memory.png; filters and mixed folders.
+# stages are shown side by side in Markdown (bytes headers name the quantity, cells the unit; step
+# times to their spread's precision); plot draws memory.png (the worst rank, by plan); filters
+# and mixed folders.
 . "$(dirname "$0")/lib.bash"
 R="$MB_SRC/scripts/report"
 P="$MB_SRC/scripts/plot"
@@ -58,11 +60,38 @@ pass "json step table equals the files (times, tokens/s, MFU, bytes per rank and
 
 py "$R" "$WORK/zero" -o "$WORK/steps.md" || fail "report md exit $?"
 grep -q '^| | data_parallel | zero1 | zero2 | zero3 |$' "$WORK/steps.md" || fail "stages not side by side: $(cat "$WORK/steps.md")"
-for row in 'step (ms)' 'tokens/s' 'MFU' 'exposed comm' 'dp reduce_scatter (B/rank/step)' 'dp all_reduce (B/rank/step)' \
+for row in 'step (ms)' 'tokens/s' 'MFU' 'exposed comm' 'dp reduce_scatter (bytes/rank/step)' 'dp all_reduce (bytes/rank/step)' \
            'optimizer (rank 0)' 'optimizer analytic' 'memory total (rank 0)'; do
   grep -qF "| $row |" "$WORK/steps.md" || fail "side-by-side table lacks '$row': $(cat "$WORK/steps.md")"
 done
 grep -q '^| bytes match | yes | yes | yes | yes |$' "$WORK/steps.md" || fail "bytes match row: $(grep 'bytes match' "$WORK/steps.md")"
+# A header names the quantity, the cell its unit: no 'B/rank/step' header above cells in KiB or MiB.
+! grep -q 'B/rank/step' "$WORK/steps.md" || fail "a header still says B/rank/step: $(grep 'B/rank/step' "$WORK/steps.md")"
+py - "$WORK/steps.md" <<'PY' || fail "bytes cells without their unit: $(grep 'bytes/rank/step' "$WORK/steps.md")"
+import re, sys
+rows = [l for l in open(sys.argv[1]) if "(bytes/rank/step)" in l]
+assert len(rows) >= 3, rows
+for l in rows:
+    for c in [c.strip() for c in l.strip("|\n").split("|")][1:]:
+        assert c == "-" or re.fullmatch(r"[0-9.]+ (B|KiB|MiB|GiB)", c), (l, c)
+PY
+# Step times to the precision their spread supports: 2 steps' min-max, 2 significant digits of it.
+py - "$WORK/steps.md" "$WORK"/zero/z*.h5 <<'PY' || fail "step (ms) precision: $(grep 'step (ms)' "$WORK/steps.md")"
+import math, sys
+import h5py
+cells = [c.strip() for c in next(l for l in open(sys.argv[1]) if l.startswith("| step (ms) |")).strip("|\n").split("|")][1:]
+want = []
+for path in sys.argv[2:]:
+    with h5py.File(path, "r") as f:
+        s = next(iter(f["runs"].values()))["step"]
+        t = s["step_times"][()].max(axis=1)
+        med = float(s["summary"][0]["step_time_median"]) * 1e3
+        w = (t.max() - t.min()) * 1e3
+        p = min(math.floor(math.log10(w)) - 1, math.floor(math.log10(med))) if w > 0 else math.floor(math.log10(med)) - 2
+        want.append(f"{med:.{-p}f}" if p < 0 else f"{round(med / 10 ** p) * 10 ** p:,.0f}")
+assert cells == want, (cells, want)
+print("step (ms):", cells)
+PY
 py "$R" "$WORK/zero/z1.h5" > "$WORK/one.md" || fail "report one run exit $?"
 grep -q '^| run | strategy | degrees | m | step (ms) | tokens/s | MFU | exposed comm |' "$WORK/one.md" \
   || fail "one run: not one row per run: $(cat "$WORK/one.md")"
@@ -109,11 +138,13 @@ sys.path.insert(0, sys.argv[2])
 from meshbench import reader
 import matplotlib.pyplot as plt
 import importlib.machinery, importlib.util
+import h5py
+from meshbench import plans
 loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[2] + "/plot")
 spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
 loader.exec_module(mod)
 runs, _ = reader.load_steps([sys.argv[3]])
-steps = reader.step_table(runs)
+steps = plans.plan_rows(runs)
 saved = {}
 plt.Figure.savefig = lambda fig, *a, **k: saved.setdefault("fig", fig)
 mod.plot_memory(plt, steps, "/dev/null", "")
@@ -123,11 +154,20 @@ assert len(bars) == 5 * len(steps) == 20, len(bars)
 tops = {}
 for b in bars:
     tops[round(b.get_x() + b.get_width() / 2)] = max(tops.get(round(b.get_x() + b.get_width() / 2), 0), b.get_y() + b.get_height())
-scale = 1 << 10 if max(r["mem.total"] for r in steps) < (1 << 20) else 1 << 20
-want = sorted(r["mem.total"] / scale for r in steps)
-assert np.allclose(sorted(tops.values()), want), (tops, want)
+# Each bar: the worst rank's five parts (read here with h5py), named under the bar; labelled by plan.
 labels = [t.get_text() for t in ax.get_xticklabels()]
-assert labels == ["data_parallel", "zero1", "zero2", "zero3"], labels
-print("memory.png:", img.shape, colours, "colours; bar tops", [round(v, 1) for v in sorted(tops.values())])
+assert [l.split("\n")[0] for l in labels] == ["dp2", "dp2 zero1", "dp2 zero2", "dp2 zero3"], labels
+unit = 1 << 10 if "KiB" in ax.get_ylabel() else 1 << 20
+for x, z in enumerate((0, 1, 2, 3)):
+    with h5py.File(f"{sys.argv[3]}/z{z}.h5", "r") as f:
+        mem = next(iter(f["runs"].values()))["step/memory"][()]
+    tot = {}
+    for m in mem:
+        if m["category"].decode() in ("params", "grads", "optimizer", "activations", "buffers"):
+            tot[int(m["rank"])] = tot.get(int(m["rank"]), 0.0) + float(m["measured_bytes"])
+    worst = max(sorted(tot), key=lambda k: tot[k])
+    assert labels[x].endswith(f"(rank {worst})"), (labels[x], tot)
+    assert np.isclose(tops[x], tot[worst] / unit, rtol=1e-12), (z, tops[x], tot)
+print("memory.png:", img.shape, colours, "colours; bar tops", [round(v, 1) for v in sorted(tops.values())], labels)
 PYEOF
-pass "plot: memory.png with one stacked bar per stage, tops = rank 0's total; no collective figures without collectives"
+pass "plot: memory.png with one stacked bar per plan (ZeRO stage), tops = the worst rank's total, named; no collective figures without collectives"
