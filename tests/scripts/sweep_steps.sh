@@ -60,6 +60,25 @@ py "$S" --steps --world 4 --model tiny --zero 0 --micro-batches 2 --args="$RUN_A
 grep -q '^ranks=4: global batch varies: b x m x dp (micro_batches given)' "$WORK/mb.txt" || { cat "$WORK/mb.txt"; fail "no varying global batch line"; }
 pass "global batch 8: 3 plans pruned (not a multiple of b x dp, m < pp), 3 run it; micro_batches: the batch varies, said"
 
+# A degenerate duplicate: with experts, etp = 0 (the default: etp = tp) and etp = 1 at tp = 1 are
+# one plan; the second is pruned, naming the first (1 MoE plan at ep 1 and 1 at ep 2 remain).
+cat > "$WORK/etp.toml" <<'TOML'
+ranks = [2]
+args = ["--experts", "2"]
+[steps]
+model = "tiny"
+tp = [1]
+pp = [1]
+zero = [0]
+etp = [0, 1]
+TOML
+py "$S" "$WORK/etp.toml" --dry-run --bin "$MB_BIN" --out "$WORK/dry" > "$WORK/etp.txt" 2>&1 || { cat "$WORK/etp.txt"; fail "etp dry run exit $?"; }
+grep -q '^pruned 2 plan(s) (2 degenerate):' "$WORK/etp.txt" && [[ $(grep -c '^\[[0-9]/2\] ' "$WORK/etp.txt") -eq 2 ]] \
+  || { cat "$WORK/etp.txt"; fail "want 2 MoE plans and 2 degenerate duplicates"; }
+grep -q '  step-r2-tp1cp1ep1etp1dp2pp1-z0-m1-otcedp: degenerate: the same plan as tp1cp1ep1dp2pp1-z0-m1-otcedp (etp 1 is tp = 1)' "$WORK/etp.txt" \
+  || { cat "$WORK/etp.txt"; fail "the etp=1 duplicate does not name its twin"; }
+pass "etp = 1 at tp = 1 pruned as the same plan as the default etp"
+
 # The refusal recorded for tp=2 x dp=2 with ZeRO 1 is the message a real run prints.
 line=$(grep '  step-r4-tp2cp1ep1dp2pp1-z1-m2-otcedp: ' "$WORK/dry.txt") || { cat "$WORK/dry.txt"; fail "the tp2 x dp2 ZeRO-1 plan is not listed as pruned"; }
 msg=${line#*otcedp: }
