@@ -4,7 +4,7 @@
 # preset's variables (and `env -u` for preset variables of the calling shell the point must not
 # see) and the binary with its flags. Each printed command is run in a shell here and the file
 # it writes must hold a run of the point's world size, tag and transport; the sweep then counts
-# that file as the point's result.
+# that file as the point's round 1.
 . "$(dirname "$0")/lib.bash"
 S="$MB_SRC/scripts/sweep"
 T="$MB_SRC/tests/scripts/h5truth.py"
@@ -58,11 +58,11 @@ py "$T" status "$f" ok > /dev/null || fail "$f: status $(py "$T" status "$f")"
 env_rec=$(py "$T" attr "$f" env)
 grep -q '"UCX_TLS": *"self,sm"' <<< "$env_rec" || fail "the preset is not in the run's env: $env_rec"
 ! grep -q 'UCX_NET_DEVICES' <<< "$env_rec" || fail "the run saw UCX_NET_DEVICES: $env_rec"
-# The sweep counts the pasted run as the point's result.
+# The sweep counts the pasted run as round 1 and prints round 2's command next.
 py "$S" "$WORK/s.toml" --bin "$MB_BIN" --out "$WORK/out" --mpiexec "$MB_MPIEXEC" --dry-run > "$WORK/dry2" 2>&1 \
   || { cat "$WORK/dry2"; fail "second dry run exit $?"; }
-grep -q "^\[1/1\] $ID (ok): " "$WORK/dry2" || { cat "$WORK/dry2"; fail "the pasted run is not the point's result"; }
-pass "step point: the pasted command ran 2 ranks on shm (preset applied, UCX_NET_DEVICES unset), the point's result"
+grep -q "^\[1/1\] $ID (1 of 3 rounds ok): .* -O $WORK/out/$ID.r2.h5 " "$WORK/dry2" || { cat "$WORK/dry2"; fail "round 2's command not printed next"; }
+pass "step point: the pasted command ran 2 ranks on shm (preset applied, UCX_NET_DEVICES unset), counted as round 1"
 
 # 2. A collective point on tcp-lo: the preset's two variables, 2 ranks.
 printf 'binaries = ["all_reduce"]\nfabrics = ["tcp-lo"]\nmax_bytes = "64"\niters = 2\nwarmup = 1\n' > "$WORK/c.toml"

@@ -6,8 +6,8 @@
 # group) and those that cannot reach a given global batch (not a multiple of b x dp, m < pp) by
 # the sweep, each counted by category; plans over --memory-per-rank are pruned by the analytic
 # estimate; two plans run locally at 2 ranks with progress at one global batch, a re-run skips
-# them, a point that fails at run time and one past its timeout are recorded results (sweep
-# exit 1).
+# them, a point that fails at run time (its later rounds not run) and one past its timeout are
+# recorded results (sweep exit 1).
 . "$(dirname "$0")/lib.bash"
 S="$MB_SRC/scripts/sweep"
 RUN_ARGS="--steps 1 --warmup 0 --threads 1"
@@ -111,14 +111,15 @@ grep -q 'step-r4-tp1cp1ep1dp4pp1-z0-m1-otcedp: memory: 6.11 MiB per rank (pp sta
 grep -q '^\[[0-9]*/[0-9]*\] step-r4-mpi-shm-tp2cp1ep1dp2pp1-z0-m2' "$WORK/mem.txt" || { cat "$WORK/mem.txt"; fail "tp2 x dp2 should fit in 5M"; }
 pass "memory pruning: dp=4 (6.11 MiB per rank) pruned against 5M, tp=2 x dp=2 kept"
 
-# 3. A local run of 2 plans at 2 ranks from a sweep file: dp=2 and pp=2 at the default global
-# batch, 8 = 4 x 2 x 1 = 4 x 1 x 2.
+# 3. A local run of 2 plans at 2 ranks from a sweep file (one round each: rounds are
+# sweep_rounds.sh's): dp=2 and pp=2 at the default global batch, 8 = 4 x 2 x 1 = 4 x 1 x 2.
 OUT="$WORK/run"
 cat > "$WORK/s.toml" <<TOML
 name = "steps-test"
 ranks = [2]
 fabrics = ["shm"]
 timeout = $RUN_TIMEOUT
+rounds = 1
 args = ["--steps", "1", "--warmup", "0", "--threads", "1"]
 
 [steps]
@@ -164,23 +165,26 @@ before=$(stat -c '%Y %s %n' "$OUT"/*.h5 | sort)
 pass "re-run skipped both finished points"
 
 # 5. A point that fails at run time is a recorded result: --check with a fault injected on rank
-# 1 (the dp=2 plan accepts it; pp=2 x dp=1 has no data-parallel reduction and is pruned).
+# 1 (the dp=2 plan accepts it; pp=2 x dp=1 has no data-parallel reduction and is pruned). Its
+# rounds 2 and 3 (the default 3 rounds) are not run: they would fail the same way.
 rc=0
 py "$S" --steps --world 2 --model tiny --tp 1 --zero 0 --micro-batches 2 --args="$RUN_ARGS --check --inject-fault 1" \
   --bin "$MB_BIN" --out "$WORK/fail" --mpiexec "$MB_MPIEXEC" --timeout "$RUN_TIMEOUT" --no-report > "$WORK/run3" 2>&1 || rc=$?
 [[ $rc -eq 1 ]] || { cat "$WORK/run3"; fail "sweep with a failing point exit $rc, want 1"; }
-grep -qE 'step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m2-otcedp +exit 1 +failed \(wrong data\)' "$WORK/run3" \
+grep -qE 'step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m2-otcedp round 1 +exit 1 +failed \(wrong data\)' "$WORK/run3" \
   || { cat "$WORK/run3"; fail "the summary lacks the failed point and its exit code"; }
-py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["rc"] == 1 and r["status"] == "failed (wrong data)", r' \
+grep -q '1 failed, 2 not run (their point failed a round)' "$WORK/run3" || { cat "$WORK/run3"; fail "rounds 2 and 3 of the failed point were not counted as not run"; }
+[[ ! -e "$WORK/fail/step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m2-otcedp.r2.h5" ]] || fail "round 2 of a failed point ran"
+py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["rc"] == 1 and r["status"] == "failed (wrong data)" and r["rounds_ok"] == 0 and len(r["rounds"]) == 1, r' \
   "$WORK/fail/points/step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m2-otcedp.json" || fail "the point record lacks exit 1"
 grep -qP 'tp1cp1ep1dp1pp2.*\trefused\t.*--inject-fault: corrupts a gradient before its data-parallel reduction' "$WORK/fail/pruned.txt" \
   || fail "pruned.txt lacks the pp=2 refusal: $(cat "$WORK/fail/pruned.txt")"
-pass "failing point recorded (exit 1, failed (wrong data)); its refused sibling in pruned.txt"
+pass "failing point recorded (exit 1, failed (wrong data)), its later rounds not run; its refused sibling in pruned.txt"
 
 # 6. A point that runs past its timeout is killed and recorded as a timeout (exit 124).
 rc=0
 py "$S" --steps --world 2 --model tiny --tp 1 --pp 1 --zero 0 --args="--steps 1000000 --warmup 0 --threads 1" \
-  --timeout 3 --bin "$MB_BIN" --out "$WORK/slow" --mpiexec "$MB_MPIEXEC" --no-report > "$WORK/run4" 2>&1 || rc=$?
+  --timeout 3 --rounds 1 --bin "$MB_BIN" --out "$WORK/slow" --mpiexec "$MB_MPIEXEC" --no-report > "$WORK/run4" 2>&1 || rc=$?
 [[ $rc -eq 1 ]] || { cat "$WORK/run4"; fail "sweep with a timed-out point exit $rc, want 1"; }
 py -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["rc"] == 124 and r["status"] == "timeout", r' \
   "$WORK/slow/points/step-r2-mpi-shm-tp1cp1ep1dp2pp1-z0-m1-otcedp.json" || { cat "$WORK/run4"; fail "the point record is not a timeout"; }
