@@ -64,6 +64,13 @@ py "$S" "$WORK/s.toml" --bin "$MB_BIN" --out "$WORK/out" --mpiexec "$MB_MPIEXEC"
 grep -q "^\[1/1\] $ID (1 of 3 rounds ok): .* -O $WORK/out/$ID.r2.h5 " "$WORK/dry2" || { cat "$WORK/dry2"; fail "round 2's command not printed next"; }
 pass "step point: the pasted command ran 2 ranks on shm (preset applied, UCX_NET_DEVICES unset), counted as round 1"
 
+# MESHBENCH_* variables of the calling shell reach every point (the binaries read options from
+# them): the sweep names them.
+MESHBENCH_STEP_SEED=7 py "$S" "$WORK/s.toml" --bin "$MB_BIN" --out "$WORK/out" --dry-run > "$WORK/dry3" 2>&1 \
+  || { cat "$WORK/dry3"; fail "dry run with MESHBENCH_STEP_SEED exit $?"; }
+grep -q '^sweep: note: MESHBENCH_STEP_SEED=7 set here: every point' "$WORK/dry3" || { cat "$WORK/dry3"; fail "MESHBENCH_STEP_SEED not named"; }
+pass "a MESHBENCH_* variable of the calling shell is named"
+
 # 2. A collective point on tcp-lo: the preset's two variables, 2 ranks.
 printf 'binaries = ["all_reduce"]\nfabrics = ["tcp-lo"]\nmax_bytes = "64"\niters = 2\nwarmup = 1\n' > "$WORK/c.toml"
 py "$S" "$WORK/c.toml" --bin "$MB_BIN" --out "$WORK/cout" --mpiexec "$MB_MPIEXEC" --dry-run > "$WORK/cdry" 2>&1 \
