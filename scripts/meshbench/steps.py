@@ -2,11 +2,27 @@
 constraints ([steps] in a sweep file, or `scripts/sweep --steps`), enumerate every plan
 (tp, cp, ep, dp, pp, vpp, ZeRO stage, schedule, micro-batches, order) and ask the binary
 which are valid: `step_bench --plan-only` validates each with the rules a real run uses and
-prints its analytic memory per rank. Plans it refuses, and plans whose worst rank needs more
-than `memory_per_rank`, are pruned with the reason; the rest become sweep points.
+prints its analytic memory per rank. Plans are pruned, each with its reason and a category:
+
+  global batch  the plan cannot train the sweep's global batch: it is not a multiple of
+                b x dp, or it leaves a pipeline fewer micro-batches than stages (m < pp)
+  degenerate    the same work and memory as another plan: ZeRO > 0 whose data-parallel group
+                (dp x cp) is one rank, or a candidate equal to one listed before it
+  refused       step_bench --plan-only refuses it (its own message)
+  memory        its worst rank's analytic total exceeds memory_per_rank
+
+the rest become sweep points.
+
+The global batch is fixed across plans by default, so that plans are ranked on the same work:
+each plan runs m = global_batch / (b x dp) micro-batches. Without global_batch or
+micro_batches the sweep picks the smallest global batch every candidate mesh reaches: a
+multiple of b x dp for every dp, with m >= pp on every pipeline (default_global_batch; at
+most b x world). Giving micro_batches instead lets the global batch vary with dp (b x m x dp):
+plans are then ranked per global batch.
 
 Deliberately not here: any rule of what step_bench accepts (only the arithmetic of writing a
-mesh down: dp = world / (tp cp pp) must be a whole number), running points (scripts/sweep).
+mesh down: dp = world / (tp cp pp) must be a whole number, and the sweep's own choices above),
+running points (scripts/sweep).
 
   [steps]                          # every key optional; lists or "auto"
   model = "small"                  # a preset (step_bench --model); shape flags go in `args`
@@ -17,14 +33,15 @@ mesh down: dp = world / (tp cp pp) must be a whole number), running points (scri
   zero = [0, 1]
   schedule = ["1f1b"]              # pipeline plans only; "auto": gpipe, 1f1b, interleaved
   vpp = [2]                        # interleaved only
-  micro_batches = "auto"           # pp = 1: [1]; pp > 1: [pp, 2 pp]
-  global_batch = 16                # instead of micro_batches: m = global_batch / (b dp)
+  global_batch = "auto"            # the default; or 32, or [32, 64]: m = global_batch / (b dp)
+  micro_batches = "auto"           # instead of global_batch: pp = 1: [1]; pp > 1: [pp, 2 pp]
   orders = ["tp-cp-ep-dp-pp"]      # "auto": every order, one per distinct rank layout
   memory_per_rank = "80G"          # prune plans whose worst rank's analytic total exceeds it
   max_plans = 2000                 # refuse to ask about more candidates than this
 """
 import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -115,14 +132,58 @@ def model_info(exe, base_args):
     return doc["model"]
 
 
-def candidates(steps, world, model, order_dims):
-    """Every candidate plan at `world` ranks: dicts with degrees, order, zero, schedule, vpp, m;
-    or a 'pruned' reason already (a global batch the plan cannot divide)."""
+def meshes(world, tps, cps, pps):
+    """The (tp, cp, pp, dp) meshes of `world` ranks from the degree lists (dp: the rest)."""
+    out = []
+    for tp, cp, pp in itertools.product(tps, cps, pps):
+        if tp < 1 or cp < 1 or pp < 1 or world % (tp * cp * pp):
+            continue  # no whole dp: not a mesh of this world
+        out.append((tp, cp, pp, world // (tp * cp * pp)))
+    return out
+
+
+def default_global_batch(mesh_list, b):
+    """The smallest global batch every mesh reaches: a multiple of b x dp for each dp (m whole)
+    with m = G / (b dp) >= pp on each pipeline. Returns (G, the rule in words)."""
+    if not mesh_list:
+        return None, "no mesh"
+    lcm = math.lcm(*(dp for _, _, _, dp in mesh_list))
+    need, who = b * lcm, None
+    for tp, cp, pp, dp in mesh_list:
+        if pp > 1 and b * dp * pp > need:
+            need, who = b * dp * pp, (tp, cp, pp, dp)
+    g = b * lcm * -(-need // (b * lcm))
+    dps = sorted({dp for _, _, _, dp in mesh_list})
+    why = f"the smallest multiple of b x dp = {b} x {{{', '.join(map(str, dps))}}}"
+    if who is not None:
+        why += f" with m >= pp on every pipeline (pp={who[2]} at dp={who[3]} needs m >= {who[2]})"
+    return g, why
+
+
+def _global_batches(spec, mesh_list, b):
+    """[steps] global_batch -> ([G, ...], rule text)."""
+    if spec is None or spec == "auto":
+        g, why = default_global_batch(mesh_list, b)
+        return ([g] if g else []), f"global batch {g} (auto: {why})"
+    vals = spec if isinstance(spec, list) else [spec]
+    for v in vals:
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise StepsError(f"[steps] global_batch: want positive integers or \"auto\", got {spec!r}")
+    return vals, f"global batch {', '.join(map(str, vals))} (given)"
+
+
+def candidates(steps, world, model, order_dims, info=None):
+    """Every candidate plan at `world` ranks: dicts with degrees, order, zero, schedule, vpp, m,
+    global_batch; or a 'pruned' reason and 'category' already (a global batch the plan cannot
+    reach, a degenerate plan). `info`, a dict, receives the global batch rule
+    ('global_batch': [G...] or None when micro_batches lets it vary, 'global_batch_rule')."""
     unknown = set(steps) - STEP_KEYS
     if unknown:
         raise StepsError(f"[steps]: unknown key(s) {sorted(unknown)} (known: {', '.join(sorted(STEP_KEYS))})")
+    info = {} if info is None else info
     divs = divisors(world)
     moe = model.get("experts", 0) > 0
+    b = model["micro_batch"]
     tps = _ints(steps.get("tp", "auto"), "tp", divs)
     cps = _ints(steps.get("cp", [1]), "cp", divs)
     pps = _ints(steps.get("pp", "auto"), "pp", divs)
@@ -135,26 +196,37 @@ def candidates(steps, world, model, order_dims):
     for s in scheds:
         if s not in SCHEDULES:
             raise StepsError(f"[steps] schedule: unknown '{s}' (known: {', '.join(SCHEDULES)}, auto)")
-    gb = steps.get("global_batch")
-    if gb is not None and "micro_batches" in steps:
-        raise StepsError("[steps]: give micro_batches or global_batch, not both")
+    if steps.get("global_batch") is not None and "micro_batches" in steps:
+        raise StepsError("[steps]: give micro_batches (the global batch varies with dp) or global_batch "
+                         "(fixed; the default), not both")
     orders = orders_for(steps.get("orders", [DEFAULT_ORDER]), order_dims)
-    out = []
-    for tp, cp, pp in itertools.product(tps, cps, pps):
-        if tp < 1 or cp < 1 or pp < 1 or world % (tp * cp * pp):
-            continue  # no whole dp: not a mesh of this world
-        dp = world // (tp * cp * pp)
-        if gb is not None:
-            per = model["micro_batch"] * dp
-            mbs = [gb // per] if gb % per == 0 and gb >= per else []
-            if not mbs:
-                out.append({"degrees": {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}, "order": DEFAULT_ORDER,
-                            "zero": 0, "schedule": None, "vpp": 1, "m": 0, "etp": 0,
-                            "pruned": f"global batch {gb} is not a multiple of b x dp = "
-                                      f"{model['micro_batch']} x {dp}"})
-                continue
+    mesh_list = meshes(world, tps, cps, pps)
+    if "micro_batches" in steps:
+        gbs = None
+        info.update(global_batch=None, global_batch_rule="global batch varies: b x m x dp (micro_batches given)")
+    else:
+        gbs, rule = _global_batches(steps.get("global_batch"), mesh_list, b)
+        info.update(global_batch=gbs, global_batch_rule=rule)
+    out, seen_plans = [], {}
+    for tp, cp, pp, dp in mesh_list:
+        if gbs is None:
+            mbs = _ints(steps["micro_batches"], "micro_batches", [1] if pp == 1 else [pp, 2 * pp])
         else:
-            mbs = _ints(steps.get("micro_batches", "auto"), "micro_batches", [1] if pp == 1 else [pp, 2 * pp])
+            mbs = []
+            for g in gbs:
+                why = None
+                if g % (b * dp):
+                    why = f"global batch {g} is not a multiple of b x dp = {b} x {dp}"
+                elif pp > 1 and g // (b * dp) < pp:
+                    why = (f"global batch {g} gives m = {g} / ({b} x {dp}) = {g // (b * dp)} micro-batches "
+                           f"for pp = {pp} stages: m < pp, the pipeline never fills")
+                if why:
+                    out.append({"degrees": {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp},
+                                "order": DEFAULT_ORDER, "zero": 0, "schedule": None, "vpp": 1,
+                                "m": g // (b * dp), "etp": 0, "global_batch": g,
+                                "pruned": why, "category": "global batch"})
+                else:
+                    mbs.append(g // (b * dp))
         sched_vpp = [(None, 1)] if pp == 1 else [(s, v) for s in scheds for v in (vpps if s == "interleaved" else [1])]
         for ep, etp in itertools.product(eps, etps):
             e_tp = etp if etp > 0 else tp
@@ -167,8 +239,20 @@ def candidates(steps, world, model, order_dims):
                     continue  # the same rank layout as an order already listed
                 seen.add(key)
                 for zero, (sched, vpp), m in itertools.product(zeros, sched_vpp, mbs):
-                    out.append({"degrees": {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}, "etp": etp,
-                                "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m})
+                    c = {"degrees": {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}, "etp": etp,
+                         "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m,
+                         "global_batch": b * dp * m}
+                    same = (tp, cp, ep, dp, pp, e_tp if moe else 0, key, zero, sched, vpp, m)
+                    if zero > 0 and dp * cp == 1:
+                        c.update(pruned=f"degenerate: ZeRO-{zero} shards over its data-parallel group "
+                                        f"dp x cp = 1 rank: the same memory and work as ZeRO-0",
+                                 category="degenerate")
+                    elif same in seen_plans:
+                        c.update(pruned=f"degenerate: the same plan as {plan_id(seen_plans[same])} "
+                                        f"(etp {etp or 'default'} is tp = {tp})", category="degenerate")
+                    else:
+                        seen_plans[same] = c
+                    out.append(c)
     return out
 
 
@@ -203,18 +287,22 @@ def _memory_reason(mem, limit):
             f"memory_per_rank {_human(limit)}")
 
 
-def enumerate_plans(steps, world, exe, base_args, order_dims):
+CATEGORIES = ["global batch", "degenerate", "refused", "memory"]
+
+
+def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
     """(valid, pruned) for one world size. valid: candidates with 'id', 'mesh', 'args' (the
-    flags besides the sweep's own args, --mesh and --order) and the
-    binary's JSON ('plan'); pruned: candidates with 'id' and 'reason' (the binary's message,
-    the memory estimate against memory_per_rank, or the global batch)."""
+    flags besides the sweep's own args, --mesh and --order) and the binary's JSON ('plan');
+    pruned: candidates with 'id', 'reason' and 'category' (CATEGORIES: the global batch, a
+    degenerate plan, the binary's message, the memory estimate against memory_per_rank).
+    `info`, a dict, receives the global batch rule (candidates)."""
     model_args = (["--model", str(steps["model"])] if steps.get("model") else []) + base_args
     model = model_info(exe, model_args)
-    cands = candidates(steps, world, model, order_dims)
+    cands = candidates(steps, world, model, order_dims, info)
     cap = int(steps.get("max_plans", 2000))
     if len(cands) > cap:
         raise StepsError(f"[steps]: {len(cands)} candidate plans at {world} ranks exceed max_plans = {cap}: "
-                         f"narrow tp/cp/ep/pp/zero/schedule/micro_batches/orders, or raise max_plans")
+                         f"narrow tp/cp/ep/pp/zero/schedule/global_batch/orders, or raise max_plans")
     limit = None
     if steps.get("memory_per_rank") is not None:
         try:
@@ -227,7 +315,8 @@ def enumerate_plans(steps, world, exe, base_args, order_dims):
         c["args"] = model_args[:2 if steps.get("model") else 0] + plan_args(c)
 
     asked = [c for c in cands if "pruned" not in c]
-    docs = plan_only(exe, world, model_args, [["--mesh", c["mesh"], "--order", c["order"]] + plan_args(c) for c in asked])
+    docs = plan_only(exe, world, model_args, [["--mesh", c["mesh"], "--order", c["order"]] + plan_args(c)
+                                              for c in asked]) if asked else []
     answers = {id(c): d for c, d in zip(asked, docs)}
     valid, pruned = [], []
     for c in cands:
@@ -235,21 +324,33 @@ def enumerate_plans(steps, world, exe, base_args, order_dims):
         if doc is None:
             pruned.append(c | {"reason": c.pop("pruned")})
         elif not doc.get("valid"):
-            pruned.append(c | {"reason": doc.get("error", "refused")})
+            pruned.append(c | {"reason": doc.get("error", "refused"), "category": "refused"})
         elif limit is not None and doc["memory"]["total"] > limit:
-            pruned.append(c | {"reason": _memory_reason(doc["memory"], limit), "plan": doc})
+            pruned.append(c | {"reason": _memory_reason(doc["memory"], limit), "category": "memory",
+                               "plan": doc})
         else:
             valid.append(c | {"plan": doc})
     return valid, pruned
 
 
-def write_pruned(out_dir, valid, pruned):
-    """<out>/plans.json (every candidate: valid with its plan, pruned with its reason) and
-    <out>/pruned.txt (one line per pruned plan: id, reason)."""
+def prune_counts(pruned):
+    """'3 global batch, 2 degenerate, 8 refused' (the categories with any plan, in order)."""
+    n = {k: 0 for k in CATEGORIES}
+    for p in pruned:
+        n[p.get("category", "refused")] = n.get(p.get("category", "refused"), 0) + 1
+    return ", ".join(f"{v} {k}" for k, v in n.items() if v)
+
+
+def write_pruned(out_dir, valid, pruned, info=None):
+    """<out>/plans.json (every candidate: valid with its plan, pruned with its reason and
+    category; the global batch rule of each world size) and <out>/pruned.txt (one line per
+    pruned plan: id, category, reason)."""
     os.makedirs(out_dir, exist_ok=True)
+    counts = {k: sum(1 for p in pruned if p.get("category") == k) for k in CATEGORIES}
     with open(os.path.join(out_dir, "plans.json"), "w") as fh:
-        json.dump({"valid": valid, "pruned": pruned}, fh, indent=1)
+        json.dump({"valid": valid, "pruned": pruned, "pruned_counts": counts,
+                   "global_batch": info or {}}, fh, indent=1)
     with open(os.path.join(out_dir, "pruned.txt"), "w") as fh:
         for p in pruned:
             reason = re.sub(r"\s+", " ", p["reason"])
-            fh.write(f"{p['id']}\t{reason}\n")
+            fh.write(f"{p['id']}\t{p.get('category', 'refused')}\t{reason}\n")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Bad sweep files are refused before anything launches: unknown binary, a mesh that does not
-# divide the ranks, an unknown fabric preset, an unknown key, broken TOML. Each exits 2 with a
-# message naming the entry, creates no output folder, and never calls the launcher (a stand-in
-# mpiexec that leaves a marker). A good file with the same stand-in does call it (control).
+# divide the ranks, an unknown fabric preset, an unknown key, rounds below 1, broken TOML.
+# Each exits 2 with a message naming the entry, creates no output folder, and never calls the
+# launcher (a stand-in mpiexec that leaves a marker). A good file with the same stand-in does
+# call it (control).
 . "$(dirname "$0")/lib.bash"
 S="$MB_SRC/scripts/sweep"
 cat > "$WORK/fake-mpiexec" <<SH
@@ -47,6 +48,11 @@ fabrics = ["nccl-socket"]
 TOML
 refuse unknown-key "unknown key\(s\) \['rank'\]" <<'TOML'
 rank = [2]
+TOML
+refuse bad-rounds "\[\[sweep\]\] #1: rounds must be a positive integer, got 0" <<'TOML'
+[[sweep]]
+binaries = ["all_reduce"]
+rounds = 0
 TOML
 refuse bad-toml "not valid TOML" <<'TOML'
 binaries = ["all_reduce"

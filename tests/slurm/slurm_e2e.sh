@@ -2,8 +2,9 @@
 # Slurm end to end on a private single-node Slurm this test starts (scripts/slurm-local):
 # submits slurm/collectives.sbatch with 2 tasks and a small size range, slurm/fabrics.sbatch
 # with two presets, a 2-point sweep as a job array (scripts/sweep --slurm), slurm/step.sbatch
-# (one tiny plan), slurm/step-sweep.sbatch (a step sweep inside one 2-task allocation) and the same
-# step sweep as a job array (scripts/sweep --steps --slurm); waits with a
+# (one tiny plan), slurm/step-sweep.sbatch (a step sweep of 2 rounds inside one 2-task allocation)
+# and the same step sweep as job arrays (scripts/sweep --steps --slurm: one array per round, round
+# 2's after round 1's); waits with a
 # timeout; checks that the HDF5 files exist, passed verification (status ok, wrong = 0, exit
 # codes 0), carry the job's SLURM_JOB_ID in their provenance, and merge in scripts/report.
 # The daemons are stopped by PID on every exit path. Skips (exit 77) when not root or when Slurm/munge are not installed.
@@ -65,14 +66,14 @@ fjid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/fabrics" MB_FABRICS="sh
   || fail "sbatch fabrics.sbatch failed"
 # 1c. step.sbatch: one tiny data-parallel plan on 2 tasks; step-sweep.sbatch: every plan of the
 # tiny shape with tp = 1, ZeRO 0 and 2 micro-batches at the allocation's 2 tasks (dp=2 and
-# pp=2), each point an srun of 2 tasks inside the one job.
+# pp=2), 2 rounds each, interleaved, each run an srun of 2 tasks inside the one job.
 STEP_ARGS="--model tiny --steps 1 --warmup 0 --threads 1"
 sjid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/step" MB_STEP_ARGS="$STEP_ARGS" MB_POINT_TIMEOUT=120 MB_PLOTS=0 \
       sbatch --parsable -N 1 -n 2 -t 10 -o "$WORK/step-%j.out" slurm/step.sbatch --mesh dp=2) \
   || fail "sbatch step.sbatch failed"
 wjid=$(cd "$MB_SRC" && MB_BIN="$MB_BIN" MB_RESULTS="$RES/stepsweep" MB_PYTHON="$MB_PYTHON" \
       sbatch --parsable -N 1 -n 2 -t 10 -o "$WORK/stepsweep-%j.out" slurm/step-sweep.sbatch \
-      --steps --model tiny --tp 1 --zero 0 --micro-batches 2 --timeout 120 --args="--steps 1 --warmup 0 --threads 1") \
+      --steps --model tiny --tp 1 --zero 0 --micro-batches 2 --rounds 2 --timeout 120 --args="--steps 1 --warmup 0 --threads 1") \
   || fail "sbatch step-sweep.sbatch failed"
 # 2. a 2-point sweep as a job array (submitted right away: both run on the one node).
 cat > "$WORK/sweep.toml" <<'TOML'
@@ -147,18 +148,19 @@ print(f"{len(rows)} rows from jobs {sorted(jobs)}, {len(colls)} collectives, all
 PY
 pass "report merges every job's files"
 
-# 5. the step jobs: step.sbatch's file and the step sweep's two points, status ok, set-up time
-# recorded, the sweep's points launched inside its own job, and all three in one step table.
+# 5. the step jobs: step.sbatch's file and the step sweep's two points x 2 rounds, status ok,
+# set-up time recorded, the sweep's runs launched inside its own job, and all five in one step table.
 wait_jobs 300 "$sjid" "$wjid" || fail "step jobs $sjid $wjid still running after 300 s"
 for j in "$sjid" "$wjid"; do
   st=$(scontrol show job "$j" | grep -oE 'JobState=[A-Z]+|ExitCode=[0-9:]+' | tr '\n' ' ')
   [[ "$st" == *"JobState=COMPLETED"*"ExitCode=0:0"* ]] || { cat "$WORK"/step*-"$j".out; fail "step job $j: $st"; }
 done
-grep -q '\[1/2\] step ranks=2 mpi fabric=shm mesh=dp=2 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 \.\.\. ok' "$WORK/stepsweep-$wjid.out" \
-  || { cat "$WORK/stepsweep-$wjid.out"; fail "the step sweep did not run its dp=2 point"; }
+grep -q '\[1/4\] round 1/2 step ranks=2 mpi fabric=shm mesh=dp=2 group=world order=tp-cp-ep-dp-pp --model tiny --zero 0 --micro-batches 2 \.\.\. ok' "$WORK/stepsweep-$wjid.out" \
+  && grep -q '\[4/4\] round 2/2 step ranks=2 mpi fabric=shm mesh=pp=2,dp=1 .* \.\.\. ok' "$WORK/stepsweep-$wjid.out" \
+  || { cat "$WORK/stepsweep-$wjid.out"; fail "the step sweep did not run its 2 points x 2 rounds"; }
 [[ -s "$RES/stepsweep/report.md" ]] || fail "the step sweep wrote no report.md"
 steps=("$RES/step/step.h5" "$RES"/stepsweep/step-r2-*.h5)
-[[ ${#steps[@]} -eq 3 ]] || fail "want 3 step files, got ${steps[*]}"
+[[ ${#steps[@]} -eq 5 ]] || fail "want 5 step files (step.sbatch's, 2 points x 2 rounds), got ${steps[*]}"
 for f in "${steps[@]}"; do
   "$MB_PYTHON" "$T" status "$f" ok >/dev/null || fail "$f not ok"
 done
@@ -166,8 +168,8 @@ done
 "$MB_PYTHON" - "$WORK/steps.json" "$sjid" "$wjid" "${steps[@]}" <<'PY' || fail "step files check"
 import json, sys, h5py
 rows = json.load(open(sys.argv[1]))
-assert len(rows) == 3 and all(r["status"] == "ok" for r in rows), rows
-assert sorted(r["degrees"] for r in rows) == ["dp=2", "dp=2", "pp=2"], [r["degrees"] for r in rows]
+assert len(rows) == 5 and all(r["status"] == "ok" for r in rows), rows
+assert sorted(r["degrees"] for r in rows) == ["dp=2"] * 3 + ["pp=2"] * 2, [r["degrees"] for r in rows]
 for path in sys.argv[4:]:
     with h5py.File(path, "r") as f:
         run = f["runs"][list(f["runs"])[0]]
@@ -178,12 +180,29 @@ for path in sys.argv[4:]:
         assert job == want, (path, job, want)
 print(f"{len(rows)} step runs, set-up time recorded, each from its own job")
 PY
-pass "step.sbatch job $sjid and step-sweep.sbatch job $wjid: 3 step files ok, setup_time_s, one step table"
+pass "step.sbatch job $sjid and step-sweep.sbatch job $wjid: 5 step files ok (2 rounds), setup_time_s, one step table"
 
-# 6. the same step sweep as a job array (scripts/sweep --steps --slurm): one task per plan.
+# 6. the same step sweep as job arrays (scripts/sweep --steps --slurm): one task per plan and one
+# array per round, round 2's array submitted with --dependency=afterany on round 1's.
 "$MB_PYTHON" "$MB_SRC/scripts/sweep" --steps --world 2 --model tiny --tp 1 --zero 0 --micro-batches 2 --timeout 120 \
-  --args="--steps 1 --warmup 0 --threads 1" --slurm --wait --wait-timeout 240 --no-report --bin "$MB_BIN" \
+  --rounds 2 --args="--steps 1 --warmup 0 --threads 1" --slurm --wait --wait-timeout 240 --no-report --bin "$MB_BIN" \
   --out "$RES/steparray" --sbatch-args "-t 10" > "$WORK/steparray.out" 2>&1 || { cat "$WORK/steparray.out"; fail "step sweep --slurm exit $?"; }
-grep -q 'submitted array job of 2 tasks' "$WORK/steparray.out" && grep -q '2 ran ok' "$WORK/steparray.out" \
-  || { cat "$WORK/steparray.out"; fail "the step sweep's array did not run 2 points ok"; }
-pass "step sweep as a 2-task job array: 2 points ok"
+a1=$(grep -oE 'submitted array job of 2 tasks [0-9]+ \(ranks=2, round 1/2,' "$WORK/steparray.out" | awk '{print $7}')
+a2=$(grep -oE "submitted array job of 2 tasks [0-9]+ \(ranks=2, round 2/2, after $a1," "$WORK/steparray.out" | awk '{print $7}')
+[[ -n "$a1" && -n "$a2" ]] && grep -q '4 runs: 4 ran ok' "$WORK/steparray.out" \
+  || { cat "$WORK/steparray.out"; fail "the step sweep did not run 2 points x 2 rounds as 2 chained arrays"; }
+"$MB_PYTHON" - "$RES/steparray" "$a1" "$a2" <<'PY' || fail "round records of the arrays"
+import glob, json, sys
+out, a1, a2 = sys.argv[1:4]
+recs = [json.load(open(f)) for f in sorted(glob.glob(out + "/points/*.json"))]
+assert len(recs) == 2 and all(r["rounds_ok"] == 2 for r in recs), recs
+import datetime
+def t(x):
+    return datetime.datetime.fromisoformat(x["start"].rstrip("Z")).timestamp()
+r1 = [x for r in recs for x in r["rounds"] if x["round"] == 1]
+r2 = [x for r in recs for x in r["rounds"] if x["round"] == 2]
+assert len({x["slurm_job_id"] for x in r1 + r2}) == 4, [x["slurm_job_id"] for x in r1 + r2]  # a job per task
+# round 2 started after every round-1 run ended (starts are whole seconds: 1 s of slack)
+assert min(t(x) for x in r2) >= max(t(x) + x["seconds"] for x in r1) - 1, (r1, r2)
+PY
+pass "step sweep as job arrays: 2 points x 2 rounds ok, round 2's array ($a2) after round 1's ($a1)"
