@@ -5,7 +5,9 @@
 # split's, by kind; the console's per-rank table shows the same numbers as step/time_split; a
 # group of one rank (ZeRO at dp = 1 under pp = 2) issues no call and is charged nothing (the
 # dense gradients of cp and ep plans reduce over dp x cp, charged to dp); a
-# pipeline's waits for the other stage are bubble, never communication.
+# pipeline's waits for the other stage are bubble, never communication. Also: a tensor-parallel
+# run's GEMM trace events name their layer part and carry their shape and FLOPs, and its
+# memory formula names its slices.
 source "$(dirname "$0")/lib.bash"
 TINY=(--layers 2 --hidden 32 --heads 2 --seq 16 --vocab 64 --micro-batch 2 --threads 1 --steps 3 --warmup 1)
 runs=()
@@ -18,7 +20,7 @@ run() {  # name args...
 }
 run dp --mesh dp=2
 run zero2 --mesh dp=2 --zero 2
-run tp --mesh tp=2
+run tp --mesh tp=2 --profile
 run sp --mesh tp=2 --sp
 run cp --mesh cp=2
 run gpipe --mesh pp=2 --schedule gpipe --micro-batches 4
@@ -75,6 +77,16 @@ for rank, c in split.items():
     vals = [float(x) for x in line.group(1).split()]
     for col, v in zip(cols, vals):
         assert abs(v - 1e3 * c.get(col, 0.0)) <= 0.0011, (rank, col, v, c.get(col))
+# trace events (issue 23): every GEMM is a named part of a layer with its shape and FLOPs
+ev = s["events"][:] if "events" in s else []
+mm = [e for e in ev if e["kind"].decode().startswith("matmul")]
+for e in mm:
+    assert e["flops"] > 0 and e["m"] > 0 and e["n"] > 0 and e["k"] > 0, e
+    assert abs(e["flops"] - 2.0 * e["m"] * e["n"] * e["k"] * round(e["flops"] / (2.0 * e["m"] * e["n"] * e["k"]))) < 1, e
+    assert e["name"].decode().split(".")[0] in {"qkv", "attn", "fc", "head", "moe"}, e["name"]
+if name == "tp":
+    s_attrs = s.attrs
+    assert "tensor-parallel" in s_attrs["memory_formula"], s_attrs["memory_formula"]
 open(sys.argv[2].rsplit("/", 1)[0] + "/verdict", "w").write(
     "identity holds on both ranks; dims " + ",".join(sorted(dims)) +
     "; bubble %.1f/%.1f ms" % (1e3 * split[0]["bubble"], 1e3 * split[1]["bubble"]))
