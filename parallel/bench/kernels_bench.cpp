@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "compute/blas.hpp"
-#include "vocab/config.hpp"
 #include "kernels/flops.hpp"
 #include "kernels/layers.hpp"
+#include "vocab/config.hpp"
 
 using namespace meshbench::parallel;
 namespace compute = meshbench::compute;

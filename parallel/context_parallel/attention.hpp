@@ -15,7 +15,7 @@
 //              all-to-all turns the output back; the backward mirrors both.
 // Chunk pairs whose keys all follow the queries are skipped; the pairs run are timed with
 // their executed FLOPs (4 products forward, 5 backward, of Tq x Tk x hs multiply-adds).
-// Not here: the communicator (strategies/comm_group), the rest of the block (model.cpp).
+// Not here: the communicator (kernels/comm_group.hpp), the rest of the block (model.cpp).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,8 @@
 
 #include "kernels/backend.hpp"
 #include "vocab/group_comm.hpp"
-#include "vocab/op.hpp"
 #include "vocab/modes.hpp"
+#include "vocab/op.hpp"
 
 namespace meshbench::parallel {
 

@@ -15,246 +15,168 @@ int64_t first_sample(const Plan& plan, int dp_rank, int micro) {
 }
 
 namespace {
+
+// The step's data, drawn before its clock starts (the data loader's work is not the step's):
+// every micro-batch this rank's actions forward, back to back.
 template <typename S>
-comm::DType dtype_of() {
-  return sizeof(S) == 8 ? comm::DType::kDouble : comm::DType::kFloat;
+void draw_batch(const StepEnv<S>& env, const std::vector<Action>& actions, int64_t data_step,
+                std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+  const GptConfig& c = env.model.config();
+  const size_t n = static_cast<size_t>(c.tokens());
+  tok.assign(n * static_cast<size_t>(env.plan.micro_batches), 0);
+  tgt.assign(tok.size(), 0);
+  for (const Action& a : actions)
+    if (a.kind == ActionKind::kForward)
+      synthetic_batch(tok.data() + a.micro * n, tgt.data() + a.micro * n, env.data, env.seed, data_step,
+                      first_sample(env.plan, env.dp_rank, a.micro), c.micro_batch, c.seq, c.vocab);
 }
 
-// One step's point-to-point state on a pipeline rank: the posted activation sends (their
-// buffer is the slot's output, kept until the micro-batch's backward), the gradient sends
-// with the buffers they read, and the buffer a received output gradient lands in.
+// One step's run of an action list: each action does its part and names its phase.
 template <typename S>
-class PipeStep {
+class StepRun {
  public:
-  PipeStep(StepEnv<S>& env) : env_(env), pipe_(*env.pipe), n_(int64_t{env.model.tp_dims().rows} * env.model.config().hidden) {
-    Gpt<S>& m = env.model;
-    dout_ = BackendArray<S, S>(m.backend(), n_, &m.memory(), MemCat::kBuffers);
+  StepRun(StepEnv<S>& env, int step, int64_t data_step, const std::vector<Action>& actions)
+      : env_(env), tr_(env.trace), step_(step), m_(env.plan.micro_batches),
+        n_(static_cast<size_t>(env.model.config().tokens())),
+        scale_(static_cast<S>(env.sync ? env.sync->loss_scale() : 1.0 / m_)) {
+    draw_batch(env, actions, data_step, tok_, tgt_);
+    if (env.pipe) pipe_.emplace(env.model, *env.pipe);
   }
-  ~PipeStep() { drain(); }
 
-  void recv_activation(const Action& a) {
-    S* in = env_.model.stage_input(a.chunk, a.micro);
-    recv(in, a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk) - 1, false));
-  }
-  void send_activation(const Action& a) {
-    const S* out = env_.model.stage_output(a.chunk, a.micro);
-    act_sends_[{a.chunk, a.micro}] = send(out, a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk), false));
-  }
-  void recv_gradient(const Action& a) {
-    recv(dout_.data(), a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk), true));
-  }
-  // The backward of (chunk, micro): from the loss or the received gradient, into a fresh
-  // send buffer unless this is virtual stage 0.
-  void backward(const Action& a, S scale, bool last) {
-    auto it = act_sends_.find({a.chunk, a.micro});  // its output was delivered: the peer sent this gradient
-    if (it != act_sends_.end()) {
-      it->second->wait();
-      act_sends_.erase(it);
+  // Runs one action; returns its phase (kPhaseNames).
+  const char* run(const Action& a, int adam_t) {
+    tr_.tags.micro = a.micro;
+    tr_.tags.chunk = a.chunk;
+    switch (a.kind) {
+      case ActionKind::kRecvActivation:
+        tr_.tags.phase = 'F';
+        pipe_->recv_activation(a);
+        return "forward";
+      case ActionKind::kSendActivation: pipe_->send_activation(a); return "forward";
+      case ActionKind::kForward: forward(a); return "forward";
+      case ActionKind::kRecvGradient:
+        tr_.tags.phase = 'B';
+        pipe_->recv_gradient(a);
+        return "backward";
+      case ActionKind::kSendGradient: pipe_->send_gradient(a); return "backward";
+      case ActionKind::kBackward: backward(a); return "backward";
+      case ActionKind::kGradSync: grad_sync(); return "grad_sync";
+      case ActionKind::kOptimizer: optimizer(adam_t); return "optimizer";
     }
-    const int vs = pipe_.virtual_stage(a.chunk);
-    const S* dout = vs == pipe_.last_virtual_stage() ? nullptr : dout_.data();
-    din_ = vs == 0 ? nullptr : free_buffer();
-    env_.model.backward_chunk(a.chunk, a.micro, scale, dout, din_, last);
+    return "forward";
   }
-  void send_gradient(const Action& a) {
-    if (din_ == nullptr) throw std::logic_error("pipeline schedule: a gradient send without its backward");
-    for (auto& g : grad_sends_)
-      if (g.buf.data() == din_) g.req = send(din_, a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk) - 1, true));
-    din_ = nullptr;
+
+  // The pipeline's activations held, sampled after each pass.
+  void sample_slots(double t) {
+    if (tr_.on && env_.pipe)
+      tr_.slots.push_back({step_, t, env_.model.slots_held(),
+                           env_.model.memory().now[static_cast<int>(MemCat::kActivations)]});
   }
-  void drain() {
-    for (auto& [k, r] : act_sends_) r->wait();
-    act_sends_.clear();
-    for (auto& g : grad_sends_)
-      if (g.req) g.req->wait();
-  }
+  double loss_sum() const { return loss_sum_; }
 
  private:
-  struct GradSend {
-    BackendArray<S, S> buf;
-    std::unique_ptr<comm::Request> req;
-  };
-  comm::View view(const S* p) const {
-    return comm::View{const_cast<S*>(p), static_cast<size_t>(n_), dtype_of<S>(), env_.model.backend().mem()};
+  void forward(const Action& a) {
+    tr_.tags.phase = 'F';
+    if (env_.sync) env_.sync->begin_forward(a.micro);
+    env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, a.micro);
+    const size_t first_op = tr_.ops.size();
+    const double t0 = core::now_seconds();
+    // The chunk's part of the micro-batch's loss (its MoE aux losses; the cross-entropy on
+    // the last stage's last chunk): summed over the chunks here, over the stages in run_step.
+    loss_sum_ += static_cast<double>(env_.model.forward_chunk(a.chunk, env_.pipe ? a.micro : 0,
+                                                              tok_.data() + a.micro * n_, tgt_.data() + a.micro * n_));
+    end_pass(first_op, a, 'F', t0);
   }
-  void recv(S* p, int from, int tag) { pipe_.pp->irecv(view(p), from, tag)->wait(); }
-  std::unique_ptr<comm::Request> send(const S* p, int to, int tag) {
-    pipe_.pp->order_after(env_.model.backend().stream());
-    return pipe_.pp->isend(view(p), to, tag);
+
+  void backward(const Action& a) {
+    tr_.tags.phase = 'B';
+    if (env_.sync) env_.sync->begin_backward(a.micro, a.micro == m_ - 1);
+    env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, a.micro);
+    const size_t first_op = tr_.ops.size();
+    const double t0 = core::now_seconds();
+    if (pipe_)  // the last micro-batch syncs SP's norm gradients
+      pipe_->backward(a, scale_, a.micro == m_ - 1);
+    else
+      env_.model.backward(scale_, a.micro == m_ - 1);
+    end_pass(first_op, a, 'B', t0);
   }
-  // A gradient buffer whose send has completed, or a new one.
-  S* free_buffer() {
-    for (auto& g : grad_sends_)
-      if (!g.req || g.req->test()) {
-        g.req.reset();
-        return g.buf.data();
-      }
-    Gpt<S>& m = env_.model;
-    grad_sends_.push_back({BackendArray<S, S>(m.backend(), n_, &m.memory(), MemCat::kBuffers), nullptr});
-    return grad_sends_.back().buf.data();
+
+  void grad_sync() {
+    tr_.tags.phase = 'G';
+    tr_.tags.layer = -1;
+    if (pipe_) pipe_->drain();
+    // The tied embedding's copies summed before or after the data-parallel reduction.
+    const bool tied = env_.pipe && env_.pipe->embedding, first = env_.sync && env_.sync->sums_tied_embedding_first();
+    if (tied && first) reduce_tied_embedding(env_.model, *env_.pipe);
+    if (env_.sync) env_.sync->finish();
+    if (tied && !first) reduce_tied_embedding(env_.model, *env_.pipe);
+  }
+
+  void optimizer(int adam_t) {
+    tr_.tags.phase = 'O';
+    env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, 0);
+    if (env_.sync)
+      env_.sync->optimizer_step(env_.adam, adam_t);
+    else
+      env_.model.update(env_.adam, adam_t);
+    env_.model.backend().synchronize();
+  }
+
+  // Ops the model records during one chunk's pass carry that chunk; the pass is a span.
+  void end_pass(size_t from, const Action& a, char ph, double t0) {
+    for (size_t k = from; k < tr_.ops.size(); ++k) tr_.ops[k].chunk = a.chunk;
+    const double t1 = core::now_seconds();
+    if (tr_.on && env_.pipe) tr_.passes.push_back({step_, a.micro, a.chunk, ph, t0, t1});
+    sample_slots(t1);
   }
 
   StepEnv<S>& env_;
-  const PipeEnv& pipe_;
-  int64_t n_;  // elements of one activation or gradient message: b x s x h
-  BackendArray<S, S> dout_;
-  std::vector<GradSend> grad_sends_;
-  S* din_ = nullptr;
-  std::map<std::pair<int, int>, std::unique_ptr<comm::Request>> act_sends_;
+  Trace& tr_;
+  int step_, m_;
+  size_t n_;  // tokens of one micro-batch
+  S scale_;
+  std::vector<int32_t> tok_, tgt_;
+  std::optional<PipeExchange<S>> pipe_;
+  double loss_sum_ = 0;
 };
 
-// The tied embedding's gradient summed over the first and last stage (the embedding group).
-template <typename S>
-void reduce_embedding(StepEnv<S>& env) {
-  for (const auto& e : env.model.layout().entries())
-    if (e.name == "wte") {
-      comm::View v{env.model.grads_at(e.offset), static_cast<size_t>(e.numel), dtype_of<S>(), env.model.backend().mem()};
-      env.pipe->embedding->order_after(env.model.backend().stream());
-      env.pipe->embedding->all_reduce(v, v, comm::RedOp::kSum);
-    }
-}
 }  // namespace
 
 template <typename S>
 double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, int64_t data_step,
                 int adam_t, bool zero_grads) {
-  const GptConfig& c = env.model.config();
-  const int m = env.plan.micro_batches;
-  // The step's data is drawn before its clock starts (the data loader's work is not the step's).
-  const size_t n = static_cast<size_t>(c.tokens());
-  std::vector<int32_t> tok(n * static_cast<size_t>(m)), tgt(tok.size());
-  for (const Action& a : actions)
-    if (a.kind == ActionKind::kForward)
-      synthetic_batch(tok.data() + a.micro * n, tgt.data() + a.micro * n, env.data, env.seed, data_step,
-                      first_sample(env.plan, env.dp_rank, a.micro), c.micro_batch, c.seq, c.vocab);
-  const S scale = static_cast<S>(env.sync ? env.sync->loss_scale() : 1.0 / m);
   Trace& tr = env.trace;
   tr.tags = TraceTags{step, 0, -1, 'F'};
-  std::optional<PipeStep<S>> pipe;
-  if (env.pipe) pipe.emplace(env);
-  auto sample_slots = [&](double t) {
-    if (tr.on && env.pipe)
-      tr.slots.push_back({step, t, env.model.slots_held(),
-                          env.model.memory().now[static_cast<int>(MemCat::kActivations)]});
-  };
-  // Ops the model records during one chunk's pass carry that chunk; the pass is a span.
-  auto end_pass = [&](size_t from, const Action& a, char ph, double t0) {
-    for (size_t k = from; k < tr.ops.size(); ++k) tr.ops[k].chunk = a.chunk;
-    const double t1 = core::now_seconds();
-    if (tr.on && env.pipe) tr.passes.push_back({step, a.micro, a.chunk, ph, t0, t1});
-    sample_slots(t1);
-  };
-  double loss_sum = 0;
-  // The phases partition the step: each action's span starts where the previous one ended.
-  const double t_begin = core::now_seconds();
-  double t_prev = t_begin;
-  if (zero_grads) {  // counted with the forward
-    env.model.zero_grad();
-    const double t = core::now_seconds();
-    tr.phase("forward", t_begin, t);
-    t_prev = t;
-  }
-  sample_slots(t_prev);
-  for (const Action& a : actions) {
-    tr.tags.micro = a.micro;
-    tr.tags.chunk = a.chunk;
-    const double t0 = t_prev;
-    const char* phase = "forward";
-    switch (a.kind) {
-      case ActionKind::kRecvActivation:
-        tr.tags.phase = 'F';
-        pipe->recv_activation(a);
-        break;
-      case ActionKind::kSendActivation: pipe->send_activation(a); break;
-      case ActionKind::kForward: {
-        tr.tags.phase = 'F';
-        if (env.sync) env.sync->begin_forward(a.micro);
-        env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
-        const size_t first_op = tr.ops.size();
-        const double tp0 = core::now_seconds();
-        // The chunk's part of the micro-batch's loss (its MoE aux losses; the cross-entropy on
-        // the last stage's last chunk): summed over the chunks here, over the stages below.
-        loss_sum += static_cast<double>(env.model.forward_chunk(a.chunk, env.pipe ? a.micro : 0,
-                                                                tok.data() + a.micro * n, tgt.data() + a.micro * n));
-        end_pass(first_op, a, 'F', tp0);
-        break;
-      }
-      case ActionKind::kRecvGradient:
-        tr.tags.phase = 'B';
-        phase = "backward";
-        pipe->recv_gradient(a);
-        break;
-      case ActionKind::kSendGradient:
-        phase = "backward";
-        pipe->send_gradient(a);
-        break;
-      case ActionKind::kBackward: {
-        tr.tags.phase = 'B';
-        phase = "backward";
-        if (env.sync) env.sync->begin_backward(a.micro, a.micro == m - 1);
-        env.model.set_trace(tr.on ? &tr.ops : nullptr, step, a.micro);
-        const size_t first_op = tr.ops.size();
-        const double tp0 = core::now_seconds();
-        if (pipe)  // the last micro-batch syncs SP's norm gradients
-          pipe->backward(a, scale, a.micro == m - 1);
-        else
-          env.model.backward(scale, a.micro == m - 1);
-        end_pass(first_op, a, 'B', tp0);
-        break;
-      }
-      case ActionKind::kGradSync:
-        tr.tags.phase = 'G';
-        tr.tags.layer = -1;
-        phase = "grad_sync";
-        if (pipe) pipe->drain();
-        {  // the tied embedding's copies summed before or after the data-parallel reduction
-          const bool tied = env.pipe && env.pipe->embedding, first = env.sync && env.sync->sums_tied_embedding_first();
-          if (tied && first) reduce_embedding(env);
-          if (env.sync) env.sync->finish();
-          if (tied && !first) reduce_embedding(env);
-        }
-        break;
-      case ActionKind::kOptimizer:
-        tr.tags.phase = 'O';
-        phase = "optimizer";
-        env.model.set_trace(tr.on ? &tr.ops : nullptr, step, 0);
-        if (env.sync)
-          env.sync->optimizer_step(env.adam, adam_t);
-        else
-          env.model.update(env.adam, adam_t);
-        env.model.backend().synchronize();
-        break;
+  double loss = 0;
+  {
+    StepRun<S> run(env, step, data_step, actions);
+    // The phases partition the step: each action's span starts where the previous one ended.
+    const double t_begin = core::now_seconds();
+    double t_prev = t_begin;
+    if (zero_grads) {  // counted with the forward
+      env.model.zero_grad();
+      const double t = core::now_seconds();
+      tr.phase("forward", t_begin, t);
+      t_prev = t;
     }
-    t_prev = core::now_seconds();
-    tr.phase(phase, t0, t_prev);
+    run.sample_slots(t_prev);
+    for (const Action& a : actions) {
+      const double t0 = t_prev;
+      const char* phase = run.run(a, adam_t);
+      t_prev = core::now_seconds();
+      tr.phase(phase, t0, t_prev);
+    }
+    env.model.set_trace(nullptr, step, 0);
+    if (tr.on) {
+      tr.step_start.push_back(t_begin);
+      tr.step_end.push_back(t_prev);
+    }
+    loss = run.loss_sum() / env.plan.micro_batches;  // this rank's part of the mean over its micro-batches
   }
-  env.model.set_trace(nullptr, step, 0);
-  if (tr.on) {
-    tr.step_start.push_back(t_begin);
-    tr.step_end.push_back(t_prev);
-  }
-  double loss = loss_sum / m;  // this rank's part of the mean over its micro-batches
   if (env.pipe && env.pipe->stages > 1) {  // the stages' parts summed, on every stage, off the clock
     MB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, env.pipe->pp->mpi_comm()), "pp");
   }
   return loss;
-}
-
-std::vector<AnalyticBytes> pipeline_analytic(const PipeEnv& pipe, int m, uint64_t message_bytes,
-                                             uint64_t embedding_bytes) {
-  uint64_t out = 0, in = 0;  // messages per micro-batch
-  for (int c = 0; c < pipe.chunks; ++c) {
-    const int vs = pipe.virtual_stage(c);
-    const uint64_t below = vs > 0 ? 1 : 0, above = vs < pipe.last_virtual_stage() ? 1 : 0;
-    out += above + below;  // the output activations up, the input gradient down
-    in += below + above;   // the input activations, the output gradient
-  }
-  const uint64_t mm = static_cast<uint64_t>(m);
-  std::vector<AnalyticBytes> a{{"pp", "send", out * mm * message_bytes, double(out * mm * message_bytes)},
-                               {"pp", "recv", in * mm * message_bytes, 0.0}};
-  if (pipe.embedding)  // two ranks: the all-reduce sends 2(n-1)/n S = S
-    a.push_back({"embedding", "all_reduce", embedding_bytes, double(embedding_bytes)});
-  return a;
 }
 
 template double run_step<float>(StepEnv<float>&, const std::vector<Action>&, int, int64_t, int, bool);

@@ -1,25 +1,34 @@
-// Expert parallel's accounting in step_bench (issue 13): the analytic bytes of the EP
-// exchanges from the routing counts the run actually exchanged, and the per-rank imbalance
-// picture (rows received, expert compute, dispatch, combine and counts-exchange time, the
-// worst rank against the mean) for the console and the HDF5 step attributes.
-// Not here: the exchanges themselves (engine/moe.cpp), the comparison with the trace (report.cpp).
+// Expert parallel's report rows (issue 13): per rank, the rows its experts received and the
+// expert, dispatch, combine and counts-exchange seconds per step; then, per column, the worst
+// rank over the mean (the imbalance the routing caused). Plain rows: metrics/gather.hpp
+// gathers them, report/console.cpp prints them, report/step_h5.cpp stores ep_* attributes.
+// Not here: the exchanges themselves (moe.cpp), their analytic bytes (expert_parallel.hpp).
 #pragma once
 
-#include <mpi.h>
-
+#include <array>
+#include <nlohmann/json.hpp>
 #include <vector>
 
-#include "vocab/config.hpp"
-#include "core/log.hpp"
-#include "vocab/grad_sync.hpp"
-#include "expert_parallel/expert_parallel.hpp"
-#include "report/step_h5.hpp"
+#include "expert_parallel/moe.hpp"
 
 namespace meshbench::parallel {
 
-// Per rank (gathered to rank 0): rows received by its experts, expert, dispatch, combine and
-// counts seconds per step; then worst/mean. Console and HDF5 (ep_* step attributes; the
-// per-rank values as JSON lists). Collective over `world`.
-void report_ep(const EpTotals& mine, int ep, int steps, StepH5* h5, const core::Log& out, MPI_Comm world);
+inline constexpr std::array<const char*, 5> kEpColumns = {"rows_received", "expert_s", "dispatch_s", "combine_s",
+                                                         "counts_s"};
+
+// One rank's columns (kEpColumns), per timed step.
+struct EpRankRow {
+  std::array<double, 5> v{};
+};
+EpRankRow ep_rank_row(const EpTotals& mine, int steps);
+
+struct EpImbalance {
+  std::vector<EpRankRow> ranks;             // empty: no expert parallelism
+  std::array<double, 5> worst_over_mean{};  // per column; 1 where the mean is 0
+};
+EpImbalance ep_imbalance(std::vector<EpRankRow> ranks);
+
+// The ep_* step attributes: ep_<column>_per_rank (lists) and ep_<column>_worst_over_mean.
+nlohmann::ordered_json ep_attributes(const EpImbalance& e);
 
 }  // namespace meshbench::parallel

@@ -229,14 +229,14 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_permute_forward(acts + a.xp, x, slot, N, C, k); });
   if (ep_.size > 1) {
     exchange_counts(layer);
-    totals_.ep.dispatch_s += exchange(layer, true, acts + a.xl, acts + a.xp, timed);
+    totals_.ep.dispatch_s += dispatch(layer, acts + a.xl, acts + a.xp, timed);
   } else {
     r.local = r.offsets;
   }
   const double t0 = core::now_seconds();
   experts_forward(layer, p, acts, timed);
   totals_.ep.expert_s += core::now_seconds() - t0;
-  if (ep_.size > 1) totals_.ep.combine_s += exchange(layer, false, acts + a.yp, acts + a.yl, timed);
+  if (ep_.size > 1) totals_.ep.combine_s += combine(layer, acts + a.yp, acts + a.yl, timed);
   if (sliced()) {  // this slice's rows, the other tp ranks' added by the all-reduce
     S* part = dxr_.data();
     be.zero(part, sizeof(S) * N * C);
@@ -331,26 +331,32 @@ void MoeMlp<S>::dispatch_sizes(int layer, std::vector<int64_t>& send, std::vecto
 }
 
 template <typename S>
-double MoeMlp<S>::exchange(int layer, bool to_local, S* to, const S* from, const Timed& timed) {
+double MoeMlp<S>::dispatch(int layer, S* local, const S* permuted, const Timed& timed) {
   std::vector<int64_t> sn, rn;
   dispatch_sizes(layer, sn, rn);
-  const int n = static_cast<int>(route(layer).local_rows()), C = c_.hidden;
-  const int32_t* lslot = ints() + a_[layer].lslot;
   S* rows = recv_.data();  // source-major
   comm_->set_layer(layer);
-  double t0 = 0, t1 = 0;
-  if (to_local) {
-    t0 = core::now_seconds();
-    comm_->all_to_allv(rows, rn, from, sn);
-    t1 = core::now_seconds();
-    timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be_->moe_permute_forward(to, rows, lslot, n, C, 1); });
-  } else {
-    timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be_->moe_permute_backward(rows, from, lslot, n, C, 1); });
-    t0 = core::now_seconds();
-    comm_->all_to_allv(to, sn, rows, rn);
-    t1 = core::now_seconds();
-  }
+  const double t0 = core::now_seconds();
+  comm_->all_to_allv(rows, rn, permuted, sn);
+  const double t1 = core::now_seconds();
+  const int n = static_cast<int>(route(layer).local_rows());
+  const int32_t* lslot = ints() + a_[layer].lslot;
+  timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be_->moe_permute_forward(local, rows, lslot, n, c_.hidden, 1); });
   return t1 - t0;
+}
+
+template <typename S>
+double MoeMlp<S>::combine(int layer, S* permuted, const S* local, const Timed& timed) {
+  std::vector<int64_t> sn, rn;
+  dispatch_sizes(layer, sn, rn);
+  S* rows = recv_.data();  // source-major
+  const int n = static_cast<int>(route(layer).local_rows());
+  const int32_t* lslot = ints() + a_[layer].lslot;
+  timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be_->moe_permute_backward(rows, local, lslot, n, c_.hidden, 1); });
+  comm_->set_layer(layer);
+  const double t0 = core::now_seconds();
+  comm_->all_to_allv(permuted, sn, rows, rn);
+  return core::now_seconds() - t0;
 }
 
 template <typename S>
@@ -414,11 +420,11 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
     be.moe_unpermute_backward(dyp, dgates_.data(), dout, acts + a.yp, acts + a.gates, slot, N, C, k);
   });
   if (sliced()) tp_->all_reduce(dgates_.data(), int64_t{N} * k);  // the other slices' gates
-  if (ep) totals_.ep.dispatch_s += exchange(layer, true, dyl, dyp, timed);
+  if (ep) totals_.ep.dispatch_s += dispatch(layer, dyl, dyp, timed);
   const double t0 = core::now_seconds();
   experts_backward(layer, p, g, acts, dyl, timed);
   totals_.ep.expert_s += core::now_seconds() - t0;
-  if (ep) totals_.ep.combine_s += exchange(layer, false, dyp, dyl, timed);
+  if (ep) totals_.ep.combine_s += combine(layer, dyp, dyl, timed);
   timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_permute_backward(dx, dyp, slot, N, C, k); });
   if (sliced()) tp_->all_reduce(dx, int64_t{N} * C);  // this slice's rows, the others' added
   // d aux / d probs[n, e] = coef * E * routed_e / (N^2 k), times the loss scale.

@@ -15,7 +15,7 @@
 // applied by each source rank to its own tokens (as the single-rank reference does per
 // micro-batch), so the drops do not depend on the layout.
 // Not here: the rest of the block (model.cpp), the expert gradients' reduction over edp
-// (strategies/data_parallel.hpp).
+// (data_parallel/data_parallel.hpp).
 //
 // One MoE MLP on N = B*T rows x (the ln2 output), out the residual stream:
 //   logits = x Wr^T (no bias); probs = softmax(logits); idx = top-k(probs)  [assign()]
@@ -46,7 +46,7 @@ namespace meshbench::parallel {
 
 enum class Op;  // model.hpp
 template <typename S>
-class GroupComm;  // tp_layers.hpp
+class GroupComm;  // vocab/group_comm.hpp
 
 // This rank's place in its expert-parallel group: it holds experts [rank E/size, (rank+1) E/size).
 struct EpSpec {
@@ -187,9 +187,13 @@ class MoeMlp {
   void exchange_counts(int layer);
   // Rows [send | recv] per peer (elements: rows x C) of block `layer`'s dispatch.
   void dispatch_sizes(int layer, std::vector<int64_t>& send, std::vector<int64_t>& recv) const;
-  // to_local: the sender-layout rows `from` (this rank's permuted rows, R) go to their owners
-  // and land expert-major in `to` (local rows); else back. Returns seconds.
-  double exchange(int layer, bool to_local, S* to, const S* from, const Timed& timed);
+  // The token dispatcher's two exchanges (Megatron's token_dispatch / token_combine), each
+  // returning the seconds its all-to-all-v took. dispatch: this rank's permuted rows
+  // `permuted` (R, expert-major over all E) go to their experts' owners and land expert-major
+  // over the local experts in `local`. combine: the reverse, `local` rows back to the senders'
+  // permuted layout. The backward runs d(y) the dispatch way and d(x) the combine way.
+  double dispatch(int layer, S* local, const S* permuted, const Timed& timed);
+  double combine(int layer, S* permuted, const S* local, const Timed& timed);
   // The local experts' forward (acts' x_local -> y_local) and backward (dyl: d(y_local) in,
   // d(x_local) out, in place) on the expert-major rows.
   void experts_forward(int layer, const S* p, S* acts, const Timed& timed);

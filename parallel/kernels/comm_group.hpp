@@ -1,15 +1,15 @@
-// A communication group of the model (engine/tp_layers.hpp's GroupComm) over a recording
+// A communication group of the model (vocab/group_comm.hpp's GroupComm) over a recording
 // Communicator, so every call lands in the trace under the group's dimension ("tp", "cp"):
 // each call is ordered after the backend's queued work, and a blocking call is complete
 // before the backend's next op. Tensor parallel's and context parallel's groups are these.
-// Not here: what the strategies send (model.cpp, tp_layers, cp_attention), their bytes.
+// Not here: what the strategies send (model/model.cpp, tensor_parallel/linear, context_parallel/attention, expert_parallel/moe), their bytes.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "kernels/backend.hpp"
 #include "comm/communicator.hpp"
+#include "kernels/backend.hpp"
 #include "vocab/group_comm.hpp"
 #include "vocab/trace.hpp"
 

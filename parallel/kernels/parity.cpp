@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <functional>
 #include <random>
 
 #include "core/error.hpp"
@@ -100,192 +101,235 @@ std::vector<T> get(Backend<float>& be, const BackendArray<T, float>& a) {
 
 }  // namespace
 
+namespace {
+
+// The shapes every check uses. T = 70: two CPU row blocks of attention; GQA with two query
+// heads per KV head.
+namespace shape {
+constexpr int B = 2, T = 70, NH = 4, KVH = 2, hs = 16, C = NH * hs, QKV = (NH + 2 * KVH) * hs, N = B * T, OC = 96,
+              V = 300;
+}  // namespace shape
+
+using RowFn = std::function<void(const std::string&, double)>;
+
+// matmul: out = (and +=), dinp =, dweight +=, dbias += (from non-zero starting values)
+void parity_matmul(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  auto x = randn(size_t(N) * C, g), w = randn(size_t(OC) * C, g, 0.1f), b = randn(OC, g),
+       d = randn(size_t(N) * OC, g), out0 = randn(size_t(N) * OC, g),
+       dx0 = randn(size_t(N) * C, g), dw0 = randn(size_t(OC) * C, g), db0 = randn(OC, g);
+  auto X = put(be, x), W = put(be, w), Bb = put(be, b), D = put(be, d), O = put(be, out0),
+       OA = put(be, out0), DX = put(be, dx0), DW = put(be, dw0), DB = put(be, db0);
+  std::vector<float> out = out0, acc = out0, dx = dx0, dw = dw0, db = db0;
+  matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC, false);
+  matmul_forward(acc.data(), x.data(), w.data(), b.data(), N, C, OC, true);
+  matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, C, OC);
+  be.matmul_forward(O.data(), X.data(), W.data(), Bb.data(), N, C, OC, false);
+  be.matmul_forward(OA.data(), X.data(), W.data(), Bb.data(), N, C, OC, true);
+  be.matmul_backward(DX.data(), DW.data(), DB.data(), D.data(), X.data(), W.data(), N, C, OC);
+  row("matmul_forward", rel_error(get(be, O), out));
+  row("matmul_forward.accumulate", rel_error(get(be, OA), acc));
+  row("matmul_backward.dinp", rel_error(get(be, DX), dx));
+  row("matmul_backward.dweight", rel_error(get(be, DW), dw));
+  row("matmul_backward.dbias", rel_error(get(be, DB), db));
+}
+
+// attention (causal, GQA): out, the cached probabilities, and dqkv (written in full)
+void parity_attention(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  auto qkv = randn(size_t(N) * QKV, g), d = randn(size_t(N) * C, g),
+       junk = randn(size_t(N) * QKV, g);
+  std::vector<float> out(size_t(N) * C), att(size_t(B) * NH * T * T), datt(att.size()),
+      dqkv = junk;
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, KVH, hs);
+  attention_backward(dqkv.data(), datt.data(), d.data(), qkv.data(), att.data(), B, T, NH, KVH, hs);
+  auto Q = put(be, qkv), D = put(be, d), DQ = put(be, junk);
+  BackendArray<float, float> O(be, int64_t(out.size())), A(be, int64_t(att.size())),
+      DA(be, int64_t(att.size()));
+  be.attention_forward(O.data(), A.data(), Q.data(), B, T, NH, KVH, hs);
+  be.attention_backward(DQ.data(), DA.data(), D.data(), Q.data(), A.data(), B, T, NH, KVH, hs);
+  row("attention_forward", rel_error(get(be, O), out));
+  row("attention_forward.att", rel_error(get(be, A), att));
+  row("attention_backward", rel_error(get(be, DQ), dqkv));
+}
+
+// layernorm: dinp, dweight, dbias accumulate
+void parity_layernorm(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  auto x = randn(size_t(N) * C, g), w = randn(C, g), b = randn(C, g), d = randn(size_t(N) * C, g),
+       dx0 = randn(size_t(N) * C, g), dw0 = randn(C, g), db0 = randn(C, g);
+  std::vector<float> out(x.size()), mean(N), rstd(N), dx = dx0, dw = dw0, db = db0;
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  auto X = put(be, x), W = put(be, w), Bb = put(be, b), D = put(be, d), DX = put(be, dx0),
+       DW = put(be, dw0), DB = put(be, db0);
+  BackendArray<float, float> O(be, int64_t(x.size())), M(be, N), R(be, N);
+  be.layernorm_forward(O.data(), M.data(), R.data(), X.data(), W.data(), Bb.data(), N, C);
+  be.layernorm_backward(DX.data(), DW.data(), DB.data(), D.data(), X.data(), W.data(), M.data(),
+                        R.data(), N, C);
+  row("layernorm_forward", rel_error(get(be, O), out));
+  row("layernorm_backward.dinp", rel_error(get(be, DX), dx));
+  row("layernorm_backward.dweight", rel_error(get(be, DW), dw));
+  row("layernorm_backward.dbias", rel_error(get(be, DB), db));
+}
+
+// gelu; the backward in place (dinp aliases dout), as the model calls it
+void parity_gelu(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  const size_t n = 5000;
+  auto x = randn(n, g, 2.f), d = randn(n, g);
+  std::vector<float> y(n), dx = d;
+  gelu_forward(y.data(), x.data(), int64_t(n));
+  gelu_backward(dx.data(), x.data(), dx.data(), int64_t(n));
+  auto X = put(be, x), DX = put(be, d);
+  BackendArray<float, float> Y(be, int64_t(n));
+  be.gelu_forward(Y.data(), X.data(), int64_t(n));
+  be.gelu_backward(DX.data(), X.data(), DX.data(), int64_t(n));
+  row("gelu_forward", rel_error(get(be, Y), y));
+  row("gelu_backward", rel_error(get(be, DX), dx));
+}
+
+// cross-entropy in place (probs alias logits, dlogits alias probs), loss scale 0.7
+void parity_crossentropy(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  auto logits = randn(size_t(N) * V, g, 3.f);
+  std::vector<int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[size_t(i)] = (i * 37) % V;
+  std::vector<float> probs = logits, losses(N);
+  const float loss = crossentropy_forward(probs.data(), losses.data(), probs.data(), tgt.data(), N, V);
+  auto L = put(be, logits);
+  auto TG = put(be, tgt);
+  BackendArray<float, float> LS(be, N);
+  const float got = be.crossentropy_forward(L.data(), LS.data(), L.data(), TG.data(), N, V);
+  row("crossentropy_forward.loss", std::abs(double(got) - loss) / std::abs(double(loss)));
+  row("crossentropy_forward.losses", rel_error(get(be, LS), losses));
+  row("crossentropy_forward.probs", rel_error(get(be, L), probs));
+  crossentropy_backward(probs.data(), probs.data(), tgt.data(), 0.7f, N, V);
+  be.crossentropy_backward(L.data(), L.data(), TG.data(), 0.7f, N, V);
+  row("crossentropy_backward", rel_error(get(be, L), probs));
+}
+
+// AdamW, three steps with weight decay
+void parity_adamw(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  const size_t n = 5000;
+  auto prm = randn(n, g), gr = randn(n, g);
+  std::vector<float> m(n, 0.f), v(n, 0.f);
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1;
+  auto P = put(be, prm), G = put(be, gr);
+  BackendArray<float, float> M(be, int64_t(n)), Vv(be, int64_t(n));
+  for (int t = 1; t <= 3; ++t) {
+    adamw_update(prm.data(), gr.data(), m.data(), v.data(), int64_t(n), cfg, cfg.weight_decay, t);
+    be.adamw_update(P.data(), G.data(), M.data(), Vv.data(), int64_t(n), cfg, cfg.weight_decay, t);
+  }
+  row("adamw", rel_error(get(be, P), prm));
+}
+
+// embedding, with repeated tokens (colliding dwte rows); grads accumulate
+void parity_embedding(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  const int maxT = T + 3;
+  auto wte = randn(size_t(V) * C, g), wpe = randn(size_t(maxT) * C, g), d = randn(size_t(N) * C, g),
+       dwte0 = randn(wte.size(), g), dwpe0 = randn(wpe.size(), g);
+  std::vector<int32_t> tok(N);
+  for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7) % 50;
+  std::vector<float> out(size_t(N) * C), dwte = dwte0, dwpe = dwpe0;
+  embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), d.data(), tok.data(), B, T, C);
+  auto E = put(be, wte), Pp = put(be, wpe), D = put(be, d), DE = put(be, dwte0), DP = put(be, dwpe0);
+  auto TK = put(be, tok);
+  BackendArray<float, float> O(be, int64_t(out.size()));
+  be.embedding_forward(O.data(), TK.data(), E.data(), Pp.data(), B, T, C);
+  be.embedding_backward(DE.data(), DP.data(), D.data(), TK.data(), B, T, C);
+  row("embedding_forward", rel_error(get(be, O), out));
+  row("embedding_backward.dwte", rel_error(get(be, DE), dwte));
+  row("embedding_backward.dwpe", rel_error(get(be, DP), dwpe));
+}
+
+// MoE routing (moe_layers.hpp): 8 experts, top-2, capacity 30 of the 35 rows per expert on average, so some are dropped; the plan and permutes take the reference's routing
+void parity_moe_routing(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  const int E = 8, k = 2, cap = 30;
+  auto z = randn(size_t(N) * E, g, 2.f), dg = randn(size_t(N) * k, g), dp = randn(E, g),
+       x = randn(size_t(N) * C, g), dout = randn(size_t(N) * C, g), base = randn(size_t(N) * C, g);
+  std::vector<int32_t> idx(size_t(N) * k), slot(idx.size()), counts(2 * E + 1);
+  std::vector<float> probs(z.size()), gates(idx.size()), dz(z.size()), psum(E);
+  moe_topk_forward(idx.data(), gates.data(), probs.data(), z.data(), N, E, k, false);
+  moe_topk_backward(dz.data(), dg.data(), dp.data(), probs.data(), gates.data(), idx.data(), N, E, k);
+  moe_plan(slot.data(), counts.data(), psum.data(), idx.data(), probs.data(), N, E, k, cap);
+  const int R = counts[2 * E];
+  auto yp = randn(size_t(R) * C, g), dxp = randn(size_t(R) * C, g);
+  std::vector<float> xp(size_t(R) * C), dx(x.size()), out = base, dyp(size_t(R) * C), dgt(idx.size());
+  moe_permute_forward(xp.data(), x.data(), slot.data(), N, C, k);
+  moe_permute_backward(dx.data(), dxp.data(), slot.data(), N, C, k);
+  moe_unpermute_forward(out.data(), yp.data(), gates.data(), slot.data(), N, C, k);
+  moe_unpermute_backward(dyp.data(), dgt.data(), dout.data(), yp.data(), gates.data(), slot.data(), N, C, k);
+  auto Z = put(be, z), DG = put(be, dg), DP = put(be, dp), X = put(be, x), DO = put(be, dout),
+       OUT = put(be, base), YP = put(be, yp), DXP = put(be, dxp), P = put(be, probs), G = put(be, gates);
+  auto ID = put(be, idx);
+  BackendArray<int32_t, float> I(be, int64_t(idx.size())), SL(be, int64_t(idx.size())), CN(be, 2 * E + 1);
+  BackendArray<float, float> PR(be, int64_t(z.size())), GT(be, int64_t(idx.size())), DZ(be, int64_t(z.size())),
+      PS(be, E), XP(be, int64_t(xp.size())), DX(be, int64_t(dx.size())), DYP(be, int64_t(dyp.size())),
+      DGT(be, int64_t(idx.size()));
+  be.moe_topk_forward(I.data(), GT.data(), PR.data(), Z.data(), N, E, k, false);
+  be.moe_topk_backward(DZ.data(), DG.data(), DP.data(), P.data(), G.data(), ID.data(), N, E, k);
+  be.moe_plan(SL.data(), CN.data(), PS.data(), ID.data(), P.data(), N, E, k, cap);
+  auto S = put(be, slot);
+  be.moe_permute_forward(XP.data(), X.data(), S.data(), N, C, k);
+  be.moe_permute_backward(DX.data(), DXP.data(), S.data(), N, C, k);
+  be.moe_unpermute_forward(OUT.data(), YP.data(), G.data(), S.data(), N, C, k);
+  be.moe_unpermute_backward(DYP.data(), DGT.data(), DO.data(), YP.data(), G.data(), S.data(), N, C, k);
+  auto mismatch = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    size_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i] ? 1 : 0;
+    return double(n) / double(a.size());
+  };
+  row("moe_topk_forward.idx", mismatch(get(be, I), idx));
+  row("moe_topk_forward.probs", rel_error(get(be, PR), probs));
+  row("moe_topk_forward.gates", rel_error(get(be, GT), gates));
+  row("moe_topk_backward", rel_error(get(be, DZ), dz));
+  row("moe_plan.slot", mismatch(get(be, SL), slot));
+  row("moe_plan.counts", mismatch(get(be, CN), counts));
+  row("moe_plan.prob_sum", rel_error(get(be, PS), psum));
+  row("moe_permute_forward", rel_error(get(be, XP), xp));
+  row("moe_permute_backward", rel_error(get(be, DX), dx));
+  row("moe_unpermute_forward", rel_error(get(be, OUT), out));
+  row("moe_unpermute_backward.dyp", rel_error(get(be, DYP), dyp));
+  row("moe_unpermute_backward.dgates", rel_error(get(be, DGT), dgt));
+}
+
+// copy and scale
+void parity_copy_scale(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  const size_t n = 1001;
+  auto x = randn(n, g);
+  auto X = put(be, x);
+  BackendArray<float, float> Y(be, int64_t(n));
+  be.copy(Y.data(), X.data(), int64_t(n));
+  row("copy", rel_error(get(be, Y), x));
+  be.scale(Y.data(), 0.37, int64_t(n));
+  std::vector<float> s = x;
+  for (float& e : s) e *= 0.37f;
+  row("scale", rel_error(get(be, Y), s));
+}
+
+}  // namespace
+
 std::vector<ParityRow> layer_parity(Backend<float>& be, Precision p, unsigned seed) {
   std::mt19937 g(seed);
   std::vector<ParityRow> rows;
-  auto row = [&](const std::string& op, double err) {
-    rows.push_back({op, err, parity_tolerance(op, p)});
-  };
-  // T = 70: two CPU row blocks of attention; GQA with two query heads per KV head.
-  const int B = 2, T = 70, NH = 4, KVH = 2, hs = 16, C = NH * hs, QKV = (NH + 2 * KVH) * hs,
-            N = B * T, OC = 96, V = 300;
-  {  // matmul: out = (and +=), dinp =, dweight +=, dbias += (from non-zero starting values)
-    auto x = randn(size_t(N) * C, g), w = randn(size_t(OC) * C, g, 0.1f), b = randn(OC, g),
-         d = randn(size_t(N) * OC, g), out0 = randn(size_t(N) * OC, g),
-         dx0 = randn(size_t(N) * C, g), dw0 = randn(size_t(OC) * C, g), db0 = randn(OC, g);
-    auto X = put(be, x), W = put(be, w), Bb = put(be, b), D = put(be, d), O = put(be, out0),
-         OA = put(be, out0), DX = put(be, dx0), DW = put(be, dw0), DB = put(be, db0);
-    std::vector<float> out = out0, acc = out0, dx = dx0, dw = dw0, db = db0;
-    matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC, false);
-    matmul_forward(acc.data(), x.data(), w.data(), b.data(), N, C, OC, true);
-    matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), N, C, OC);
-    be.matmul_forward(O.data(), X.data(), W.data(), Bb.data(), N, C, OC, false);
-    be.matmul_forward(OA.data(), X.data(), W.data(), Bb.data(), N, C, OC, true);
-    be.matmul_backward(DX.data(), DW.data(), DB.data(), D.data(), X.data(), W.data(), N, C, OC);
-    row("matmul_forward", rel_error(get(be, O), out));
-    row("matmul_forward.accumulate", rel_error(get(be, OA), acc));
-    row("matmul_backward.dinp", rel_error(get(be, DX), dx));
-    row("matmul_backward.dweight", rel_error(get(be, DW), dw));
-    row("matmul_backward.dbias", rel_error(get(be, DB), db));
-  }
-  {  // attention (causal, GQA): out, the cached probabilities, and dqkv (written in full)
-    auto qkv = randn(size_t(N) * QKV, g), d = randn(size_t(N) * C, g),
-         junk = randn(size_t(N) * QKV, g);
-    std::vector<float> out(size_t(N) * C), att(size_t(B) * NH * T * T), datt(att.size()),
-        dqkv = junk;
-    attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, KVH, hs);
-    attention_backward(dqkv.data(), datt.data(), d.data(), qkv.data(), att.data(), B, T, NH, KVH, hs);
-    auto Q = put(be, qkv), D = put(be, d), DQ = put(be, junk);
-    BackendArray<float, float> O(be, int64_t(out.size())), A(be, int64_t(att.size())),
-        DA(be, int64_t(att.size()));
-    be.attention_forward(O.data(), A.data(), Q.data(), B, T, NH, KVH, hs);
-    be.attention_backward(DQ.data(), DA.data(), D.data(), Q.data(), A.data(), B, T, NH, KVH, hs);
-    row("attention_forward", rel_error(get(be, O), out));
-    row("attention_forward.att", rel_error(get(be, A), att));
-    row("attention_backward", rel_error(get(be, DQ), dqkv));
-  }
-  {  // layernorm: dinp, dweight, dbias accumulate
-    auto x = randn(size_t(N) * C, g), w = randn(C, g), b = randn(C, g), d = randn(size_t(N) * C, g),
-         dx0 = randn(size_t(N) * C, g), dw0 = randn(C, g), db0 = randn(C, g);
-    std::vector<float> out(x.size()), mean(N), rstd(N), dx = dx0, dw = dw0, db = db0;
-    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), mean.data(),
-                       rstd.data(), N, C);
-    auto X = put(be, x), W = put(be, w), Bb = put(be, b), D = put(be, d), DX = put(be, dx0),
-         DW = put(be, dw0), DB = put(be, db0);
-    BackendArray<float, float> O(be, int64_t(x.size())), M(be, N), R(be, N);
-    be.layernorm_forward(O.data(), M.data(), R.data(), X.data(), W.data(), Bb.data(), N, C);
-    be.layernorm_backward(DX.data(), DW.data(), DB.data(), D.data(), X.data(), W.data(), M.data(),
-                          R.data(), N, C);
-    row("layernorm_forward", rel_error(get(be, O), out));
-    row("layernorm_backward.dinp", rel_error(get(be, DX), dx));
-    row("layernorm_backward.dweight", rel_error(get(be, DW), dw));
-    row("layernorm_backward.dbias", rel_error(get(be, DB), db));
-  }
-  {  // gelu; the backward in place (dinp aliases dout), as the model calls it
-    const size_t n = 5000;
-    auto x = randn(n, g, 2.f), d = randn(n, g);
-    std::vector<float> y(n), dx = d;
-    gelu_forward(y.data(), x.data(), int64_t(n));
-    gelu_backward(dx.data(), x.data(), dx.data(), int64_t(n));
-    auto X = put(be, x), DX = put(be, d);
-    BackendArray<float, float> Y(be, int64_t(n));
-    be.gelu_forward(Y.data(), X.data(), int64_t(n));
-    be.gelu_backward(DX.data(), X.data(), DX.data(), int64_t(n));
-    row("gelu_forward", rel_error(get(be, Y), y));
-    row("gelu_backward", rel_error(get(be, DX), dx));
-  }
-  {  // cross-entropy in place (probs alias logits, dlogits alias probs), loss scale 0.7
-    auto logits = randn(size_t(N) * V, g, 3.f);
-    std::vector<int32_t> tgt(N);
-    for (int i = 0; i < N; ++i) tgt[size_t(i)] = (i * 37) % V;
-    std::vector<float> probs = logits, losses(N);
-    const float loss = crossentropy_forward(probs.data(), losses.data(), probs.data(), tgt.data(), N, V);
-    auto L = put(be, logits);
-    auto TG = put(be, tgt);
-    BackendArray<float, float> LS(be, N);
-    const float got = be.crossentropy_forward(L.data(), LS.data(), L.data(), TG.data(), N, V);
-    row("crossentropy_forward.loss", std::abs(double(got) - loss) / std::abs(double(loss)));
-    row("crossentropy_forward.losses", rel_error(get(be, LS), losses));
-    row("crossentropy_forward.probs", rel_error(get(be, L), probs));
-    crossentropy_backward(probs.data(), probs.data(), tgt.data(), 0.7f, N, V);
-    be.crossentropy_backward(L.data(), L.data(), TG.data(), 0.7f, N, V);
-    row("crossentropy_backward", rel_error(get(be, L), probs));
-  }
-  {  // AdamW, three steps with weight decay
-    const size_t n = 5000;
-    auto prm = randn(n, g), gr = randn(n, g);
-    std::vector<float> m(n, 0.f), v(n, 0.f);
-    AdamWConfig cfg;
-    cfg.weight_decay = 0.1;
-    auto P = put(be, prm), G = put(be, gr);
-    BackendArray<float, float> M(be, int64_t(n)), Vv(be, int64_t(n));
-    for (int t = 1; t <= 3; ++t) {
-      adamw_update(prm.data(), gr.data(), m.data(), v.data(), int64_t(n), cfg, cfg.weight_decay, t);
-      be.adamw_update(P.data(), G.data(), M.data(), Vv.data(), int64_t(n), cfg, cfg.weight_decay, t);
-    }
-    row("adamw", rel_error(get(be, P), prm));
-  }
-  {  // embedding, with repeated tokens (colliding dwte rows); grads accumulate
-    const int maxT = T + 3;
-    auto wte = randn(size_t(V) * C, g), wpe = randn(size_t(maxT) * C, g), d = randn(size_t(N) * C, g),
-         dwte0 = randn(wte.size(), g), dwpe0 = randn(wpe.size(), g);
-    std::vector<int32_t> tok(N);
-    for (int i = 0; i < N; ++i) tok[size_t(i)] = (i * 7) % 50;
-    std::vector<float> out(size_t(N) * C), dwte = dwte0, dwpe = dwpe0;
-    embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
-    embedding_backward(dwte.data(), dwpe.data(), d.data(), tok.data(), B, T, C);
-    auto E = put(be, wte), Pp = put(be, wpe), D = put(be, d), DE = put(be, dwte0), DP = put(be, dwpe0);
-    auto TK = put(be, tok);
-    BackendArray<float, float> O(be, int64_t(out.size()));
-    be.embedding_forward(O.data(), TK.data(), E.data(), Pp.data(), B, T, C);
-    be.embedding_backward(DE.data(), DP.data(), D.data(), TK.data(), B, T, C);
-    row("embedding_forward", rel_error(get(be, O), out));
-    row("embedding_backward.dwte", rel_error(get(be, DE), dwte));
-    row("embedding_backward.dwpe", rel_error(get(be, DP), dwpe));
-  }
-  {  // MoE routing (moe_layers.hpp): 8 experts, top-2, capacity 30 of the 35 rows per expert
-     // on average, so some are dropped; the plan and permutes take the reference's routing
-    const int E = 8, k = 2, cap = 30;
-    auto z = randn(size_t(N) * E, g, 2.f), dg = randn(size_t(N) * k, g), dp = randn(E, g),
-         x = randn(size_t(N) * C, g), dout = randn(size_t(N) * C, g), base = randn(size_t(N) * C, g);
-    std::vector<int32_t> idx(size_t(N) * k), slot(idx.size()), counts(2 * E + 1);
-    std::vector<float> probs(z.size()), gates(idx.size()), dz(z.size()), psum(E);
-    moe_topk_forward(idx.data(), gates.data(), probs.data(), z.data(), N, E, k, false);
-    moe_topk_backward(dz.data(), dg.data(), dp.data(), probs.data(), gates.data(), idx.data(), N, E, k);
-    moe_plan(slot.data(), counts.data(), psum.data(), idx.data(), probs.data(), N, E, k, cap);
-    const int R = counts[2 * E];
-    auto yp = randn(size_t(R) * C, g), dxp = randn(size_t(R) * C, g);
-    std::vector<float> xp(size_t(R) * C), dx(x.size()), out = base, dyp(size_t(R) * C), dgt(idx.size());
-    moe_permute_forward(xp.data(), x.data(), slot.data(), N, C, k);
-    moe_permute_backward(dx.data(), dxp.data(), slot.data(), N, C, k);
-    moe_unpermute_forward(out.data(), yp.data(), gates.data(), slot.data(), N, C, k);
-    moe_unpermute_backward(dyp.data(), dgt.data(), dout.data(), yp.data(), gates.data(), slot.data(), N, C, k);
-    auto Z = put(be, z), DG = put(be, dg), DP = put(be, dp), X = put(be, x), DO = put(be, dout),
-         OUT = put(be, base), YP = put(be, yp), DXP = put(be, dxp), P = put(be, probs), G = put(be, gates);
-    auto ID = put(be, idx);
-    BackendArray<int32_t, float> I(be, int64_t(idx.size())), SL(be, int64_t(idx.size())), CN(be, 2 * E + 1);
-    BackendArray<float, float> PR(be, int64_t(z.size())), GT(be, int64_t(idx.size())), DZ(be, int64_t(z.size())),
-        PS(be, E), XP(be, int64_t(xp.size())), DX(be, int64_t(dx.size())), DYP(be, int64_t(dyp.size())),
-        DGT(be, int64_t(idx.size()));
-    be.moe_topk_forward(I.data(), GT.data(), PR.data(), Z.data(), N, E, k, false);
-    be.moe_topk_backward(DZ.data(), DG.data(), DP.data(), P.data(), G.data(), ID.data(), N, E, k);
-    be.moe_plan(SL.data(), CN.data(), PS.data(), ID.data(), P.data(), N, E, k, cap);
-    auto S = put(be, slot);
-    be.moe_permute_forward(XP.data(), X.data(), S.data(), N, C, k);
-    be.moe_permute_backward(DX.data(), DXP.data(), S.data(), N, C, k);
-    be.moe_unpermute_forward(OUT.data(), YP.data(), G.data(), S.data(), N, C, k);
-    be.moe_unpermute_backward(DYP.data(), DGT.data(), DO.data(), YP.data(), G.data(), S.data(), N, C, k);
-    auto mismatch = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-      size_t n = 0;
-      for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i] ? 1 : 0;
-      return double(n) / double(a.size());
-    };
-    row("moe_topk_forward.idx", mismatch(get(be, I), idx));
-    row("moe_topk_forward.probs", rel_error(get(be, PR), probs));
-    row("moe_topk_forward.gates", rel_error(get(be, GT), gates));
-    row("moe_topk_backward", rel_error(get(be, DZ), dz));
-    row("moe_plan.slot", mismatch(get(be, SL), slot));
-    row("moe_plan.counts", mismatch(get(be, CN), counts));
-    row("moe_plan.prob_sum", rel_error(get(be, PS), psum));
-    row("moe_permute_forward", rel_error(get(be, XP), xp));
-    row("moe_permute_backward", rel_error(get(be, DX), dx));
-    row("moe_unpermute_forward", rel_error(get(be, OUT), out));
-    row("moe_unpermute_backward.dyp", rel_error(get(be, DYP), dyp));
-    row("moe_unpermute_backward.dgates", rel_error(get(be, DGT), dgt));
-  }
-  {  // copy and scale
-    const size_t n = 1001;
-    auto x = randn(n, g);
-    auto X = put(be, x);
-    BackendArray<float, float> Y(be, int64_t(n));
-    be.copy(Y.data(), X.data(), int64_t(n));
-    row("copy", rel_error(get(be, Y), x));
-    be.scale(Y.data(), 0.37, int64_t(n));
-    std::vector<float> s = x;
-    for (float& e : s) e *= 0.37f;
-    row("scale", rel_error(get(be, Y), s));
-  }
+  const RowFn row = [&](const std::string& op, double err) { rows.push_back({op, err, parity_tolerance(op, p)}); };
+  parity_matmul(be, g, row);
+  parity_attention(be, g, row);
+  parity_layernorm(be, g, row);
+  parity_gelu(be, g, row);
+  parity_crossentropy(be, g, row);
+  parity_adamw(be, g, row);
+  parity_embedding(be, g, row);
+  parity_moe_routing(be, g, row);
+  parity_copy_scale(be, g, row);
   be.synchronize();
   return rows;
 }

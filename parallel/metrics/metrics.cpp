@@ -250,10 +250,6 @@ std::vector<Interval> pass_windows(const Trace& tr, double offset) {
   return w;
 }
 
-double bubble_theory(int P, int m, int V) {
-  return double(P - 1) / (double(V) * m + P - 1);
-}
-
 PipelineRow pipeline_row(const Trace& tr, int rank, double offset, const TimeSplit& split,
                          const std::vector<P2pPost>& posts, double theory) {
   PipelineRow row;

@@ -17,16 +17,13 @@
 // So step = compute + the sum of exposed over dimensions + bubble + other on every rank, and a
 // group of one rank is charged nothing (it issues no call). A posted call that completes while
 // the rank computes costs nothing: that is overlap.
-// Not here: recording (trace.hpp) or output (step_h5, console in report.cpp).
+// Not here: recording (trace.hpp), gathering (gather.hpp), output (report/).
 #pragma once
-
-#include <mpi.h>
 
 #include <array>
 #include <cstdint>
 #include <map>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "vocab/trace.hpp"
@@ -77,7 +74,7 @@ struct RankMetrics {
   TimeSplit split;
 };
 
-// `offset`: this rank's clock offset; `posts`: every rank's p2p_posts (allgather_rows).
+// `offset`: this rank's clock offset; `posts`: every rank's p2p_posts (gather.hpp measure_rank).
 RankMetrics rank_metrics(const Trace& trace, int rank, double offset, const std::vector<P2pPost>& posts);
 // The kind column of a call: the collective's name, or "send"/"recv" for point-to-point.
 std::string comm_kind(const CommEvent& e);
@@ -105,46 +102,5 @@ struct PipelineRow {
 };
 PipelineRow pipeline_row(const Trace& trace, int rank, double offset, const TimeSplit& split,
                          const std::vector<P2pPost>& posts, double theory);
-double bubble_theory(int stages, int micro_batches, int chunks);
-
-// Rows of every rank on rank 0 (trivially copyable rows; other ranks get an empty vector).
-template <typename T>
-std::vector<T> gather_rows(const std::vector<T>& local, MPI_Comm comm) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const int mine = static_cast<int>(local.size() * sizeof(T));
-  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
-  MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[static_cast<size_t>(r)] = total;
-    total += counts[static_cast<size_t>(r)];
-  }
-  std::vector<T> all(rank == 0 ? static_cast<size_t>(total) / sizeof(T) : 0);
-  MPI_Gatherv(local.data(), mine, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, 0,
-              comm);
-  return all;
-}
-
-// Rows of every rank on every rank.
-template <typename T>
-std::vector<T> allgather_rows(const std::vector<T>& local, MPI_Comm comm) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  int size = 1;
-  MPI_Comm_size(comm, &size);
-  const int mine = static_cast<int>(local.size() * sizeof(T));
-  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
-  MPI_Allgather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
-  int total = 0;
-  for (int r = 0; r < size; ++r) {
-    displs[static_cast<size_t>(r)] = total;
-    total += counts[static_cast<size_t>(r)];
-  }
-  std::vector<T> all(static_cast<size_t>(total) / sizeof(T));
-  MPI_Allgatherv(local.data(), mine, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, comm);
-  return all;
-}
 
 }  // namespace meshbench::parallel

@@ -12,6 +12,8 @@
 
 #include "core/error.hpp"
 #include "core/timer.hpp"
+#include "tensor_parallel/mappings.hpp"
+#include "tensor_parallel/vocab_parallel.hpp"
 #include "vocab/sharding.hpp"
 
 namespace meshbench::parallel {
@@ -274,10 +276,7 @@ void Gpt<S>::embed_forward(const S* pe) {
   // positions are added once (rank 0), and the partial sums are reduced over the group.
   S* partial = opts_.tp.mode.sp ? row_scratch_.data() : out;
   timed(Op::kEmbedding, [&] { lookup(partial, tp_->rank() == 0 ? pe + wpe_ : nullptr); });
-  if (opts_.tp.mode.sp)
-    tp_->reduce_scatter(out, partial, int64_t{dims_.rows} * C);
-  else
-    tp_->all_reduce(out, int64_t{N} * C);
+  g_forward(*tp_, opts_.tp.mode.sp, partial, out, int64_t{N} * C);
 }
 
 template <typename S>
@@ -339,20 +338,10 @@ S Gpt<S>::head_forward(S* logits_out) {
     timed(Op::kLoss, [&] { loss = be.crossentropy_forward(a + logits_, a + losses_, a + logits_, tgt_, N, V); });
     return loss;
   }
-  // Vocabulary-parallel cross-entropy: three all-reduces of N values (the row max, the sums
-  // of exponentials, the target logits); no rank builds the full logits.
-  S* mx = ce_stats_.data();
-  S* sum = mx + N;
-  S* tl = sum + N;
-  timed(Op::kLoss, [&] { be.crossentropy_rowmax(mx, a + logits_, N, V, dims_.vocab_valid); });
-  tp_->all_reduce_max(mx, N);
-  timed(Op::kLoss, [&] {
-    be.crossentropy_partial(a + logits_, sum, tl, a + logits_, mx, tgt_, N, V, dims_.vocab_valid);
-  });
-  tp_->all_reduce(sum, N);
-  tp_->all_reduce(tl, N);
-  timed(Op::kLoss, [&] { loss = be.crossentropy_finish(a + logits_, a + losses_, sum, tl, mx, N, V); });
-  return loss;
+  // Vocabulary-parallel cross-entropy (tensor_parallel/vocab_parallel.hpp).
+  const LossTimer time = [&](const std::function<void()>& f) { timed(Op::kLoss, f); };
+  return vocab_parallel_cross_entropy(be, *tp_, time, a + logits_, a + losses_, ce_stats_.data(), tgt_, N, V,
+                                      dims_.vocab_valid);
 }
 
 template <typename S>
@@ -435,7 +424,7 @@ void Gpt<S>::zero_grad() {
 template <typename S>
 void Gpt<S>::sync_norm_grads(S* g, int64_t n) {
   if (tp_ == nullptr || !opts_.tp.mode.sp) return;
-  tp_->all_reduce(g, n);
+  reduce_over_tp(*tp_, g, n);
 }
 
 template <typename S>
@@ -512,11 +501,8 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
 template <typename S>
 void Gpt<S>::embed_backward() {
   const int B = cfg_.micro_batch, C = cfg_.hidden;
-  const S* d = dresid_.data();
-  if (tp_ && opts_.tp.mode.sp) {  // the reduce-scatter's backward: gather the rows
-    tp_->all_gather(dyfull_.data(), dresid_.data(), int64_t{dims_.rows} * C);
-    d = dyfull_.data();
-  }
+  // g's backward (the embedding's reduction): under SP, gather the rows.
+  const S* d = g_backward(tp_, opts_.tp.mode.sp, dresid_.data(), dyfull_.data(), int64_t{dims_.rows} * C);
   S* ge = G(embed_unit_);
   const CpChunks ch = cp_chunks(cfg_.seq, opts_.cp, opts_.cp.rank);
   timed(Op::kEmbedding, [&] {

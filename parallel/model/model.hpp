@@ -17,13 +17,13 @@
 #include <optional>
 #include <vector>
 
-#include "kernels/backend.hpp"
-#include "vocab/config.hpp"
-#include "kernels/layers.hpp"
-#include "vocab/layout.hpp"
-#include "expert_parallel/moe.hpp"
-#include "tensor_parallel/linear.hpp"
 #include "context_parallel/attention.hpp"
+#include "expert_parallel/moe.hpp"
+#include "kernels/backend.hpp"
+#include "kernels/layers.hpp"
+#include "tensor_parallel/linear.hpp"
+#include "vocab/config.hpp"
+#include "vocab/layout.hpp"
 #include <memory>
 #include <string>
 
@@ -71,7 +71,7 @@ struct TpSpec {
   TpMode mode;
 };
 
-// The local sizes of a rank of a tensor-parallel group of `size` (tp_layers.hpp).
+// The local sizes of a rank of a tensor-parallel group of `size` (tensor_parallel/linear.hpp).
 struct TpDims {
   int heads, kv_heads, ffn, attn_width, qkv;  // NH/t, KVH/t, F/t, C/t, (NH/t + 2 KVH/t) hs
   int vocab, vocab_valid, vocab_first;        // Vp/t rows (Vp: V padded to a multiple of t), real rows, first

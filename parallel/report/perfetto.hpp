@@ -3,14 +3,14 @@
 // compute ops and one per communicator (dimension and group), complete ("X") events in
 // microseconds on rank 0's clock. Rank clocks are aligned by the offsets estimated at
 // start-up (comm/clock_sync.hpp); each rank's offset error is written into its process name
-// and the file's metadata. Not here: the rows themselves (step_h5.hpp event_rows).
+// and the file's metadata. Not here: the rows themselves (metrics/records.hpp event_rows).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "comm/clock_sync.hpp"
-#include "report/step_h5.hpp"
+#include "report/reporter.hpp"
 
 namespace meshbench::parallel {
 
@@ -21,5 +21,17 @@ void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
                     const std::vector<comm::ClockOffset>& offsets,
                     const std::vector<std::string>& hosts, const std::vector<SlotRow>& slots = {},
                     const std::vector<PassRow>& passes = {});
+
+// The reporter: writes the trace from the run's record (events with --profile or --trace).
+class PerfettoStepReporter final : public StepReporter {
+ public:
+  explicit PerfettoStepReporter(std::string path) : path_(std::move(path)) {}
+  void record(const StepRecord& r) override {
+    write_perfetto(path_, r.events, r.offsets, r.hosts, r.slots, r.passes);
+  }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace meshbench::parallel

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "core/error.hpp"
 
@@ -33,17 +34,6 @@ struct OpRowH5 {
 
 }  // namespace
 
-std::vector<MemoryCell> memory_cells(const std::vector<MemoryRow>& rows, int rank) {
-  std::vector<MemoryCell> out(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    out[i].rank = rank;
-    results::put_fixed(out[i].category, rows[i].category);
-    out[i].measured_bytes = rows[i].measured_bytes;
-    out[i].analytic_bytes = rows[i].analytic_bytes;
-  }
-  return out;
-}
-
 struct StepH5::Impl {
   std::unique_ptr<results::RunFile> file;
   size_t n_phases = 0;
@@ -59,7 +49,6 @@ StepH5::StepH5(const std::string& path, bool append, results::RunContext& ctx, i
   Impl& m = *impl_;
   m.file = std::make_unique<results::RunFile>(path, append, ctx);
   m.ranks = ranks;
-  run_id_ = ctx.run_id;
   m.n_phases = phase_names.size();
   m.file->begin(ctx, groups);
   m.step = results::create_group(m.file->run(), "step");
@@ -77,17 +66,33 @@ StepH5::StepH5(const std::string& path, bool append, results::RunContext& ctx, i
 
 StepH5::~StepH5() = default;
 
-void StepH5::append_step(std::span<const double> step_times, std::span<const double> phases, double loss) {
+void StepH5::step(const StepPoint& p) {
   Impl& m = *impl_;
-  m.step_times->append(step_times);
-  m.phases->append(phases);
-  m.loss->append(std::span<const double>(&loss, 1));
+  m.step_times->append(std::span<const double>(p.times));
+  m.phases->append(std::span<const double>(p.phases));
+  m.loss->append(std::span<const double>(&p.loss, 1));
   m.file->publish();
 }
 
-bool StepH5::publish(bool force) { return impl_->file->publish(force); }
+void StepH5::record(const StepRecord& r) {
+  write_memory(r.memory_cells);
+  write_comm(r.comm);
+  write_time_split(r.split);
+  write_check(r.check_rows);
+  write_summary(r.summary);
+  if (!r.op_profile.empty()) write_op_profile(r.op_profile);
+  write_events(r.events);
+  if (!r.pipeline.empty()) write_pipeline(r.pipeline, r.slots, r.passes);
+  nlohmann::ordered_json attrs = {{"clock_offset_error_max_s", r.clock_error_max}};
+  if (r.moe.on)
+    attrs.update({{"moe_assignments", double(r.moe.routed)}, {"moe_dropped", double(r.moe.dropped)},
+                  {"moe_drop_fraction", r.moe.drop_fraction()}, {"moe_worst_expert_rows", double(r.moe.worst_expert)}});
+  attrs.update(ep_attributes(r.ep));
+  if (!r.diverged.empty()) attrs["diverged"] = r.diverged;
+  add_step_attrs(attrs);
+}
+
 const std::string& StepH5::error() const { return impl_->file->error(); }
-void StepH5::hold_error(const std::string& why) { impl_->file->hold_error(why); }
 
 void StepH5::write_memory(const std::vector<MemoryCell>& rows) {
   H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(MemoryCell)), H5Tclose);
@@ -200,55 +205,6 @@ void StepH5::write_summary(const StepSummary& s) {
   results::write_table(impl_->step.get(), "summary", t.get(), &r, 1);
 }
 
-std::vector<EventRow> event_rows(const Trace& tr, int rank, double t_origin, double offset) {
-  std::vector<EventRow> rows;
-  rows.reserve(tr.ops.size() + tr.comms.size());
-  auto t = [&](double x) { return x - offset - t_origin; };  // local clock -> rank 0's
-  for (const OpEvent& e : tr.ops) {
-    EventRow r{};
-    r.rank = rank;
-    r.step = e.step;
-    r.microbatch = e.micro;
-    r.layer = e.layer;
-    r.chunk = e.chunk;
-    const char* ph = e.phase == 'F' ? "fwd" : (e.phase == 'B' ? "bwd" : "opt");
-    results::put_fixed(r.kind, std::string(op_name(e.op)) + "." + ph);
-    const std::string role = e.role, part = e.part;
-    results::put_fixed(r.name, role.empty() ? part : (part.empty() ? role : role + "." + part));
-    r.m = e.m;
-    r.n = e.n;
-    r.k = e.k;
-    results::put_fixed(r.dim, "-");
-    results::put_fixed(r.phase, std::string(1, e.phase));
-    r.group = -1;
-    r.flops = e.flops;
-    r.t_post = r.t_start = t(e.t_start);
-    r.t_end = r.t_wait = t(e.t_end);
-    r.t_posted = r.t_start;
-    rows.push_back(r);
-  }
-  for (const CommEvent& e : tr.comms) {
-    EventRow r{};
-    r.rank = rank;
-    r.step = e.tags.step;
-    r.microbatch = e.tags.micro;
-    r.layer = e.tags.layer;
-    r.chunk = e.tags.chunk;
-    results::put_fixed(r.kind, comm_kind(e));
-    results::put_fixed(r.dim, e.dim);
-    results::put_fixed(r.phase, std::string(1, e.tags.phase));
-    r.group = e.group;
-    r.bytes = e.bytes;
-    r.t_post = t(e.t_post);
-    r.t_start = t(e.t_start);
-    r.t_end = t(e.t_end);
-    r.t_wait = t(e.t_wait);
-    r.t_posted = t(e.blocking ? e.t_start : e.t_posted);
-    rows.push_back(r);
-  }
-  return rows;
-}
-
 void StepH5::write_events(const std::vector<EventRow>& rows) {
   H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose);
   H5Id s24 = results::string_type(24), s16 = results::string_type(16), s4 = results::string_type(4);
@@ -274,27 +230,6 @@ void StepH5::write_events(const std::vector<EventRow>& rows) {
   H5Tinsert(t.get(), "t_posted", HOFFSET(EventRow, t_posted), H5T_NATIVE_DOUBLE);
   H5Tinsert(t.get(), "t_wait", HOFFSET(EventRow, t_wait), H5T_NATIVE_DOUBLE);
   write_rows(impl_->step.get(), "events", t.get(), rows);
-}
-
-std::vector<SlotRow> slot_rows(const Trace& tr, int rank, double t_origin, double offset) {
-  std::vector<SlotRow> v;
-  for (const SlotSample& s : tr.slots) v.push_back({rank, s.step, s.held, s.bytes, s.t - offset - t_origin});
-  return v;
-}
-
-std::vector<PassRow> pass_rows(const Trace& tr, int rank, double t_origin, double offset) {
-  std::vector<PassRow> v;
-  for (const PassSpan& p : tr.passes) {
-    PassRow r{rank, p.step, p.micro, p.chunk, {p.phase, 0, 0, 0}, p.t0 - offset - t_origin, p.t1 - offset - t_origin};
-    v.push_back(r);
-  }
-  for (const CommEvent& e : tr.comms)  // the pipeline's sends 'S' and receives 'R', posted to completion
-    if (e.p2p != 0) {
-      PassRow r{rank, e.tags.step, e.tags.micro, e.tags.chunk, {e.p2p == 's' ? 'S' : 'R', 0, 0, 0},
-                e.t_post - offset - t_origin, e.t_end - offset - t_origin};
-      v.push_back(r);
-    }
-  return v;
 }
 
 void StepH5::write_pipeline(const std::vector<PipelineRow>& rows, const std::vector<SlotRow>& slots,
@@ -327,10 +262,10 @@ void StepH5::write_pipeline(const std::vector<PipelineRow>& rows, const std::vec
   write_rows(loc, "passes", ps.get(), passes);
 }
 
-void StepH5::write_step_attrs(const nlohmann::ordered_json& attrs) {
+void StepH5::add_step_attrs(const nlohmann::ordered_json& attrs) {
   results::write_attrs(impl_->step.get(), attrs);
 }
 
-void StepH5::finish(const std::string& status) { impl_->file->finish(status); }
+void StepH5::finish(results::RunStatus s) { impl_->file->finish(s); }
 
 }  // namespace meshbench::parallel

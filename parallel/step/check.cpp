@@ -6,7 +6,9 @@
 
 #include <fmt/core.h>
 
+#include "compute/device.hpp"
 #include "core/error.hpp"
+#include "model/step_parity.hpp"
 #include "vocab/sharding.hpp"
 
 namespace meshbench::parallel {
@@ -227,102 +229,161 @@ std::vector<CheckRow> check_against_fp64(Gpt<float>& m32, const int32_t* tok, co
   return rows;
 }
 
+namespace {
+
+// The worst row per quantity over the ranks, in the order the quantities first appeared.
+struct Worst {
+  std::map<std::string, CheckRow> rows;
+  std::vector<std::string> order;
+  void add(CheckRow r) { merge_worst(rows, order, std::move(r)); }
+};
+
+// This rank's step of the plan up to (not including) the optimizer, then the optimizer alone:
+// its gradients after the reduction (ZeRO: gathered from the shards) and its parameters after
+// the optimizer, in the full layout; `loss` the global mean (every rank holds its dp x cp
+// share, tensor-parallel ranks the same).
+InFull local_step(StepEnv<float>& env, const std::vector<Action>& actions, const Layout& full, double& loss,
+                  MPI_Comm world) {
+  Gpt<float>& model = env.model;
+  std::vector<Action> before(actions);
+  before.erase(std::remove_if(before.begin(), before.end(),
+                              [](const Action& a) { return a.kind == ActionKind::kOptimizer; }),
+               before.end());
+  const double mine = run_step(env, before, 0, 0, 1, true);
+  const std::vector<float> grads = env.sync ? env.sync->full_grads() : model.download_grads();
+  run_step(env, {{ActionKind::kOptimizer, 0, 0}}, 0, 0, 1, false);
+  const std::vector<float> params = env.sync ? env.sync->full_params() : model.download_params();
+  int size = 1;
+  MB_CHECK_MPI(MPI_Comm_size(world, &size), "world");
+  double sum = 0;
+  MB_CHECK_MPI(MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, world), "world");
+  loss = sum / size;
+  return in_full(model.layout(), grads, params, full);
+}
+
+// Rank r's logits of its first micro-batch (its vocabulary slice) against the reference's.
+void compare_logits(Worst& w, const Logits& l, const Reference& ref, const GptConfig& c) {
+  if (l.values.empty()) return;
+  std::vector<float> want;
+  const std::vector<float>& whole = ref.first_logits.at(static_cast<size_t>(l.dp_rank));
+  for (int64_t i = 0; i < c.tokens(); ++i)
+    want.insert(want.end(), whole.begin() + i * c.vocab + l.first, whole.begin() + i * c.vocab + l.first + l.valid);
+  w.add(compare("logits", l.values.data(), want.data(), int64_t(want.size()), kParallelTolerance));
+}
+
+void send_in_full(const InFull& f, MPI_Comm world) {
+  const int n = static_cast<int>(f.grads.size());
+  MB_CHECK_MPI(MPI_Send(f.grads.data(), n, MPI_FLOAT, 0, 901, world), "world");
+  MB_CHECK_MPI(MPI_Send(f.params.data(), n, MPI_FLOAT, 0, 902, world), "world");
+  MB_CHECK_MPI(MPI_Send(f.owned.data(), n, MPI_UINT8_T, 0, 903, world), "world");
+}
+
+InFull recv_in_full(int from, int64_t n, MPI_Comm world) {
+  InFull f;
+  f.grads.resize(static_cast<size_t>(n));
+  f.params.resize(static_cast<size_t>(n));
+  f.owned.resize(static_cast<size_t>(n));
+  const int k = static_cast<int>(n);
+  MB_CHECK_MPI(MPI_Recv(f.grads.data(), k, MPI_FLOAT, from, 901, world, MPI_STATUS_IGNORE), "world");
+  MB_CHECK_MPI(MPI_Recv(f.params.data(), k, MPI_FLOAT, from, 902, world, MPI_STATUS_IGNORE), "world");
+  MB_CHECK_MPI(MPI_Recv(f.owned.data(), k, MPI_UINT8_T, from, 903, world, MPI_STATUS_IGNORE), "world");
+  return f;
+}
+
+// One rank's gradients per tensor and in all, and its parameters after its optimizer step
+// against AdamW step 1 from the canonical weights and that rank's own gradients, over the
+// elements it holds.
+void compare_rank(Worst& w, const InFull& f, const Layout& full, const Reference& ref, const AdamWConfig& adam) {
+  const std::vector<float> want_params = adamw_first_step(full, ref.params0, f.grads, adam);
+  std::vector<float> xa, xr, all_a, all_r, pa, pr;
+  for (const auto& e : full.entries()) {
+    owned_elements(e, f.owned.data(), f.grads.data(), ref.grads.data(), xa, xr);
+    if (xa.empty()) continue;  // not held on this rank (another pipeline stage)
+    w.add(compare("grad:" + e.name, xa.data(), xr.data(), int64_t(xa.size()), kParallelTolerance));
+    all_a.insert(all_a.end(), xa.begin(), xa.end());
+    all_r.insert(all_r.end(), xr.begin(), xr.end());
+    owned_elements(e, f.owned.data(), f.params.data(), want_params.data(), xa, xr);
+    pa.insert(pa.end(), xa.begin(), xa.end());
+    pr.insert(pr.end(), xr.begin(), xr.end());
+  }
+  w.add(compare("grads", all_a.data(), all_r.data(), int64_t(all_a.size()), kParallelTolerance));
+  w.add(compare("params_after", pa.data(), pr.data(), int64_t(pa.size()), kParallelTolerance));
+}
+
+// Every element of every tensor must be held by some rank.
+CheckRow coverage_row(const Layout& full, const std::vector<uint8_t>& covered) {
+  int64_t missing = 0, total = 0;
+  for (const auto& e : full.entries()) {
+    total += e.numel;
+    for (int64_t i = e.offset; i < e.offset + e.numel; ++i) missing += covered[size_t(i)] ? 0 : 1;
+  }
+  return {"coverage", double(missing), double(missing) / double(total), 0.0, missing == 0};
+}
+
+}  // namespace
+
 std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::vector<Action>& actions,
                                               MPI_Comm world) {
   int rank = 0, size = 1;
   MB_CHECK_MPI(MPI_Comm_rank(world, &rank), "world");
   MB_CHECK_MPI(MPI_Comm_size(world, &size), "world");
-  Gpt<float>& model = env.model;
-  const Layout full = Gpt<float>::full_layout(model.config());
-  const int Pf = static_cast<int>(full.total());
+  const Layout full = Gpt<float>::full_layout(env.model.config());
   const bool trace_was = env.trace.on;
   env.trace.on = false;
-
-  // The plan's step up to (not including) the optimizer, then the optimizer alone.
-  std::vector<Action> before(actions), opt;
-  before.erase(std::remove_if(before.begin(), before.end(),
-                              [](const Action& a) { return a.kind == ActionKind::kOptimizer; }),
-               before.end());
-  opt.push_back({ActionKind::kOptimizer, 0, 0});
   const Logits mine_logits = first_logits(env);
-  double loss = run_step(env, before, 0, 0, 1, true);
-  // Every rank's gradients after the reduction (ZeRO: gathered from the shards), then its
-  // parameters after the optimizer, both in the full layout.
-  const std::vector<float> grads = env.sync ? env.sync->full_grads() : model.download_grads();
-  run_step(env, opt, 0, 0, 1, false);
-  const std::vector<float> params = env.sync ? env.sync->full_params() : model.download_params();
-  InFull mine = in_full(model.layout(), grads, params, full);
+  double loss = 0;
+  const InFull mine = local_step(env, actions, full, loss, world);
   env.trace.on = trace_was;
-  // The global mean loss: every rank holds its dp x cp share (tensor-parallel ranks the same).
-  double loss_sum = 0;
-  MB_CHECK_MPI(MPI_Allreduce(&loss, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, world), "world");
-  loss = loss_sum / size;
-
   std::vector<CheckRow> rows;
-  if (rank == 0) {
-    const Reference ref = run_reference(env, model);
-    std::map<std::string, CheckRow> worst;
-    std::vector<std::string> order;
-    merge_worst(worst, order, compare("loss", &loss, &ref.loss, 1, kParallelTolerance));
-    for (int r = 0; r < size; ++r) {
-      const Logits l = r == 0 ? mine_logits : recv_logits(r, world);
-      if (l.values.empty()) continue;
-      const GptConfig& c = model.config();
-      std::vector<float> want;
-      const std::vector<float>& whole = ref.first_logits.at(static_cast<size_t>(l.dp_rank));
-      for (int64_t i = 0; i < c.tokens(); ++i)
-        want.insert(want.end(), whole.begin() + i * c.vocab + l.first, whole.begin() + i * c.vocab + l.first + l.valid);
-      merge_worst(worst, order, compare("logits", l.values.data(), want.data(), int64_t(want.size()), kParallelTolerance));
-    }
-    std::vector<uint8_t> covered(static_cast<size_t>(Pf), 0);
-    std::vector<float> xa, xr, all_a, all_r, pa, pr;
-    InFull other;
-    for (int r = 0; r < size; ++r) {
-      if (r > 0) {
-        other.grads.resize(static_cast<size_t>(Pf));
-        other.params.resize(static_cast<size_t>(Pf));
-        other.owned.resize(static_cast<size_t>(Pf));
-        MB_CHECK_MPI(MPI_Recv(other.grads.data(), Pf, MPI_FLOAT, r, 901, world, MPI_STATUS_IGNORE), "world");
-        MB_CHECK_MPI(MPI_Recv(other.params.data(), Pf, MPI_FLOAT, r, 902, world, MPI_STATUS_IGNORE), "world");
-        MB_CHECK_MPI(MPI_Recv(other.owned.data(), Pf, MPI_UINT8_T, r, 903, world, MPI_STATUS_IGNORE), "world");
-      }
-      const InFull& f = r == 0 ? mine : other;
-      const std::vector<float> want_params = adamw_first_step(full, ref.params0, f.grads, env.adam);
-      all_a.clear();
-      all_r.clear();
-      pa.clear();
-      pr.clear();
-      for (const auto& e : full.entries()) {
-        owned_elements(e, f.owned.data(), f.grads.data(), ref.grads.data(), xa, xr);
-        if (xa.empty()) continue;  // not held on this rank (another pipeline stage)
-        merge_worst(worst, order, compare("grad:" + e.name, xa.data(), xr.data(), int64_t(xa.size()),
-                                          kParallelTolerance));
-        all_a.insert(all_a.end(), xa.begin(), xa.end());
-        all_r.insert(all_r.end(), xr.begin(), xr.end());
-        owned_elements(e, f.owned.data(), f.params.data(), want_params.data(), xa, xr);
-        pa.insert(pa.end(), xa.begin(), xa.end());
-        pr.insert(pr.end(), xr.begin(), xr.end());
-      }
-      merge_worst(worst, order, compare("grads", all_a.data(), all_r.data(), int64_t(all_a.size()), kParallelTolerance));
-      merge_worst(worst, order, compare("params_after", pa.data(), pr.data(), int64_t(pa.size()), kParallelTolerance));
-      for (int i = 0; i < Pf; ++i) covered[size_t(i)] |= f.owned[size_t(i)];
-    }
-    // Every element of every tensor must be held by some rank.
-    int64_t missing = 0, total = 0;
-    for (const auto& e : full.entries()) {
-      total += e.numel;
-      for (int64_t i = e.offset; i < e.offset + e.numel; ++i) missing += covered[size_t(i)] ? 0 : 1;
-    }
-    rows.push_back({"coverage", double(missing), double(missing) / double(total), 0.0, missing == 0});
-    for (const auto& q : order) rows.push_back(worst.at(q));
-  } else {
+  if (rank != 0) {
     send_logits(mine_logits, world);
-    MB_CHECK_MPI(MPI_Send(mine.grads.data(), Pf, MPI_FLOAT, 0, 901, world), "world");
-    MB_CHECK_MPI(MPI_Send(mine.params.data(), Pf, MPI_FLOAT, 0, 902, world), "world");
-    MB_CHECK_MPI(MPI_Send(mine.owned.data(), Pf, MPI_UINT8_T, 0, 903, world), "world");
+    send_in_full(mine, world);
+  } else {
+    const Reference ref = run_reference(env, env.model);
+    Worst w;
+    w.add(compare("loss", &loss, &ref.loss, 1, kParallelTolerance));
+    for (int r = 0; r < size; ++r) compare_logits(w, r == 0 ? mine_logits : recv_logits(r, world), ref, env.model.config());
+    std::vector<uint8_t> covered(static_cast<size_t>(full.total()), 0);
+    for (int r = 0; r < size; ++r) {
+      const InFull other = r == 0 ? InFull{} : recv_in_full(r, full.total(), world);
+      const InFull& f = r == 0 ? mine : other;
+      compare_rank(w, f, full, ref, env.adam);
+      for (size_t i = 0; i < covered.size(); ++i) covered[i] |= f.owned[i];
+    }
+    rows.push_back(coverage_row(full, covered));
+    for (const auto& q : w.order) rows.push_back(w.rows.at(q));
   }
   broadcast_rows(rows, world);
   return rows;
+}
+
+std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, const core::Log& out,
+                      std::vector<CheckRow>& rows) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (!o.check) return "off";
+  const GptConfig& c = o.model;
+  // A strategy (ZeRO, even over one rank) holds the state the fp64 check would read from the
+  // model: it is checked against the single-rank reference like any parallel plan.
+  const bool plain = world == 1 && !st.sync;
+  if (plain && st.model->backend().mem() == compute::MemKind::kDevice) {
+    // On a GPU the reference is the CPU float32 path: one whole step, normalised errors.
+    const Precision prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
+    for (const auto& r : step_parity(c, st.model->backend(), prec, static_cast<unsigned>(o.seed)))
+      rows.push_back({"cuda_vs_cpu:" + r.op, NAN, r.rel_err, r.tolerance, r.rel_err <= r.tolerance});
+  } else if (plain) {
+    std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());
+    synthetic_batch(tok.data(), tgt.data(), env.data, o.seed, 0, 0, c.micro_batch, c.seq, c.vocab);
+    rows = check_against_fp64(*st.model, tok.data(), tgt.data());
+  } else {
+    rows = check_against_reference(env, st.actions, MPI_COMM_WORLD);
+    st.model->init_weights(o.seed);  // the timed steps start from the canonical weights again
+  }
+  for (const auto& r : rows)
+    if (!r.pass || r.quantity.rfind("grad:", 0) != 0)
+      out.out("  check {:<32} rel {:.3e} max_abs {:.3e} tol {:.0e} {}\n", r.quantity, r.rel, r.max_abs,
+              r.tolerance, r.pass ? "ok" : "FAIL");
+  return all_pass(rows) ? "pass" : "fail";
 }
 
 }  // namespace meshbench::parallel

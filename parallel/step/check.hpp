@@ -19,16 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "core/log.hpp"
 #include "executor/executor.hpp"
+#include "metrics/records.hpp"
 #include "model/model.hpp"
+#include "step/options.hpp"
+#include "step/setup.hpp"
 
 namespace meshbench::parallel {
-
-struct CheckRow {
-  std::string quantity;  // loss, logits, grads, "grad:<name>", params_after
-  double max_abs, rel, tolerance;  // rel = ||a - ref|| / ||ref||; over ranks, the worst
-  bool pass;
-};
 
 inline constexpr double kParallelTolerance = 1e-5;  // fp32 parallel vs fp32 single rank
 inline constexpr double kFp64Tolerance = 1e-4;      // fp32 vs fp64, one rank
@@ -47,5 +45,12 @@ std::vector<CheckRow> check_against_reference(StepEnv<float>& env, const std::ve
                                               MPI_Comm world);
 
 bool all_pass(const std::vector<CheckRow>& rows);
+
+// --check before timing, on every rank (collective over MPI_COMM_WORLD): on one rank without a
+// strategy the fp64 comparison (on a GPU: the CPU float32 step), else check_against_reference,
+// after which the model gets the canonical weights back. Prints the failing rows and the
+// summary rows; returns "pass", "fail" or "off" (no --check) and the rows.
+std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, const core::Log& out,
+                      std::vector<CheckRow>& rows);
 
 }  // namespace meshbench::parallel

@@ -11,8 +11,8 @@
 
 #include "core/cli.hpp"
 #include "core/error.hpp"
-#include "results/output_path.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
+#include "results/output_path.hpp"
 #include "step/rules.hpp"
 
 namespace meshbench::parallel {

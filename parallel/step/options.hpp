@@ -10,8 +10,9 @@
 
 #include "comm/mesh.hpp"
 #include "core/cli.hpp"
-#include "vocab/config.hpp"
 #include "kernels/layers.hpp"
+#include "model/model.hpp"
+#include "vocab/config.hpp"
 #include "vocab/plan.hpp"
 
 namespace meshbench::parallel {
@@ -55,5 +56,8 @@ std::optional<Options> parse_options(int argc, char** argv);
 
 // The plan of a run on `world` ranks; throws UsageError naming the options and the rule.
 Plan make_plan(const Options& o, int world);
+
+// --data: the synthetic batches' kind.
+inline DataKind data_kind(const Options& o) { return o.data == "repeat" ? DataKind::kRepeat : DataKind::kRandom; }
 
 }  // namespace meshbench::parallel

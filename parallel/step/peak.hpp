@@ -3,9 +3,9 @@
 // step_bench measures it before and after the timed steps and uses the higher.
 #pragma once
 
-#include "vocab/config.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/flops.hpp"
+#include "vocab/config.hpp"
 
 namespace meshbench::parallel {
 

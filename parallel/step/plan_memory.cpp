@@ -2,12 +2,12 @@
 
 #include <algorithm>
 
-#include "model/model.hpp"
 #include "expert_parallel/moe.hpp"
-#include "pipeline_parallel/schedule.hpp"
-#include "zero/zero.hpp"
+#include "model/model.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/schedule.hpp"
 #include "step/rules.hpp"
+#include "zero/zero.hpp"
 
 namespace meshbench::parallel {
 

@@ -12,9 +12,9 @@
 
 #include "core/error.hpp"
 #include "model/model.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
 #include "step/options.hpp"
 #include "step/plan_memory.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
 #include "step/rules.hpp"
 
 namespace meshbench::parallel {

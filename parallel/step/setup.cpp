@@ -53,75 +53,101 @@ MoeMlp<float>::Assignment routing_assignment(const Plan& plan, uint64_t seed) {
 
 }  // namespace
 
+namespace {
+
+using meshbench::comm::GroupKind;
+
+// This rank's index in its group of `kind` (0 where it is in none).
+int index_in(const Setup& st, GroupKind kind, int rank) {
+  const auto m = st.grid->membership(kind, rank);
+  return m ? m->index : 0;
+}
+
+// The model's options from the plan: this rank's pipeline stage, tensor, context and expert
+// place, and ZeRO's sharding of the state.
+GptOptions model_options(const Setup& st, const Plan& plan, int rank) {
+  const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
+  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
+  const int pp_rank = index_in(st, GroupKind::kPp, rank);
+  if (P > 1)  // this rank's stage: its chunks' layers, the embeddings first, the head last
+    mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == P - 1, plan.micro_batches};
+  if (plan.degrees.tp > 1)
+    mo.tp = TpSpec{plan.degrees.tp, index_in(st, GroupKind::kTp, rank), TpMode{plan.sp, plan.sp_regather, plan.overlap}};
+  if (plan.degrees.cp > 1)
+    mo.cp = CpSpec{plan.degrees.cp, index_in(st, GroupKind::kCp, rank), plan.cp_algo, plan.cp_zigzag, plan.overlap};
+  if (plan.degrees.ep > 1) mo.ep = EpSpec{plan.degrees.ep, index_in(st, GroupKind::kEp, rank)};
+  return mo;
+}
+
+// Tensor parallel (with sequence parallel): the tp group's communicator in the model's layers.
+void apply_tensor_parallel(Setup& st, const Options& o, int rank, Backend<float>& be, int device) {
+  st.tp_comm = group_comm(st, o, GroupKind::kTp, "tp", rank, device);
+  st.tp = std::make_unique<CommGroup<float>>(*st.tp_comm, be, &st.trace.tags);
+  st.model->set_tp_comm(st.tp.get());
+}
+
+// Context parallel (ring or Ulysses attention over the cp group).
+void apply_context_parallel(Setup& st, const Options& o, int rank, Backend<float>& be, int device) {
+  st.cp_comm = group_comm(st, o, GroupKind::kCp, "cp", rank, device);
+  st.cp = std::make_unique<CommGroup<float>>(*st.cp_comm, be, &st.trace.tags);
+  st.model->set_cp_comm(st.cp.get());
+}
+
+// Expert parallel: the MoE exchanges over the ep group; the experts' gradients reduce over
+// edp (the ranks holding the same experts), not dp.
+ExpertGrads apply_expert_parallel(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be,
+                                  int device) {
+  st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, device);
+  st.ep = std::make_unique<CommGroup<float>>(*st.ep_comm, be, &st.trace.tags);
+  st.model->set_ep_comm(st.ep.get());
+  if (plan.degrees.edp > 1) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, device);
+  return ExpertGrads{st.edp_comm.get(), moe_expert_ranges(st.model->layout(), plan.model)};
+}
+
+// Data parallel or ZeRO over the dp x cp group: the gradient reduction and the optimizer.
+void apply_data_parallel(Setup& st, const Options& o, const Plan& plan, int rank, int device,
+                         const ExpertGrads& experts) {
+  st.dp_comm = group_comm(st, o, GroupKind::kDpCp, "dp", rank, device);
+  if (plan.zero > 0) {
+    auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
+    st.zero = z.get();
+    st.sync = std::move(z);
+  } else {
+    auto dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, experts);
+    st.dp = dp.get();
+    st.sync = std::move(dp);
+  }
+  if (o.inject_fault == rank) st.sync->inject_fault(1.0);
+}
+
+// Pipeline parallel: the pp group's point-to-point, the tied embedding's group, and this
+// stage's schedule.
+void apply_pipeline_parallel(Setup& st, const Options& o, const Plan& plan, int rank, int device) {
+  const int pp_rank = index_in(st, GroupKind::kPp, rank);
+  st.pp_comm = group_comm(st, o, GroupKind::kPp, "pp", rank, device);
+  // The tied embedding's two copies (first and last stage) sum their gradients.
+  if (plan.model.tied) st.embedding_comm = group_comm(st, o, GroupKind::kEmbedding, "embedding", rank, device);
+  st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), plan.degrees.pp, pp_rank, plan.vpp};
+  st.actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
+}
+
+}  // namespace
+
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device) {
   st.plan = &plan;
   st.grid = std::make_unique<meshbench::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<meshbench::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
-  const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
-  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
-  const auto pmem = st.grid->membership(meshbench::comm::GroupKind::kPp, rank);
-  const int pp_rank = pmem ? pmem->index : 0;
-  if (P > 1)  // this rank's stage: its chunks' layers, the embeddings first, the head last
-    mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == P - 1, plan.micro_batches};
-  if (plan.degrees.tp > 1) {
-    const auto tpm = st.grid->membership(meshbench::comm::GroupKind::kTp, rank);
-    mo.tp.size = plan.degrees.tp;
-    mo.tp.rank = tpm ? tpm->index : 0;
-    mo.tp.mode = TpMode{plan.sp, plan.sp_regather, plan.overlap};
-  }
-  if (plan.degrees.cp > 1) {
-    const auto cpm = st.grid->membership(meshbench::comm::GroupKind::kCp, rank);
-    mo.cp = CpSpec{plan.degrees.cp, cpm ? cpm->index : 0, plan.cp_algo, plan.cp_zigzag, plan.overlap};
-  }
-  if (plan.degrees.ep > 1) {
-    const auto epm = st.grid->membership(meshbench::comm::GroupKind::kEp, rank);
-    mo.ep = EpSpec{plan.degrees.ep, epm ? epm->index : 0};
-  }
-  st.model = std::make_unique<Gpt<float>>(plan.model, be, mo);
+  st.model = std::make_unique<Gpt<float>>(plan.model, be, model_options(st, plan, rank));
   st.model->moe().set_assignment(routing_assignment(plan, o.seed));
   st.model->init_weights(o.seed);  // every rank: its slice of the full canonical weights (ZeRO-3: its shard)
-  if (plan.degrees.tp > 1) {
-    st.tp_comm = group_comm(st, o, meshbench::comm::GroupKind::kTp, "tp", rank, device);
-    st.tp = std::make_unique<CommGroup<float>>(*st.tp_comm, be, &st.trace.tags);
-    st.model->set_tp_comm(st.tp.get());
-  }
-  if (plan.degrees.cp > 1) {
-    st.cp_comm = group_comm(st, o, meshbench::comm::GroupKind::kCp, "cp", rank, device);
-    st.cp = std::make_unique<CommGroup<float>>(*st.cp_comm, be, &st.trace.tags);
-    st.model->set_cp_comm(st.cp.get());
-  }
-  ExpertGrads experts;  // expert parallel: the experts' gradients reduce over edp, not dp
-  if (plan.degrees.ep > 1) {
-    st.ep_comm = group_comm(st, o, meshbench::comm::GroupKind::kEp, "ep", rank, device);
-    st.ep = std::make_unique<CommGroup<float>>(*st.ep_comm, be, &st.trace.tags);
-    st.model->set_ep_comm(st.ep.get());
-    if (plan.degrees.edp > 1) st.edp_comm = group_comm(st, o, meshbench::comm::GroupKind::kEdp, "edp", rank, device);
-    experts = ExpertGrads{st.edp_comm.get(), moe_expert_ranges(st.model->layout(), plan.model)};
-  }
-  // The data of a rank is its data-parallel index's samples (cp ranks share them).
-  const auto mem = st.grid->membership(meshbench::comm::GroupKind::kDp, rank);
-  st.dp_rank = mem ? mem->index : 0;
-  if (d > 1 || plan.zero > 0) {
-    st.dp_comm = group_comm(st, o, meshbench::comm::GroupKind::kDpCp, "dp", rank, device);
-    if (plan.zero > 0) {
-      auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
-      st.zero = z.get();
-      st.sync = std::move(z);
-    } else {
-      auto dp = std::make_unique<DataParallel<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, experts);
-      st.dp = dp.get();
-      st.sync = std::move(dp);
-    }
-    if (o.inject_fault == rank) st.sync->inject_fault(1.0);
-  }
+  const meshbench::comm::Degrees& d = plan.degrees;
+  if (d.tp > 1) apply_tensor_parallel(st, o, rank, be, device);
+  if (d.cp > 1) apply_context_parallel(st, o, rank, be, device);
+  const ExpertGrads experts = d.ep > 1 ? apply_expert_parallel(st, o, plan, rank, be, device) : ExpertGrads{};
+  st.dp_rank = index_in(st, GroupKind::kDp, rank);  // a rank's data: its dp index's samples (cp ranks share them)
+  if (d.dp * d.cp > 1 || plan.zero > 0) apply_data_parallel(st, o, plan, rank, device, experts);
   st.actions = accumulation_schedule(plan.micro_batches);
-  if (P > 1) {
-    st.pp_comm = group_comm(st, o, meshbench::comm::GroupKind::kPp, "pp", rank, device);
-    // The tied embedding's two copies (first and last stage) sum their gradients.
-    if (plan.model.tied) st.embedding_comm = group_comm(st, o, meshbench::comm::GroupKind::kEmbedding, "embedding", rank, device);
-    st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), P, pp_rank, plan.vpp};
-    st.actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
-  }
+  if (d.pp > 1) apply_pipeline_parallel(st, o, plan, rank, device);
 }
 
 std::vector<meshbench::results::GroupInfo> describe_groups(const Setup& st, const meshbench::comm::Topology& topo) {

@@ -1,5 +1,7 @@
 #include "tensor_parallel/linear.hpp"
 
+#include "tensor_parallel/mappings.hpp"
+
 namespace meshbench::parallel {
 
 namespace {
@@ -16,11 +18,7 @@ void call(const ComputeOp& run, const char* part, int M, int Nout, int K, double
 template <typename S>
 void column_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* out, const S* x,
                     S* xfull, const S* w, const S* b, int N, int C, int OC) {
-  const S* in = x;
-  if (tp && m.sp) {  // f under SP: gather the sequence shards
-    tp->all_gather(xfull, x, int64_t{N} / tp->size() * C);
-    in = xfull;
-  }
+  const S* in = f_forward(tp, m.sp, x, xfull, tp ? int64_t{N} / tp->size() * C : 0);
   call(run, "fwd", N, OC, C, 1, [&] { be.matmul_forward(out, in, w, b, N, C, OC, false); });
 }
 
@@ -41,11 +39,11 @@ void column_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, con
   if (!m.sp) {  // f's backward: all-reduce the input gradient
     input_grad(dx);
     if (!m.overlap) {
-      tp->all_reduce(dx, int64_t{N} * C);
+      reduce_over_tp(*tp, dx, int64_t{N} * C);
       weight_grad(x);
       return;
     }
-    const int h = tp->post_all_reduce(dx, int64_t{N} * C);
+    const int h = post_reduce_over_tp(*tp, dx, int64_t{N} * C);
     weight_grad(x);
     tp->wait(h);
     return;
@@ -53,16 +51,16 @@ void column_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, con
   // Sequence parallel: the weight gradient needs the gathered input (re-gathered, or kept by
   // the forward); the input gradient is reduce-scattered back to this rank's rows.
   if (!m.overlap) {
-    if (m.regather) tp->all_gather(xfull, x, part);
+    if (m.regather) gather_sequence(*tp, xfull, x, part);
     input_grad(dxfull);
-    tp->reduce_scatter(dx, dxfull, part);
+    reduce_scatter_sequence(*tp, dx, dxfull, part);
     weight_grad(xfull);
     return;
   }
-  const int g = m.regather ? tp->post_all_gather(xfull, x, part) : -1;
+  const int g = m.regather ? post_gather_sequence(*tp, xfull, x, part) : -1;
   input_grad(dxfull);
   if (g >= 0) tp->wait(g);
-  const int r = tp->post_reduce_scatter(dx, dxfull, part);
+  const int r = post_reduce_scatter_sequence(*tp, dx, dxfull, part);
   weight_grad(xfull);
   tp->wait(r);
 }
@@ -75,16 +73,8 @@ void row_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const T
     return;
   }
   call(run, "fwd", N, OC, C, 1, [&] { be.matmul_forward(scratch, x, w, nullptr, N, C, OC, false); });
-  int rows = N;
-  const S* reduced = scratch;
-  if (!m.sp) {  // g: all-reduce
-    tp->all_reduce(scratch, int64_t{N} * OC);
-  } else {      // g under SP: reduce-scatter to this rank's rows
-    rows = N / tp->size();
-    S* mine = scratch + int64_t{N} * OC;
-    tp->reduce_scatter(mine, scratch, int64_t{rows} * OC);
-    reduced = mine;
-  }
+  const int rows = m.sp ? N / tp->size() : N;
+  const S* reduced = g_forward(*tp, m.sp, scratch, scratch + int64_t{N} * OC, int64_t{N} * OC);
   const auto add = [&] { be.bias_residual_add(y, reduced, b, rows, OC); };
   if (run)
     run(OpInfo{Op::kResidual, "bias_residual"}, add);
@@ -95,11 +85,7 @@ void row_forward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const T
 template <typename S>
 void row_backward(Backend<S>& be, const ComputeOp& run, GroupComm<S>* tp, const TpMode& m, S* dx, S* dw, S* db,
                   const S* dy, S* dyfull, const S* x, const S* w, int N, int C, int OC) {
-  const S* d = dy;
-  if (tp && m.sp) {  // g's backward under SP: gather the output gradient's shards
-    tp->all_gather(dyfull, dy, int64_t{N} / tp->size() * OC);
-    d = dyfull;
-  }
+  const S* d = g_backward(tp, m.sp, dy, dyfull, tp ? int64_t{N} / tp->size() * OC : 0);
   call(run, "bwd", N, OC, C, 2, [&] { be.matmul_backward(dx, dw, db, d, x, w, N, C, OC); });
 }
 

@@ -3,7 +3,7 @@
 // (model.cpp) calls these for every linear, so one code path serves tp = 1 (no group: the
 // plain ops), tensor parallel with all-reduces, and sequence parallel with all-gathers and
 // reduce-scatters, on the CPU and on CUDA. The group itself (communication, trace) is
-// implemented over a Communicator in strategies/tensor_parallel.hpp.
+// implemented over a Communicator in kernels/comm_group.hpp.
 //
 // Rows: N = B x T tokens in full. Sequence parallel gives each rank n = N / t contiguous
 // rows of the [B, T] token order (the regions between the linears: norms, residual).
@@ -15,7 +15,7 @@
 //   forward:  y += g(x W^T) + b, g = all-reduce (AR, y full rows) or reduce-scatter (SP, y n
 //             rows); the bias is added once, after the reduction (bias_residual_add).
 //   backward: dy (AR: full rows, g's backward is the identity; SP: n rows all-gathered).
-// Not here: communicators and recording (strategies/), the model's wiring (model.cpp).
+// Not here: communicators and recording (kernels/comm_group.hpp, vocab/trace.hpp), the model's wiring (model.cpp).
 #pragma once
 
 #include <cstdint>

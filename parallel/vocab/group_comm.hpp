@@ -12,7 +12,7 @@ namespace meshbench::parallel {
 // A communication group as the model sees it (tensor parallel's, context parallel's).
 // Calls are collective over the group and ordered after the backend's queued work; a
 // blocking call's result is ready for the backend's next op. post_* return a handle for
-// wait(); the buffers stay untouched until then. strategies/comm_group.hpp implements it over
+// wait(); the buffers stay untouched until then. kernels/comm_group.hpp implements it over
 // a recording Communicator.
 template <typename S>
 class GroupComm {

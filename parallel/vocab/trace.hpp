@@ -2,7 +2,7 @@
 // (from RecordingComm, a wrapper around the Communicator that every strategy talks through,
 // so no call escapes the accounting) and the phase spans of each step, all on this rank's
 // steady clock. Metrics (metrics.hpp), HDF5 events and the Perfetto file read only this.
-// Not here: what the numbers mean (metrics.hpp) or how they are written (step_h5, perfetto).
+// Not here: what the numbers mean (metrics.hpp) or how they are written (report/).
 #pragma once
 
 #include <cstdint>

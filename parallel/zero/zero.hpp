@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "vocab/grad_sync.hpp"
 #include "model/model.hpp"
+#include "vocab/grad_sync.hpp"
 #include "vocab/plan.hpp"
 #include "vocab/trace.hpp"
 

@@ -4,7 +4,7 @@
 // CUDA cannot use" (a driver too old for this runtime, a broken install: fail, saying which).
 // Host<->device copies are queued on a stream and complete before they return, so a
 // communicator or compute stream that runs after them reads the data (issue 17, defect 2).
-// Not here: kernels, cuBLAS (parallel/engine/cuda/), NCCL (comm/nccl_comm.cu).
+// Not here: kernels, cuBLAS (parallel/kernels/cuda/), NCCL (comm/nccl_comm.cu).
 #include <cuda_runtime.h>
 
 #include <string>

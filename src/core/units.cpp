@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <limits>
 
 namespace meshbench::core {
@@ -45,6 +46,18 @@ std::string format_size(std::uint64_t bytes) {
     ++i;
   }
   return std::to_string(v) + kSuffix[i];
+}
+
+std::string human_bytes(double b) {
+  static constexpr const char* kUnit[] = {"B", "KiB", "MiB", "GiB"};
+  int i = 0;
+  while (b >= 1024 && i < 3) {
+    b /= 1024;
+    ++i;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, kUnit[i]);
+  return buf;
 }
 
 double gb_per_s(double bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0.0; }

@@ -66,7 +66,7 @@ struct Row {
   std::array<PointResult, 2> by_placement;
 };
 
-enum class RunStatus { kRunning, kOk, kFailed, kTimeout, kKilled, kHung };
+enum class RunStatus { kRunning, kOk, kFailed, kTimeout, kKilled, kHung, kDiverged };
 inline const char* name(RunStatus s) {
   switch (s) {
     case RunStatus::kRunning: return "running";
@@ -75,6 +75,7 @@ inline const char* name(RunStatus s) {
     case RunStatus::kTimeout: return "timeout";
     case RunStatus::kKilled: return "killed";
     case RunStatus::kHung: return "hung";
+    case RunStatus::kDiverged: return "diverged";  // step_bench: a loss or gradient not finite
   }
   return "?";
 }

@@ -13,6 +13,7 @@
 #include "vocab/layout.hpp"
 #include "metrics/metrics.hpp"
 #include "model/model.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
 
 using namespace meshbench::parallel;
 

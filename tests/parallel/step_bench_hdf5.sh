@@ -14,7 +14,7 @@ grep -q "file exists" "$tmp/err" || { echo "FAIL: overwrite message: $(cat "$tmp
 "$bin" "${args[@]}" -O "$tmp/s.h5" --append --tag t2 --profile --quiet
 # --time-limit: stops early, exit 3 (runtime fault), the file says timeout and keeps the steps
 set +e
-"$bin" "${args[@]}" --steps 100000 --time-limit 0.5 -O "$tmp/t.h5" --quiet 2>/dev/null; rc=$?
+"$bin" "${args[@]}" --steps 100000 --time-limit 2 -O "$tmp/t.h5" --quiet 2>/dev/null; rc=$?
 set -e
 [[ $rc -eq 3 ]] || { echo "FAIL: --time-limit exited $rc, want 3"; exit 1; }
 "$MB_PYTHON" - "$tmp/t.h5" <<'PY'

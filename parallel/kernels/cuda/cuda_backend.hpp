@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "vocab/config.hpp"
 #include "kernels/layers.hpp"
 #include "kernels/parity.hpp"
+#include "vocab/config.hpp"
 #include "vocab/precision.hpp"
 
 namespace meshbench::parallel::cuda {

@@ -1,0 +1,236 @@
+#include "step/launch.hpp"
+
+#include <mpi.h>
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <fmt/core.h>
+#include <map>
+#include <vector>
+
+#include "comm/agree.hpp"
+#include "comm/mesh.hpp"
+#include "comm/watched_comm.hpp"
+#include "compute/blas.hpp"
+#include "compute/device.hpp"
+#include "core/error.hpp"
+#include "core/timer.hpp"
+#include "core/units.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/flops.hpp"
+#include "results/hang.hpp"
+#include "step/plan_memory.hpp"
+
+namespace meshbench::parallel {
+
+namespace {
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) {
+  g_signal.store(sig);
+  std::signal(sig, SIG_DFL);  // a second signal ends the process at once
+}
+}  // namespace
+
+void install_signal_handlers() {
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+}
+
+bool signal_received() { return g_signal.load() != 0; }
+
+void Watchdog::start(const std::string& output, const std::string& run_id) {
+  if (!active) return;
+  // The dimension is the pending call's group's (results/hang.hpp: empty dim).
+  const results::HangSite site{rank, comm::host_name(), "step_bench", "", timeout, output, run_id};
+  watch.start(timeout, [site](const core::Hang& h) { results::report_hang(site, h); });
+}
+
+void claim_outputs(const Options& o, results::OutputClaim& claim, int rank) {
+  std::string problem;
+  if (rank == 0) {
+    if (!o.output.empty()) problem = claim.claim(o.output, o.append, "step_bench");
+    if (problem.empty() && !o.trace_file.empty()) problem = results::writable_problem("--trace", o.trace_file, false);
+    if (problem.empty() && !o.export_dir.empty()) problem = results::writable_problem("--export", o.export_dir, true);
+  }
+  comm::agree_or_throw(MPI_COMM_WORLD, problem);
+}
+
+Threads set_threads(const Options& o, const comm::Topology& topo, int rank) {
+  Threads t;
+  const std::string& host = topo.ranks[static_cast<size_t>(rank)].host;
+  int ranks_here = 0;
+  for (const auto& p : topo.ranks) ranks_here += p.host == host ? 1 : 0;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int online = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  const int mine = sched_getaffinity(0, sizeof mask, &mask) == 0 ? CPU_COUNT(&mask) : online;
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (o.threads > 0) {
+    t.n = o.threads;
+    t.rule = "--threads";
+  } else if (omp && std::atoi(omp) > 0) {
+    t.n = std::atoi(omp);
+    t.rule = "OMP_NUM_THREADS";
+  } else if (mine < online) {
+    t.n = mine;
+    t.rule = fmt::format("the rank's CPU binding, {} cores", mine);
+  } else {
+    t.n = std::max(1, mine / ranks_here);
+    t.rule = fmt::format("{} cores / {} ranks on host {}", mine, ranks_here, host);
+  }
+  omp_set_num_threads(t.n);
+  compute::set_blas_threads(t.n);
+  int over = t.n * ranks_here > online ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &over, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  t.oversubscribed = over != 0;
+  return t;
+}
+
+void make_compute(Compute& cp, const Options& o, const comm::Topology& topo, int rank) {
+  cp.gpu = o.device == "cuda";
+  cp.prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
+  cp.backend = &cpu_backend<float>();
+  if (!cp.gpu) return;
+  std::string why;
+  if (!cuda::available(&why)) throw core::UsageError(fmt::format("--device cuda: no usable GPU ({})", why));
+  cp.device = topo.ranks[static_cast<size_t>(rank)].local_rank % compute::device_count();
+  cp.gpu_backend = cuda::make_backend(cp.prec, cp.device);
+  cp.gpu_name = cuda::device_name(cp.device);
+  cp.backend = cp.gpu_backend.get();
+}
+
+void check_memory(const Options& o, const Plan& plan, const Compute& cp, const comm::Topology& topo, int rank) {
+  const comm::RankGrid grid(plan.world, plan.mesh, plan.order);
+  const auto pm = grid.membership(comm::GroupKind::kPp, rank);
+  const PlanMemory mine = plan_memory(plan, pm ? pm->index : 0);
+  double need = mine.total();
+  if (o.check && rank == 0 && plan.world > 1) {
+    const MemoryBytes ref = Gpt<float>::memory_analytic(plan.model, 4);
+    need += double(ref.params + ref.grads + ref.optimizer + ref.activations + ref.buffers);
+  }
+  const double have = double(cp.gpu ? compute::device_memory_free() : compute::host_memory_available());
+  const int node = topo.ranks[static_cast<size_t>(rank)].node;
+  std::vector<double> needs(static_cast<size_t>(plan.world)), haves(needs.size());
+  std::vector<int> nodes(needs.size());
+  MB_CHECK_MPI(MPI_Allgather(&need, 1, MPI_DOUBLE, needs.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD), "world");
+  MB_CHECK_MPI(MPI_Allgather(&have, 1, MPI_DOUBLE, haves.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD), "world");
+  MB_CHECK_MPI(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, MPI_COMM_WORLD), "world");
+  auto gib = [](double b) { return b / double(1 << 30); };
+  std::string problem;
+  if (cp.gpu) {  // one GPU per rank
+    for (size_t r = 0; r < needs.size() && problem.empty(); ++r)
+      if (haves[r] > 0 && needs[r] > haves[r])
+        problem = fmt::format("the plan needs about {:.2f} GiB on rank {} (plan_memory: parameters, gradients, "
+                              "optimizer, activations, buffers{}) but its GPU has {:.2f} GiB free; shrink the "
+                              "model or raise the parallel degrees (step_bench --plan-only prints the estimate)",
+                              gib(needs[r]), r, r == 0 && o.check ? ", and --check's reference model" : "", gib(haves[r]));
+  } else {  // the ranks of a host share its memory
+    std::map<int, std::pair<double, double>> by_node;  // node -> (sum of needs, least available seen)
+    std::map<int, int> ranks_on;
+    for (size_t r = 0; r < needs.size(); ++r) {
+      auto [it, fresh] = by_node.try_emplace(nodes[r], 0.0, haves[r]);
+      it->second.first += needs[r];
+      it->second.second = std::min(it->second.second, haves[r]);
+      ++ranks_on[nodes[r]];
+    }
+    for (const auto& [n, v] : by_node)
+      if (problem.empty() && v.second > 0 && v.first > v.second) {
+        std::string host;
+        for (const auto& p : topo.ranks)
+          if (p.node == n) host = p.host;
+        problem = fmt::format("the plan needs about {:.2f} GiB on host {} ({} ranks, plan_memory per rank: "
+                              "parameters, gradients, optimizer, activations, buffers{}) but the host has {:.2f} GiB "
+                              "available (MemAvailable, or its cgroup's limit); shrink the model, raise the parallel "
+                              "degrees or spread the ranks over more hosts (step_bench --plan-only prints the estimate)",
+                              gib(v.first), host, ranks_on[n], o.check ? ", and --check's reference model on rank 0" : "",
+                              gib(v.second));
+      }
+  }
+  comm::agree_or_throw(MPI_COMM_WORLD, problem);
+}
+
+results::RunContext make_context(const Options& o, const Plan& plan, const Compute& cp, int argc, char** argv,
+                                     const comm::Topology& topo) {
+  results::RunContext ctx = results::make_run_context(MPI_COMM_WORLD, "step_bench", argc, argv, topo);
+  ctx.attrs["tag"] = o.tag;
+  ctx.attrs["backend"] = o.backend;
+  ctx.attrs["order"] = plan.order;
+  ctx.attrs["group"] = o.group;
+  ctx.attrs["time_limit"] = o.time_limit;
+  ctx.attrs["mem"] = cp.gpu ? "device" : "host";
+  ctx.attrs["iters"] = o.steps;
+  ctx.attrs["warmup"] = o.warmup;
+  ctx.attrs["check"] = o.check;
+  const auto& d = plan.degrees;
+  ctx.attrs["mesh"] = nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}};
+  results::sync_from_root(ctx, MPI_COMM_WORLD);
+  return ctx;
+}
+
+void print_header(const core::Log& out, const Options& o, const Plan& plan, const Setup& st, const Compute& cp,
+                  const comm::Topology& topo, const Threads& threads) {
+  const GptConfig& c = o.model;
+  const StepFlops fl = step_flops(c);
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  out.out("step_bench: {} on {} ({}; {} threads per rank, OPENBLAS_CORETYPE={})\n", describe(c),
+          cp.gpu ? fmt::format("{} {}", cp.gpu_name, o.dtype) : std::string("cpu"), cp.backend->name(),
+          omp_get_max_threads(), coretype ? coretype : "unset");
+  out.out("  parameters {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
+          st.model->num_params(), core::human_bytes(static_cast<double>(st.model->num_params()) * 4), fl.total(),
+          fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
+  if (plan.world > 1 || plan.micro_batches > 1 || plan.zero > 0)
+    out.out("  plan: {}; {} ranks{}; schedule {}\n", describe(plan), plan.world,
+            topo.oversubscribed ? " (OVERSUBSCRIBED: more ranks than cores, times are not meaningful)" : "",
+            to_string(st.actions));
+  if (st.sync) out.out("  {}\n", st.sync->describe());
+  out.out("  threads per rank: {} ({}){}\n", threads.n, threads.rule,
+          threads.oversubscribed ? "; OVERSUBSCRIBED: more threads than cores on a host, times are not meaningful" : "");
+}
+
+void print_peak(const core::Log& out, const Compute& cp, const Peak& peak, double datasheet) {
+  out.out("  {} peak on {} ({}x{}x{}): best {:.2f} GFLOP/s, median {:.2f} over {} calls (rank 0){}\n",
+          cp.gpu ? "cuBLAS GEMM" : "SGEMM", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K,
+          peak.best / 1e9, peak.median / 1e9, peak.reps,
+          cp.gpu ? (std::isnan(datasheet) ? std::string("; no datasheet entry for this GPU")
+                                          : fmt::format("; datasheet dense peak {:.1f} TFLOP/s", datasheet / 1e12))
+                 : std::string());
+}
+
+void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog& wd) {
+  const double t0 = core::now_seconds();
+  {
+    comm::WatchScope scope(wd.active, "set-up (topology, groups, model; collective)", 0, "world");
+    l.topo = comm::discover_topology(MPI_COMM_WORLD, o.device);
+    if (o.ranks_per_node > 0) comm::emulate_nodes(l.topo, o.ranks_per_node);
+    l.threads = set_threads(o, l.topo, rank);
+    if (l.threads.oversubscribed) l.topo.oversubscribed = true;  // the run's `oversubscribed` covers threads too
+    make_compute(l.cp, o, l.topo, rank);
+    check_memory(o, plan, l.cp, l.topo, rank);
+    l.st.watch = wd.active;
+    make_setup(l.st, o, plan, rank, *l.cp.backend, l.cp.device);
+  }
+  l.setup_s[0] = core::now_seconds() - t0;
+  l.setup_s[1] = l.st.comm_setup_s;
+  MPI_Allreduce(MPI_IN_PLACE, l.setup_s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+}
+
+double align_clocks(const comm::Topology& topo, StepReporters* reps, comm::ClockOffset& clock) {
+  // On one host every rank reads the same monotonic clock: the offset is exactly 0 (the
+  // ping-pong estimate's error grows to milliseconds when the cores are oversubscribed).
+  const bool one_host = std::all_of(topo.ranks.begin(), topo.ranks.end(),
+                                    [&](const auto& p) { return p.host == topo.ranks.front().host; });
+  clock = comm::estimate_clock_offset(MPI_COMM_WORLD, 20);
+  if (one_host) clock = {};
+  if (reps) reps->add_step_attrs({{"clock_shared_host", one_host}});
+  double t_origin = core::now_seconds() - clock.offset_s;
+  MPI_Bcast(&t_origin, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return t_origin;
+}
+
+}  // namespace meshbench::parallel

@@ -1,0 +1,168 @@
+#include "step/outcome.hpp"
+
+#include <mpi.h>
+#include <omp.h>
+
+#include <algorithm>
+
+#include "comm/agree.hpp"
+#include "context_parallel/context_parallel.hpp"
+#include "expert_parallel/expert_parallel.hpp"
+#include "kernels/flops.hpp"
+#include "metrics/gather.hpp"
+#include "metrics/summary.hpp"
+#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "report/console.hpp"
+#include "report/jsonl.hpp"
+#include "report/perfetto.hpp"
+#include "report/step_h5.hpp"
+#include "results/output_path.hpp"
+#include "step/attributes.hpp"
+#include "tensor_parallel/tensor_parallel.hpp"
+
+namespace meshbench::parallel {
+
+std::unique_ptr<StepReporters> make_reporters(const Options& o, const Launched& l, const Peak& peak, double datasheet,
+                                              results::RunContext& ctx, bool appending, const core::Log& out,
+                                              int rank) {
+  std::unique_ptr<StepReporters> reps;
+  std::string problem;
+  if (rank == 0) {
+    reps = std::make_unique<StepReporters>();
+    reps->add(std::make_unique<ConsoleStepReporter>(out, moe_shape(o.model)));
+    if (!o.trace_file.empty()) reps->add(std::make_unique<PerfettoStepReporter>(o.trace_file), "--trace");
+    try {
+      if (!o.output.empty()) {
+        const Plan& plan = *l.st.plan;
+        auto h5 = std::make_unique<StepH5>(
+            o.output, appending, ctx, plan.world,
+            step_attributes(o, plan, *l.st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet,
+                            l.cp.gpu_name, l.st),
+            std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(l.st, l.topo));
+        reps->add(std::move(h5));
+        reps->add(std::make_unique<JsonlStepReporter>(results::jsonl_path(o.output), ctx.run_id), "JSON lines");
+        reps->add_step_attrs({{"setup_time_s", l.setup_s[0]}, {"comm_setup_time_s", l.setup_s[1]},
+                              {"threads_rule", l.threads.rule}, {"threads_oversubscribed", l.threads.oversubscribed}});
+        problem = reps->error();
+      }
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  comm::agree_on_fault(MPI_COMM_WORLD, problem);
+  results::sync_from_root(ctx, MPI_COMM_WORLD);  // the run id, made unique in the file
+  return reps;
+}
+
+double peak_after(const Options& o, const Compute& cp, const Peak& before, StepReporters* reps,
+                  const core::Log& out) {
+  const Peak after = measure_peak(o.model, cp.gpu, cp.prec, cp.device);
+  out.out("  {} peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
+          cp.gpu ? "cuBLAS GEMM" : "SGEMM", after.best / 1e9, before.best / 1e9);
+  const double used = std::max(before.best, after.best);
+  if (reps)
+    reps->add_step_attrs({{"peak_measured_flops_before", before.best}, {"peak_measured_flops_after", after.best},
+                          {"peak_measured_flops", used}});
+  return used;
+}
+
+std::vector<AnalyticBytes> plan_analytic(const Plan& plan, const Setup& st, int steps) {
+  std::vector<AnalyticBytes> a;
+  auto add = [&](const std::vector<AnalyticBytes>& v) { a.insert(a.end(), v.begin(), v.end()); };
+  if (st.sync) add(st.sync->analytic());
+  const Gpt<float>& m = *st.model;
+  int layers = 0, moe_layers = 0;  // this rank's blocks (a pipeline stage holds some), and its MoE ones
+  for (int k = 0; k < m.num_chunks(); ++k)
+    for (int l = m.chunk_layers(k).first; l < m.chunk_layers(k).second; ++l) {
+      ++layers;
+      moe_layers += plan.model.is_moe(l) ? 1 : 0;
+    }
+  add(tp_analytic(plan, 4, layers, m.first_stage(), m.last_stage(), moe_layers));
+  add(cp_analytic(plan, 4, layers));
+  add(ep_analytic(plan.model, plan.degrees.ep, m.moe().totals().ep, steps, 4));
+  if (st.pipe) add(pipeline_analytic(*st.pipe, plan));
+  return a;
+}
+
+namespace {
+
+// This rank's part of the record (gather.hpp), its metrics into `rm` and `pipe`.
+RankPart rank_part(const Options& o, const Setup& st, const RunResult& r, RankMetrics& rm, PipelineRow& pipe) {
+  const Plan& plan = *st.plan;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  rm = measure_rank(st.trace, rank, r.clock.offset_s, MPI_COMM_WORLD, st.pipe ? &pipe : nullptr,
+                    bubble_theory(plan.degrees.pp, plan.micro_batches, plan.vpp));
+  RankPart p;
+  p.metrics = &rm;
+  p.peak = r.peak;
+  p.analytic = plan_analytic(plan, st, static_cast<int>(rm.step_time.size()));
+  p.pipeline = st.pipe ? &pipe : nullptr;
+  p.memory = memory_rows(*st.model, plan, st.actions, st.pipe ? st.pipe->rank : 0);
+  if (o.profile || !o.trace_file.empty()) p.events = event_rows(st.trace, rank, r.t_origin, r.clock.offset_s);
+  p.slots = slot_rows(st.trace, rank, r.t_origin, r.clock.offset_s);
+  p.passes = pass_rows(st.trace, rank, r.t_origin, r.clock.offset_s);
+  p.clock = r.clock;
+  p.moe = st.model->moe().totals();
+  p.moe_on = plan.model.experts > 0;
+  p.tp = plan.degrees.tp;
+  p.ep = plan.degrees.ep;
+  return p;
+}
+
+// Rank 0's fields of the record that no gather brings.
+void describe_run(StepRecord& rec, const Options& o, const Setup& st, const RunResult& r,
+                  const comm::Topology& topo) {
+  const Plan& plan = *st.plan;
+  rec.model = describe(o.model);
+  rec.plan = describe(plan);
+  rec.tag = o.tag;
+  rec.warmup = o.warmup;
+  rec.threads = omp_get_max_threads();
+  rec.global_tokens = static_cast<double>(plan.global_tokens());
+  rec.flops_per_step = step_flops(o.model).total() * plan.micro_batches * plan.degrees.dp;
+  rec.loss = r.losses;
+  rec.check = r.check;
+  rec.check_rows = r.check_rows;
+  rec.megatron_activation_bytes = megatron_activation_bytes_per_layer(plan) * plan.model.layers;
+  rec.megatron_activation_formula = megatron_activation_formula(plan) + " x L";
+  for (const auto& p : topo.ranks) rec.hosts.push_back(p.host);
+  if (o.profile)
+    for (int i = 0; i < static_cast<int>(Op::kCount); ++i)
+      rec.op_profile.emplace_back(op_name(static_cast<Op>(i)),
+                                  st.model->op_seconds()[i] / std::max(1, rec.steps));
+  if (r.end.why & kStopDiverged) rec.diverged = r.end.detail;
+}
+
+}  // namespace
+
+int report_run(const Options& o, const Setup& st, const RunResult& r, const comm::Topology& topo,
+               StepReporters* reporters, const core::Log& out) {
+  RankMetrics rm;
+  PipelineRow pipe;
+  StepRecord rec;
+  gather_record(rec, rank_part(o, st, r, rm, pipe), MPI_COMM_WORLD);
+  const auto [status, rc] = verdict(r.end, r.check);
+  std::string write_error;
+  if (reporters) {  // rank 0
+    describe_run(rec, o, st, r, topo);
+    if (rec.steps > 0) rec.summary = summarize(rec, r.datasheet);
+    rec.status = results::name(status);
+    reporters->record(rec);
+    reporters->finish(status);
+    write_error = reporters->error();
+    if (write_error.empty() && !o.trace_file.empty())
+      out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
+    if (write_error.empty() && !o.output.empty())
+      out.always("step_bench: wrote run {} to {} (status {})\n", r.run_id, o.output, rec.status);
+    if (rec.steps > 0)
+      out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured GEMM "
+                 "peak), check {}\n",
+                 rec.summary.step_time_median * 1e3, rec.summary.tokens_per_s, rec.summary.model_flops_per_s / 1e9,
+                 100 * rec.summary.mfu_measured_peak, r.check);
+  }
+  comm::agree_on_fault(MPI_COMM_WORLD, write_error);  // rank 0's write error ends every rank, exit 3
+  return rc;
+}
+
+}  // namespace meshbench::parallel

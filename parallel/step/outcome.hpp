@@ -1,0 +1,57 @@
+// The back half of a step_bench run: this rank's metrics and rows (from its trace, model and
+// plan), gathered into rank 0's record (metrics/gather.hpp), summarized, and handed to the
+// reporters; then the run's last lines and its exit code. Rank 0's write errors are agreed by
+// every rank (exit 3 on all).
+// Not here: the timed loop (timed.hpp), what the reporters write (report/).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/clock_sync.hpp"
+#include "comm/topology.hpp"
+#include "core/log.hpp"
+#include "metrics/records.hpp"
+#include "report/reporter.hpp"
+#include "step/launch.hpp"
+#include "step/options.hpp"
+#include "step/setup.hpp"
+#include "step/timed.hpp"
+
+namespace meshbench::parallel {
+
+// Rank 0's reporters (console; with -O the results file and JSON lines; with --trace
+// Perfetto), null on the other ranks. Every rank learns whether the results file could be
+// started (core::OutputFault on all if not); the run id is made common.
+std::unique_ptr<StepReporters> make_reporters(const Options& o, const Launched& l, const Peak& peak, double datasheet,
+                                              results::RunContext& ctx, bool appending, const core::Log& out,
+                                              int rank);
+
+// The GEMM peak again after the steps (a shared machine drifts): MFU uses the higher.
+double peak_after(const Options& o, const Compute& cp, const Peak& before, StepReporters* reps,
+                  const core::Log& out);
+
+// The communication the plan moves per step on this rank, per (dim, kind): the gradient
+// reduction's, tensor, context and expert parallel's (for the layers this rank holds) and the
+// pipeline's point-to-point messages. Expert parallel's depend on the routing: over `steps`.
+std::vector<AnalyticBytes> plan_analytic(const Plan& plan, const Setup& st, int steps);
+
+// What the run produced before its record is built.
+struct RunResult {
+  std::string check = "off";
+  std::vector<CheckRow> check_rows;
+  std::vector<double> losses;  // every timed step's global loss
+  LoopEnd end;
+  double peak = 0, datasheet = NAN;  // the measured GEMM peak used for MFU; the datasheet's
+  comm::ClockOffset clock;           // this rank's offset from rank 0's clock
+  double t_origin = 0;               // the run's origin on rank 0's clock
+  std::string run_id;                // the results file's id of the run
+};
+
+// Collective over the world. `reporters`: rank 0's (null elsewhere). Returns the exit code;
+// throws core::OutputFault on every rank when rank 0 could not write.
+int report_run(const Options& o, const Setup& st, const RunResult& r, const comm::Topology& topo,
+               StepReporters* reporters, const core::Log& out);
+
+}  // namespace meshbench::parallel
