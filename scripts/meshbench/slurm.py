@@ -79,10 +79,11 @@ def due_runs(points, out_dir, force, busy):
 
 def submission_batches(points, todo, single):
     """[(round, ranks, points)] in submission order: one per round and rank count (round 1's
-    first), or with single one (None, the largest rank count, every point with a due run)."""
+    first), or with single one (None, the largest rank count, every point with a due run);
+    none when no run is due (every other one still in flight)."""
     if single:
         pts = [p for p in points if any(p in v for v in todo.values())]
-        return [(None, max(p["ranks"] for p in pts), pts)]
+        return [(None, max(p["ranks"] for p in pts), pts)] if pts else []
     batches = []
     for k in sorted(todo):
         by_ranks = {}
@@ -143,7 +144,7 @@ def submit(batches, args, busy, multi, top):
         this_jobs.append(job)
         record_submission(args.out, job, names)
         if args.slurm_single:
-            kind = "job" + (f" (every round, interleaved)" if multi else "")
+            kind = "job" + (" (every round, interleaved)" if multi else "")
         else:
             kind = f"array job of {len(pts)} tasks"
         when = f", round {k}/{top}" + (f", after {','.join(prev_jobs)}" if prev_jobs else "") \

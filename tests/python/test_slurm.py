@@ -85,7 +85,6 @@ def test_in_flight_runs_are_not_submitted_again(grid, monkeypatch, capsys):
     assert [c[5] for c in fakes.calls(log)] == ["--dependency=afterany:77"] * 2
 
 
-@pytest.mark.xfail(raises=ValueError, strict=True, reason="submission_batches takes max() of no points")
 def test_single_job_with_everything_in_flight(grid, monkeypatch, capsys):
     """--slurm-single again while the first job still runs every round: nothing to submit (it
     raised ValueError on max() of no points before)."""
