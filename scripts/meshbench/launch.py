@@ -126,10 +126,11 @@ def describe(pt):
 
 
 # --- running one point -----------------------------------------------------------------------
-_current = {"proc": None}
+# The launch in progress (its Popen), killed with its process group on SIGINT/SIGTERM (rounds).
+RUNNING = {"proc": None}
 
 
-def _kill_group(proc, grace=10):
+def kill_group(proc, grace=10):
     """TERM, then KILL, the process group this script started for one point."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -171,10 +172,10 @@ def _wait_point(proc, log, timeout, grace):
             if DONE_LINE.search(chunk):
                 done_at = now
         elif now - done_at > grace:
-            _kill_group(proc)
+            kill_group(proc)
             return 124, False, True
         if timeout and now - t0 > timeout:
-            _kill_group(proc)
+            kill_group(proc)
             return 124, True, False
 
 
@@ -249,11 +250,11 @@ def run_point(pt, bin_dir, out_dir, presets, launcher, mpiexec, rnd=1):
         fh.flush()
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-        _current["proc"] = proc
+        RUNNING["proc"] = proc
         try:
             rc, timed_out, hung = _wait_point(proc, log, timeout, EXIT_GRACE)
         finally:
-            _current["proc"] = None
+            RUNNING["proc"] = None
     rec["seconds"] = round(time.monotonic() - t0, 2)
     rec["rc"] = rc
     # 1-minute load average at the end, beside the cores: a busy machine makes MPICH's

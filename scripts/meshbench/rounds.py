@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 
-from .launch import STATUS_DONE, _current, _kill_group, describe, file_status, result_path, run_point
+from .launch import STATUS_DONE, RUNNING, kill_group, describe, file_status, result_path, run_point
 from .sweep_config import ROOT
 
 
@@ -135,8 +135,8 @@ def post_process(doc, out_dir, quiet=False):
 
 def run_local(points, args, presets, doc):
     def on_signal(signum, _frame):
-        if _current["proc"] is not None:
-            _kill_group(_current["proc"], grace=5)
+        if RUNNING["proc"] is not None:
+            kill_group(RUNNING["proc"], grace=5)
         print(f"\nsweep: interrupted by signal {signum}; re-run the same command to resume", file=sys.stderr)
         sys.exit(130)
     signal.signal(signal.SIGTERM, on_signal)

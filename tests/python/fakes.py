@@ -7,7 +7,7 @@ without MPI, Slurm or a build, with answers the test knows:
                exceeds the 2 heads"); memory total 4000 / (tp pp) + 1000 (ZeRO-0) or 500
   mpiexec      records its argv (one JSON line per call in $FAKE_LOG) and writes the -O file
                with one run of status ok; exits 3 without a file when the command line holds
-               a word listed in $FAKE_FAIL
+               a word listed in $FAKE_FAIL; sleeps $FAKE_SLEEP seconds first when set
   sbatch       records its argv, prints job ids 101, 102, ...
   squeue       prints the jobs listed in $FAKE_SQUEUE (none by default)
 Not a test module.
@@ -65,11 +65,12 @@ else:
 """
 
 MPIEXEC = r"""
-import json, os, sys
+import json, os, sys, time
 import h5py
 argv = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as fh:
     fh.write(json.dumps(argv) + "\n")
+time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 if any(w in argv for w in os.environ.get("FAKE_FAIL", "").split()):
     sys.exit(3)
 out = argv[argv.index("-O") + 1]

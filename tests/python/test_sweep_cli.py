@@ -2,9 +2,14 @@
 exit code 2 and its message for every bad file or option, before any output folder or launch;
 --dry-run's commands and pruned plans; a local run's exit code."""
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import fakes
 import pytest
+from meshbench.sweep_config import ROOT
 
 
 def sweep(cli, capsys, *argv):
@@ -105,3 +110,25 @@ def test_local_run_exit_codes(cli, capsys, env, monkeypatch):
     assert rc == 1 and "1 ran ok, 0 already done, 0 skipped, 1 failed" in stdout
     rc, stdout, _ = sweep(cli, capsys, *args)  # resume: only the failed point runs again
     assert rc == 1 and [os.path.basename(c[2]) for c in fakes.calls(log)][4:] == ["all_gather_bench"]
+
+
+def test_interrupt_kills_the_run_and_resumes(env, tmp_path):
+    """SIGTERM during a run: the run's process group is killed, exit 130 with how to resume; the
+    same command again runs that point (its file never became ok)."""
+    write, bin_dir, out, mpiexec, log = env
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "sweep"), str(write('binaries = ["all_reduce"]\n')),
+           "--bin", bin_dir, "--out", str(out), "--mpiexec", mpiexec, "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, FAKE_SLEEP="60"))
+    deadline = time.monotonic() + 30
+    while not fakes.calls(log) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fakes.calls(log), "the launch never started"
+    time.sleep(0.3)  # the launch is past its log line, asleep
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "sweep: interrupted by signal 15; re-run the same command to resume" in err
+    assert not (out / "all_reduce-r2-mpi-shm.h5").exists()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FAKE_SLEEP="0"), timeout=60)
+    assert done.returncode == 0 and "1 ran ok" in done.stdout and len(fakes.calls(log)) == 2
