@@ -11,7 +11,7 @@ PKGS=(
   libopenblas-dev libopenblas0-pthread libhwloc-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-h5py python3-numpy python3-matplotlib python3-torch
+  python3 python3-h5py python3-numpy python3-matplotlib python3-pytest python3-torch
   slurm-wlm munge iproute2 procps
 )
 

@@ -172,6 +172,28 @@ def _global_batches(spec, mesh_list, b):
     return vals, f"global batch {', '.join(map(str, vals))} (given)"
 
 
+def _micro_batches(gbs, b, mesh, out):
+    """The micro-batch counts m = G / (b dp) of one (tp, cp, pp, dp) mesh for the global batches
+    it reaches; one pruned candidate per global batch it cannot (appended to out)."""
+    tp, cp, pp, dp = mesh
+    mbs = []
+    for g in gbs:
+        why = None
+        if g % (b * dp):
+            why = f"global batch {g} is not a multiple of b x dp = {b} x {dp}"
+        elif pp > 1 and g // (b * dp) < pp:
+            why = (f"global batch {g} gives m = {g} / ({b} x {dp}) = {g // (b * dp)} micro-batches "
+                   f"for pp = {pp} stages: m < pp, the pipeline never fills")
+        if why:
+            out.append({"degrees": {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp},
+                        "order": DEFAULT_ORDER, "zero": 0, "schedule": None, "vpp": 1,
+                        "m": g // (b * dp), "etp": 0, "global_batch": g,
+                        "pruned": why, "category": "global batch"})
+        else:
+            mbs.append(g // (b * dp))
+    return mbs
+
+
 def candidates(steps, world, model, order_dims, info=None):
     """Every candidate plan at `world` ranks: dicts with degrees, order, zero, schedule, vpp, m,
     global_batch; or a 'pruned' reason and 'category' already (a global batch the plan cannot
@@ -212,21 +234,7 @@ def candidates(steps, world, model, order_dims, info=None):
         if gbs is None:
             mbs = _ints(steps["micro_batches"], "micro_batches", [1] if pp == 1 else [pp, 2 * pp])
         else:
-            mbs = []
-            for g in gbs:
-                why = None
-                if g % (b * dp):
-                    why = f"global batch {g} is not a multiple of b x dp = {b} x {dp}"
-                elif pp > 1 and g // (b * dp) < pp:
-                    why = (f"global batch {g} gives m = {g} / ({b} x {dp}) = {g // (b * dp)} micro-batches "
-                           f"for pp = {pp} stages: m < pp, the pipeline never fills")
-                if why:
-                    out.append({"degrees": {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp},
-                                "order": DEFAULT_ORDER, "zero": 0, "schedule": None, "vpp": 1,
-                                "m": g // (b * dp), "etp": 0, "global_batch": g,
-                                "pruned": why, "category": "global batch"})
-                else:
-                    mbs.append(g // (b * dp))
+            mbs = _micro_batches(gbs, b, (tp, cp, pp, dp), out)
         sched_vpp = [(None, 1)] if pp == 1 else [(s, v) for s in scheds for v in (vpps if s == "interleaved" else [1])]
         for ep, etp in itertools.product(eps, etps):
             e_tp = etp if etp > 0 else tp

@@ -27,11 +27,10 @@ for path in open(sys.argv[1]).read().split():
 PYEOF
 # The line plots carry one series per fabric: the legend entries are the two tags.
 py - "$WORK/shm.h5" "$WORK/tcp.h5" "$MB_SRC/scripts/plot" <<'PYEOF' || fail "series check"
-import importlib.machinery, importlib.util, sys
-loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[3])
-spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
-loader.exec_module(mod)
-rows, _ = mod.reader.load_collectives(sys.argv[1:3])
+import os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[3]))
+from meshbench import plot_collectives as mod, reader  # scripts/plot's collective figures
+rows, _ = reader.load_collectives(sys.argv[1:3])
 label = mod.series_labeller(rows)
 labels = sorted({label(r) for r in rows})
 assert labels == ["shm", "tcp-lo"], labels
@@ -41,15 +40,14 @@ pass "2 line plots + 2 heat maps, valid non-blank PNGs, one series per fabric"
 
 # The heat map's colour bar reads plain ratios ('1.2x'), not matplotlib's log labels ('1.25x10^0').
 py - "$WORK/shm.h5" "$MB_SRC/scripts/plot" <<'PYEOF' || fail "heat map colour bar labels"
-import importlib.machinery, importlib.util, re, sys
+import os, re, sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
-loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[2])
-spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
-loader.exec_module(mod)
-rows, _ = mod.reader.load_collectives([sys.argv[1]], with_samples=True)
+sys.path.insert(0, os.path.dirname(sys.argv[2]))
+from meshbench import plot_collectives as mod, reader  # scripts/plot's collective figures
+rows, _ = reader.load_collectives([sys.argv[1]], with_samples=True)
 rows = [r for r in rows if r["placement"] == "out-of-place"]
 saved = []
 plt.Figure.savefig = lambda fig, *a, **k: saved.append(fig)

@@ -242,7 +242,7 @@ pass "--compare tag=shm tag=tcp: dp2 and tp2 matched, times, tokens/s, ratio and
 py "$P" "$D" --where tag=shm -o "$WORK/plots" > "$WORK/list" || fail "plot exit $?"
 for f in memory steps scaling; do grep -qx "$WORK/plots/$f.png" "$WORK/list" || fail "no $f.png: $(cat "$WORK/list")"; done
 py - "$MB_SRC/scripts" "$D" "$WORK/plots" "$MB_SRC/tests/scripts" <<'PY' || fail "plot contents"
-import importlib.machinery, importlib.util, math, sys
+import math, sys
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.image as mpimg
@@ -255,9 +255,7 @@ D = sys.argv[2]
 for f in ("steps", "scaling", "memory"):
     img = mpimg.imread(f"{sys.argv[3]}/{f}.png")
     assert img.shape[0] > 200 and img.shape[1] > 400, (f, img.shape)
-loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[1] + "/plot")
-spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
-loader.exec_module(mod)
+from meshbench import plot_steps as mod  # scripts/plot's step figures
 runs, _ = reader.load_steps([D])
 rows = [r for r in plans.plan_rows(runs) if r["tag"] == "shm"]
 truth = {}

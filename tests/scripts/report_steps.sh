@@ -137,12 +137,9 @@ assert img.shape[0] > 150 and img.shape[1] > 300 and colours > 20, (img.shape, c
 sys.path.insert(0, sys.argv[2])
 from meshbench import reader
 import matplotlib.pyplot as plt
-import importlib.machinery, importlib.util
 import h5py
 from meshbench import plans
-loader = importlib.machinery.SourceFileLoader("mb_plot", sys.argv[2] + "/plot")
-spec = importlib.util.spec_from_loader("mb_plot", loader); mod = importlib.util.module_from_spec(spec)
-loader.exec_module(mod)
+from meshbench import plot_steps as mod  # scripts/plot's step figures
 runs, _ = reader.load_steps([sys.argv[3]])
 steps = plans.plan_rows(runs)
 saved = {}

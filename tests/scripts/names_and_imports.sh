@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# scripts/meshbench on small files written here (reader_unit.py: collective and step tables equal
-# the values written, unreadable files listed, filters over both tables, names equal to
-# `mesh_info --list-json`), and the names' failure mode: a sweep whose --bin lacks mesh_info exits
-# 2 naming it, and report/plot/sweep import the package from any working directory.
+# The scripts as a user runs them: a sweep whose --bin lacks mesh_info exits 2 naming it, an
+# unknown binary is refused with mesh_info's own list, and report/plot/sweep import
+# scripts/meshbench from any working directory. (The package's unit tests, formerly
+# reader_unit.py here, are tests/python: ctest python.unit.)
 . "$(dirname "$0")/lib.bash"
-py "$MB_SRC/tests/scripts/reader_unit.py" "$MB_SRC" "$MB_BIN" "$WORK" > "$WORK/unit.log" 2>&1 \
-  || { cat "$WORK/unit.log"; fail "reader unit tests"; }
-pass "reader unit tests: $(grep -c ' ok$' "$WORK/unit.log") ok"
 
 # The names come from the binary: a folder without mesh_info is refused before anything runs.
 mkdir -p "$WORK/nobin"

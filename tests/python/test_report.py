@@ -1,0 +1,208 @@
+"""scripts/report's modules on small files written here (h5files.py): the collective table,
+--compare, --expect-order, the step table, the plan ranking with its spread and separability,
+--baseline verdicts, and the exit codes of scripts/report's main."""
+import csv
+import io
+import json
+import math
+
+import h5files
+import pytest
+from meshbench import plans, reader, regression, report_collectives, report_plans, report_steps, spread
+
+
+def run(cli, capsys, *argv):
+    """(exit code, stdout, stderr) of scripts/report's main(argv)."""
+    rc = cli["report"].main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def fabrics(tmp_path):
+    """shm.h5 and tcp.h5: the same two all_reduce points, tcp twice as fast (a suspect order)."""
+    shm, tcp = tmp_path / "shm.h5", tmp_path / "tcp.h5"
+    h5files.collective_file(str(shm), tag="shm")
+    h5files.collective_file(str(tcp), tag="tcp", scale=0.5)
+    return shm, tcp
+
+
+# dp2 in 3 rounds, tp2 in 2, pp2 in 1 (its steps +-10%): (median step s, tokens/s) per round
+ROUNDS = {"dp2": [(0.100, 1280.0), (0.110, 1163.6), (0.090, 1422.2)], "tp2": [(0.200, 640.0), (0.210, 609.5)],
+          "pp2": [(0.105, 1219.0)]}
+
+
+def write_plans(folder, scale=1.0, tag="shm"):
+    for plan, rs in ROUNDS.items():
+        for i, (m, t) in enumerate(rs):
+            h5files.plan_round(str(folder / f"{plan}-{i}.h5"), plan, f"{plan}.{i}", m * scale, t / scale,
+                               f"2026-12-01T00:{i:02d}:00Z", tag=tag, spread_frac=0.1 if plan == "pp2" else 0.0)
+    return folder
+
+
+def test_collective_markdown_and_csv(cli, capsys, fabrics):
+    rc, out, _ = run(cli, capsys, *fabrics)
+    lines = out.splitlines()
+    assert rc == 0 and lines[0].startswith("| binary | tag | backend | ranks | nodes | group | placement | size | time (us)")
+    assert lines[2] == "| all_reduce_bench | shm | mpi | 2 | 1 | tp | out-of-place | 8 | 1.00 | 0.008 | 0.008 | 2.00 | 1 | 0 |"
+    assert lines[5] == "| all_reduce_bench | tcp | mpi | 2 | 1 | tp | out-of-place | 1K | 1.50 | 0.68 | 0.68 | 2.00 | 0 | 0 |"
+    rc, out, _ = run(cli, capsys, fabrics[0], "-f", "csv", "--where", "bytes>=1K")
+    (row,) = list(csv.DictReader(io.StringIO(out)))
+    assert (row["bytes"], float(row["t_median"]), float(row["busbw"]), row["group"]) == ("1024", 3e-6, 0.34, "tp")
+
+
+def test_compare_joins_the_points(cli, capsys, fabrics):
+    rc, out, _ = run(cli, capsys, *fabrics, "--compare", "tag=shm", "tag=tcp")
+    assert rc == 0
+    assert out.splitlines()[0] == ("| collective | size | time shm (us) | time tcp (us) | time tcp/shm | busbw shm | "
+                                   "busbw tcp | busbw shm/tcp | wrong |")
+    assert "| all_reduce | 1K | 3.00 | 1.50 | 0.5 | 0.34 | 0.68 | 0.5 | 0 |" in out
+    assert "- all_reduce: time tcp/shm = 0.5x at 8, 0.5x at 1K" in out
+    rows, _ = reader.load_collectives([str(p) for p in fabrics])
+    joined, varying, unmatched, dups, differ = report_collectives.compare(rows, "tag=shm", "tag=tcp")
+    assert [(r["bytes"], r["ratio_t"], r["ratio_busbw"]) for r in joined] == [(8, 0.5, 0.5), (1024, 0.5, 0.5)]
+    assert (varying, unmatched, dups, differ) == (["collective", "bytes"], 0, 0, [])
+
+
+def test_expect_order_flags_a_faster_slow_fabric(cli, capsys, fabrics):
+    rc, out, _ = run(cli, capsys, *fabrics, "--expect-order", "tag=shm,tcp")
+    assert rc == 0  # a note, not a failure
+    assert "2 point(s) break the fabric order tag=shm,tcp:" in out
+    assert ("- suspect: tag=tcp reads 2.00x faster than tag=shm at all_reduce out-of-place 8 (0.50 vs 1.00 us)"
+            in out)
+    rc, out, _ = run(cli, capsys, *fabrics, "--expect-order", "tag=tcp,shm")
+    assert "- fabric order tag=tcp,shm: no point where a slower one reads more than 20% faster" in out
+    rc, _, err = run(cli, capsys, *fabrics, "--expect-order", "tag=shm")
+    assert rc == 2 and "--expect-order takes COLUMN=FASTEST,...,SLOWEST with 2 or more values" in err
+
+
+def test_exit_codes(cli, capsys, fabrics, tmp_path):
+    rc, _, err = run(cli, capsys, fabrics[0], "--where", "tag=none")
+    assert (rc, err) == (1, "report: no rows in 1 path(s) after filters\n")
+    rc, _, err = run(cli, capsys, fabrics[0], "--where", "nosuch=1")
+    assert rc == 2 and err.startswith("report: unknown column 'nosuch'")
+    bad = tmp_path / "bad.h5"
+    bad.write_text("no")
+    rc, out, err = run(cli, capsys, fabrics[0], bad)
+    assert rc == 1 and "size" in out and f"report: cannot read {bad}" in err
+    rc, _, err = run(cli, capsys, fabrics[0], "--threshold", "5%")
+    assert (rc, err) == (2, "report: --threshold needs --baseline OLD\n")
+
+
+def test_zero_stages_side_by_side(cli, capsys, tmp_path):
+    h5files.step_file(str(tmp_path / "z0.h5"), 0)
+    h5files.step_file(str(tmp_path / "z3.h5"), 3, steps=1, rank0_opt=400.0)
+    rc, out, _ = run(cli, capsys, tmp_path)
+    lines = out.splitlines()
+    assert rc == 0 and lines[0] == "| | data_parallel | zero3 |"
+    assert "| optimizer (rank 0) | 800 B | 400 B |" in lines
+    assert "| optimizer analytic | 800 B | 800 B |" in lines
+    assert "| dp reduce_scatter (bytes/rank/step) | 2.148 KiB | 4.297 KiB |" in lines
+    runs, _ = reader.load_steps([str(tmp_path)])
+    assert report_steps.zero_side_by_side(plans.plan_rows(runs))
+
+
+def test_step_cells_follow_the_spread():
+    r = {"step_time_median": 0.0123456, "tokens_per_s": 12345.6, "_step_samples": [0.0120, 0.0123, 0.0131]}
+    # min-max 12.0-13.1 ms: 2 significant digits of the 1.1 ms width -> 0.1 ms
+    assert report_steps.step_cell("step_time_median", r) == "12.3"
+    assert report_steps.run_tokens_cell(r) == "12,300"
+    assert report_steps.step_human("exposed_comm_fraction", 0.257) == "25.7%"
+    assert report_steps.step_human("bytes_match", 0) == "NO"
+
+
+def test_plan_ranking_spread_and_separability(tmp_path):
+    runs, _ = reader.load_steps([str(write_plans(tmp_path))])
+    groups = report_plans.rank_groups(plans.plan_rows(runs))
+    assert [(g["position"], g["plan"], g["rounds"]) for g in groups] == [(1, "dp2 m=2", 3), (2, "pp2 m=2", 1),
+                                                                          (3, "tp2 m=2", 2)]
+    dp, pp, tp = groups
+    assert (dp["tokens"].med, dp["tokens"].lo, dp["tokens"].hi) == (1280.0, 1163.6, 1422.2)
+    assert (dp["step"].med, dp["step"].rule) == (0.1, "min-max over 3 rounds")
+    assert (tp["tokens"].med, tp["step"].med) == ((640.0 + 609.5) / 2, pytest.approx(0.205))
+    # one round: the spread of its steps, and tokens/s turned over it
+    assert pp["step"].rule == "1 round: min-max over 3"
+    assert pp["tokens"].lo == pytest.approx(1219.0 * 0.105 / 0.1155)
+    # dp2 [1164, 1422] overlaps pp2 [1108, 1354]; pp2 lies above tp2 [610, 640]
+    assert [g["separable"] for g in groups] == [False, True, None]
+    table = report_plans.plan_markdown(plans.plan_rows(runs)).splitlines()
+    assert table[4] == ("| 1 | dp2 m=2 | 2 | 8 | 1,280 (1,160-1,420) | 100 (90-110) | min-max over 3 rounds | "
+                        "not separable | 12.0% | 75 | - | 1.465 KiB (rank 0) | 1 | ? | pass |")
+    assert "- #1 dp2 m=2 and #2 pp2 m=2: their tokens/s intervals overlap: not separable" in "\n".join(table)
+
+
+def test_plan_table_csv(cli, capsys, tmp_path):
+    rc, out, _ = run(cli, capsys, write_plans(tmp_path), "--table", "plans", "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rc == 0 and [r["plan"] for r in rows] == ["dp2 m=2", "pp2 m=2", "tp2 m=2"]
+    assert (rows[0]["run_ids"], rows[0]["tokens_per_s_lo"], rows[0]["separable_next"]) == ("dp2.0 dp2.1 dp2.2",
+                                                                                           "1163.6", "False")
+    assert float(rows[2]["step_time"]) == pytest.approx(0.205)
+
+
+def test_step_compare_pairs_plans(cli, capsys, tmp_path):
+    write_plans(tmp_path, tag="shm")
+    slow = tmp_path / "tcp"
+    slow.mkdir()
+    write_plans(slow, scale=2.0, tag="tcp")
+    rc, out, _ = run(cli, capsys, tmp_path, "--compare", "tag=shm", "tag=tcp", "-f", "json")
+    rows = json.loads(out)
+    assert rc == 0 and sorted(r["plan"] for r in rows) == ["dp2 m=2", "pp2 m=2", "tp2 m=2"]
+    assert {round(r["ratio_t"], 12) for r in rows} == {2.0}  # each plan's latest round on each side
+    rc, out, _ = run(cli, capsys, tmp_path, "--compare", "tag=shm", "tag=tcp")
+    assert "| plan | step shm (ms) | step tcp (ms) | time tcp/shm |" in out
+    assert "(0 runs without a partner, 6 duplicates: latest run kept)" in out
+
+
+@pytest.mark.parametrize("old, new, verdict", [
+    ((1.0, 0.9, 1.1), (1.5, 1.4, 1.6), "slower"),            # +50%, new above old's interval
+    ((1.0, 0.9, 1.1), (1.2, 1.05, 1.3), "within noise"),     # +20%, overlapping
+    ((1.0, 0.9, 1.1), (1.03, 0.95, 1.1), "within threshold"),
+    ((1.0, 0.9, 1.1), (0.5, 0.45, 0.55), "faster"),
+    ((1.0, 0.9, 1.1), (0.8, 0.7, 0.95), "within noise"),
+])
+def test_verdicts(old, new, verdict):
+    o, n = spread.Measure(*old, 3, "r"), spread.Measure(*new, 3, "r")
+    ratio, v = regression.verdict(o, n, 0.05)
+    assert v == verdict
+    assert (ratio.med, ratio.lo, ratio.hi) == (new[0] / old[0], new[1] / old[2], new[2] / old[1])
+
+
+def test_threshold_parsing():
+    assert regression.parse_threshold(" 7.5 %") == 0.075
+    for bad in ("5", "-5%", "nan%", "x"):
+        with pytest.raises(ValueError, match="--threshold takes a percentage such as 5%"):
+            regression.parse_threshold(bad)
+
+
+def test_baseline_exit_codes(cli, capsys, tmp_path):
+    old, same, slow = (tmp_path / n for n in ("old", "same", "slow"))
+    for d in (old, same, slow):
+        d.mkdir()
+    write_plans(old)
+    write_plans(same, scale=1.02)
+    write_plans(slow, scale=1.5)
+    rc, out, _ = run(cli, capsys, same, "--baseline", old)
+    assert rc == 0 and "0 of 3 match(es) slower beyond 5% and outside the noise: exit 0" in out
+    rc, out, _ = run(cli, capsys, slow, "--baseline", old, "--threshold", "10%")
+    assert rc == 1 and "- slower: dp2 m=2 (shm): time x1.5" in out
+    rows = {r["plan"]: r for r in json.loads(run(cli, capsys, slow, "--baseline", old, "-f", "json")[1])}
+    # dp2: 3 rounds each; its ratio's interval is new lo / old hi .. new hi / old lo
+    assert rows["dp2 m=2"]["verdict"] == "slower"
+    assert rows["dp2 m=2"]["ratio_lo"] == pytest.approx(0.135 / 0.11)
+    assert rows["tp2 m=2"]["verdict"] == "slower" and rows["pp2 m=2"]["verdict"] == "slower"
+    rc, _, err = run(cli, capsys, slow, "--baseline", tmp_path / "none")
+    assert rc == 2 and "no such file or folder" in err
+    rc, _, err = run(cli, capsys, slow, "--baseline", old, "--threshold", "5")
+    assert rc == 2 and "--threshold takes a percentage" in err
+    rc, _, err = run(cli, capsys, slow, "--baseline", old, "--where", "tag=tcp")
+    assert rc == 1 and "nothing to judge" in err
+
+
+def test_collective_rounds_measure(fabrics):
+    rows, _ = reader.load_collectives([str(fabrics[0])], with_samples=True)
+    # one round: the spread of its iterations, the statistic over ranks its t_median uses (max)
+    assert regression.iteration_times(rows[0]) == [1.0, 3.0, 5.0]
+    m = regression.collective_measures(rows)
+    assert [(k[-1], v[1].med, v[1].lo, v[1].hi) for k, v in m.items()] == [(8, 1e-6, 1.0, 5.0), (1024, 3e-6, 7.0, 11.0)]
+    assert not math.isnan(m[next(iter(m))][1].lo)

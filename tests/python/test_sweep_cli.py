@@ -1,0 +1,134 @@
+"""scripts/sweep's main on generated sweep files with stand-in binaries and mpiexec (fakes.py):
+exit code 2 and its message for every bad file or option, before any output folder or launch;
+--dry-run's commands and pruned plans; a local run's exit code."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import fakes
+import pytest
+from meshbench.sweep_config import ROOT
+
+
+def sweep(cli, capsys, *argv):
+    rc = cli["sweep"].main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def env(tmp_path, fake_bin, fake_tools, monkeypatch):
+    """(write(toml) -> path, --bin, --out, mpiexec, its log); no MESHBENCH_* from this shell."""
+    for k in [k for k in os.environ if k.startswith("MESHBENCH_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("FAKE_LOG", fake_tools["mpiexec"][1])
+
+    def write(text, name="s.toml"):
+        path = tmp_path / name
+        path.write_text(text)
+        return path
+    return write, fake_bin, tmp_path / "out", fake_tools["mpiexec"][0], fake_tools["mpiexec"][1]
+
+
+@pytest.mark.parametrize("toml, extra, message", [
+    ('binaries = ["all_reduce"\n', [], "not valid TOML"),
+    ('binaries = ["allreduce"]\n', [], "sweep: sweep file: unknown binary 'allreduce'"),
+    ('ranks = [2]\n', ["--rounds", "0"], "sweep: --rounds must be at least 1, got 0"),
+    ('ranks = [2]\n', ["--only", "^zzz"], "sweep: --only '^zzz' matches no point"),
+    ('ranks = [2]\n', ["--world", "4"], "sweep: --world, --model, --memory-per-rank and the degree flags apply to "
+                                        "step sweeps ([steps] or --steps)"),
+    ('binaries = ["step"]\nranks = [4]\n[steps]\ntp = [4]\npp = [1]\nzero = [0]\n', [],
+     "sweep: every one of the 1 step plans was pruned (reasons above)"),
+])
+def test_bad_files_exit_2_before_anything(cli, capsys, env, toml, extra, message):
+    write, bin_dir, out, mpiexec, log = env
+    rc, stdout, err = sweep(cli, capsys, write(toml), "--bin", bin_dir, "--out", out, "--mpiexec", mpiexec, *extra)
+    assert rc == 2 and message in err
+    assert not out.exists() and fakes.calls(log) == []
+
+
+def test_pruned_plans_are_listed_before_the_refusal(cli, capsys, env):
+    write, bin_dir, out, mpiexec, _ = env
+    rc, stdout, _ = sweep(cli, capsys, write('binaries = ["step"]\nranks = [4]\n[steps]\ntp = [4]\npp = [1]\n'
+                                             'zero = [0]\n'), "--bin", bin_dir, "--out", out)
+    assert rc == 2 and stdout.splitlines() == ["pruned 1 plan(s) (1 refused):",
+                                               "  step-r4-tp4cp1ep1dp1pp1-z0-m1-otcedp: tp=4 exceeds the 2 heads"]
+
+
+def test_usage_errors(cli, capsys, env):
+    with pytest.raises(SystemExit) as e:
+        sweep(cli, capsys)
+    assert e.value.code == 2 and "a sweep file (or --steps) is required" in capsys.readouterr().err
+    write, bin_dir, out, _, _ = env
+    rc, _, err = sweep(cli, capsys, write("ranks = [2]\n"), "--bin", out, "--dry-run")
+    assert rc == 2 and f"{out}/mesh_info is missing" in err
+    rc, _, err = sweep(cli, capsys, "--steps", "--bin", bin_dir, "--dry-run")
+    assert rc == 2 and "sweep: --steps: give --world N (or run inside a Slurm allocation)" in err
+
+
+def test_dry_run_prints_each_command(cli, capsys, env, monkeypatch):
+    write, bin_dir, out, _, log = env
+    monkeypatch.setenv("MESHBENCH_ITERS", "3")
+    monkeypatch.setenv("NCCL_NET", "IB")  # a preset variable this shell has: the command unsets it
+    rc, stdout, _ = sweep(cli, capsys, write('binaries = ["all_reduce"]\nfabrics = ["shm", "tcp-lo"]\nrounds = 2\n'),
+                          "--bin", bin_dir, "--out", out, "--dry-run", "--mpiexec", "mpx")
+    lines = stdout.splitlines()
+    assert rc == 0 and fakes.calls(log) == [] and not out.exists()
+    assert lines[0].startswith("sweep: note: MESHBENCH_ITERS=3 set here: every point's binary")
+    assert lines[1] == (f"[1/2] all_reduce-r2-mpi-shm (0 of 2 rounds ok): env -u NCCL_NET UCX_TLS=self,sm MB_FABRIC=shm "
+                        f"mpx -n 2 {bin_dir}/all_reduce_bench -b 8 -e 1M -f 2 -c 1 --backend mpi --mem host --tag shm "
+                        f"-O {out}/all_reduce-r2-mpi-shm.h5")
+    assert lines[2].startswith("[2/2] all_reduce-r2-mpi-tcp-lo (0 of 2 rounds ok): env -u NCCL_NET "
+                               "UCX_TLS=self,tcp UCX_NET_DEVICES=lo MB_FABRIC=tcp-lo mpx -n 2")
+    assert lines[3].startswith("rounds: 2 per point, interleaved (round 1 of every point, then round 2, ...)")
+
+
+def test_step_flags_dry_run(cli, capsys, env):
+    _, bin_dir, out, _, _ = env
+    rc, stdout, _ = sweep(cli, capsys, "--steps", "--world", "4", "--zero", "0,1", "--memory-per-rank", "3K",
+                          "--bin", bin_dir, "--out", out, "--dry-run")
+    lines = stdout.splitlines()
+    assert rc == 0
+    assert lines[0] == "ranks=4: global batch 4 (auto: the smallest multiple of b x dp = 1 x {1, 2, 4})"
+    assert sum(1 for ln in lines if ln.startswith("[")) == 6
+    assert lines[1].startswith("[1/6] step-r4-mpi-shm-tp1cp1ep1dp2pp2-z0-1f1b-m2-otcedp (0 of 3 rounds ok):")
+    assert "--zero 0 --micro-batches 2 --schedule 1f1b --vpp 1" in lines[1]
+    assert "pruned 6 plan(s) (3 degenerate, 1 refused, 2 memory):" in lines
+
+
+def test_local_run_exit_codes(cli, capsys, env, monkeypatch):
+    write, bin_dir, out, mpiexec, log = env
+    path = write('binaries = ["all_reduce", "all_gather"]\n')
+    args = [path, "--bin", bin_dir, "--out", out, "--mpiexec", mpiexec, "--no-report"]
+    rc, stdout, _ = sweep(cli, capsys, *args)
+    assert rc == 0 and len(fakes.calls(log)) == 2
+    assert "sweep: 2 points: 2 ran ok, 0 already done, 0 skipped, 0 failed" in stdout
+    monkeypatch.setenv("FAKE_FAIL", f"{bin_dir}/all_gather_bench")
+    rc, stdout, _ = sweep(cli, capsys, *args, "--force")
+    assert rc == 1 and "1 ran ok, 0 already done, 0 skipped, 1 failed" in stdout
+    rc, stdout, _ = sweep(cli, capsys, *args)  # resume: only the failed point runs again
+    assert rc == 1 and [os.path.basename(c[2]) for c in fakes.calls(log)][4:] == ["all_gather_bench"]
+
+
+def test_interrupt_kills_the_run_and_resumes(env, tmp_path):
+    """SIGTERM during a run: the run's process group is killed, exit 130 with how to resume; the
+    same command again runs that point (its file never became ok)."""
+    write, bin_dir, out, mpiexec, log = env
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "sweep"), str(write('binaries = ["all_reduce"]\n')),
+           "--bin", bin_dir, "--out", str(out), "--mpiexec", mpiexec, "--no-report"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, FAKE_SLEEP="60"))
+    deadline = time.monotonic() + 30
+    while not fakes.calls(log) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fakes.calls(log), "the launch never started"
+    time.sleep(0.3)  # the launch is past its log line, asleep
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "sweep: interrupted by signal 15; re-run the same command to resume" in err
+    assert not (out / "all_reduce-r2-mpi-shm.h5").exists()
+    done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FAKE_SLEEP="0"), timeout=60)
+    assert done.returncode == 0 and "1 ran ok" in done.stdout and len(fakes.calls(log)) == 2
