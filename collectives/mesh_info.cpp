@@ -37,6 +37,7 @@ struct Args {
   int ranks_per_node = 0;  // not given: real nodes under MPI, unknown with --world
   bool json = false;
   bool list_json = false;
+  bool world_given = false, rpn_given = false;  // on the command line or in the environment
 };
 
 enum class NodeSource { kUnknown, kEmulated, kHosts };
@@ -176,10 +177,9 @@ std::string render_names() {
   return j.dump() + "\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args a;
+// Parses argv into `a`. Returns the exit code when there is nothing more to do (--help, or
+// bad usage, said on stderr).
+std::optional<int> parse_args(int argc, char** argv, Args& a) {
   CLI::App app{"mesh_info: the rank grid of a device mesh: every rank's (tp, cp, ep, dp, pp) "
                "coordinates and each group's ranks and node span. Every option can also be set as "
                "MESHBENCH_<OPTION>, e.g. MESHBENCH_MESH=tp=2,pp=2.",
@@ -209,12 +209,46 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "mesh_info: error: %s must be >= 1, got %d\n", opt->get_name().c_str(), value);
       return static_cast<int>(core::ExitCode::kUsage);
     }
+  a.world_given = world_opt->count() > 0;
+  a.rpn_given = rpn_opt->count() > 0;
+  return std::nullopt;
+}
 
+// Lays out the grid and prints it on rank 0 (warnings also on stderr with --json). Throws
+// core::UsageError for an impossible mesh, before any collective, so every rank refuses alike.
+void show_grid(const Args& a, int rank, int world, bool use_mpi) {
+  const comm::RankGrid grid(world, comm::parse_mesh(a.mesh), a.order);
+  NodeSource src = NodeSource::kUnknown;
+  std::vector<int> nodes;
+  if (a.rpn_given) {
+    nodes = comm::emulated_node_of_rank(world, a.ranks_per_node);
+    src = NodeSource::kEmulated;
+  } else if (use_mpi) {
+    nodes = nodes_from_hosts(world);
+    src = NodeSource::kHosts;
+  }
+  std::vector<std::string> warnings;
+  if (!nodes.empty())
+    for (GroupKind k : comm::all_group_kinds())
+      if (auto w = comm::span_warning(k, grid.groups(k), nodes)) warnings.push_back(*w);
+  if (rank != 0) return;
+  const std::string text = a.json ? render_json(grid, nodes, src, a.ranks_per_node, warnings)
+                                  : render_text(grid, nodes, src, a.ranks_per_node, warnings);
+  std::fputs(text.c_str(), stdout);
+  for (const std::string& w : warnings)
+    if (a.json) std::fprintf(stderr, "mesh_info: warning: %s\n", w.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (std::optional<int> rc = parse_args(argc, argv, a)) return *rc;
   if (a.list_json) {
     std::fputs(render_names().c_str(), stdout);
     return 0;
   }
-  const bool use_mpi = world_opt->count() == 0;
+  const bool use_mpi = !a.world_given;
   int rank = 0, world = a.world;
   if (use_mpi) {
     MPI_Init(&argc, &argv);
@@ -223,28 +257,7 @@ int main(int argc, char** argv) {
   }
   int rc = 0;
   try {
-    // Validate before any collective so that every rank refuses the same way, and none hangs.
-    const comm::RankGrid grid(world, comm::parse_mesh(a.mesh), a.order);
-    NodeSource src = NodeSource::kUnknown;
-    std::vector<int> nodes;
-    if (rpn_opt->count() > 0) {
-      nodes = comm::emulated_node_of_rank(world, a.ranks_per_node);
-      src = NodeSource::kEmulated;
-    } else if (use_mpi) {
-      nodes = nodes_from_hosts(world);
-      src = NodeSource::kHosts;
-    }
-    std::vector<std::string> warnings;
-    if (!nodes.empty())
-      for (GroupKind k : comm::all_group_kinds())
-        if (auto w = comm::span_warning(k, grid.groups(k), nodes)) warnings.push_back(*w);
-    if (rank == 0) {
-      const std::string text = a.json ? render_json(grid, nodes, src, a.ranks_per_node, warnings)
-                                      : render_text(grid, nodes, src, a.ranks_per_node, warnings);
-      std::fputs(text.c_str(), stdout);
-      for (const std::string& w : warnings)
-        if (a.json) std::fprintf(stderr, "mesh_info: warning: %s\n", w.c_str());
-    }
+    show_grid(a, rank, world, use_mpi);
   } catch (const core::UsageError& e) {
     if (rank == 0) std::fprintf(stderr, "mesh_info: error: %s\n", e.what());
     rc = static_cast<int>(core::ExitCode::kUsage);

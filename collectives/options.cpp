@@ -45,75 +45,208 @@ const char* name(InplaceMode m) {
 
 namespace {
 
+// The options typed as text, parsed and checked once CLI11 has read them.
+struct TextFlags {
+  std::string min_b = "8", max_b = "128M", dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
+              timing = "isolated", warmup = "auto", rank_stat = "max", routing = "balanced";
+};
+
+// Adds one option that also reads MESHBENCH_<OPTION> from the environment.
+template <typename T>
+CLI::Option* add(CLI::App& app, const std::string& flags, T& var, const std::string& help) {
+  return core::with_env(app.add_option(flags, var, help));
+}
+
+// The sweep and timing flags (nccl-tests' -b -e -f -n -w -c and the suite's own). Returns -n's
+// option, whose count says whether -n was given.
+CLI::Option* add_timing_options(CLI::App& app, Options& o, TextFlags& t) {
+  add(app, "-b,--min-bytes", t.min_b, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
+  add(app, "-e,--max-bytes", t.max_b, "largest size")->capture_default_str();
+  add(app, "-f,--step-factor", o.step_factor, "multiply the size by this between points (>= 2)")->capture_default_str();
+  auto* iters_opt = add(app, "-n,--iters", o.iters,
+                        "timed iterations per size: given, exactly this many; by default at least this many "
+                        "and at least --min-time seconds")->capture_default_str();
+  add(app, "--min-time", o.min_time, "without -n: keep timing a size until this many seconds of calls")->capture_default_str();
+  add(app, "--max-iters", o.max_iters, "without -n: at most this many timed iterations per size")->capture_default_str();
+  add(app, "-w,--warmup", t.warmup, "untimed calls per size before timing: a number, or auto (until the time per "
+                                    "call is stable)")->capture_default_str();
+  add(app, "--warmup-tolerance", o.warmup_policy.tolerance,
+      "auto warm-up: stable when the median of the last 10 calls is within this fraction of the previous 10's")
+      ->capture_default_str();
+  add(app, "--warmup-max", o.warmup_policy.max_calls, "auto warm-up: give up (not converged) after this many calls")
+      ->capture_default_str();
+  add(app, "--warmup-time", o.warmup_policy.max_seconds, "auto warm-up: give up (not converged) after this many seconds")
+      ->capture_default_str();
+  add(app, "--rank-stat", t.rank_stat, "per-iteration time over ranks: max (slowest rank), avg (OSU), min or rank0")
+      ->capture_default_str();
+  add(app, "--op-timeout", o.op_timeout, "abort the job (exit 3) when one call has not completed after this many "
+                                         "seconds (0: never)")->capture_default_str();
+  add(app, "-c,--check", o.check, "verify the result of the first call at each size (0 or 1)")->capture_default_str();
+  return iters_opt;
+}
+
+// What runs and where the results go: types, ops, backend, memory, placement, timing, output,
+// the mesh group, and the hidden fault injection.
+void add_run_options(CLI::App& app, Options& o, TextFlags& t, bool reduces, bool rooted) {
+  add(app, "-d,--dtype", t.dtype, "float, double, int32, int8, bf16, half, a comma list, or all")->capture_default_str();
+  // Accepted by every binary, so one command line or environment serves them all.
+  add(app, "-o,--op", t.op, reduces ? "sum, prod, min, max, avg, a comma list, or all"
+                                    : "reduction op (ignored: this collective does not reduce)")->capture_default_str();
+  add(app, "-r,--root", o.root, rooted ? "root rank" : "root rank (ignored: this collective has no root)")
+      ->capture_default_str();
+  add(app, "--backend", t.backend, "mpi or nccl")->capture_default_str();
+  add(app, "--mem", t.mem, "host or device (default: host for mpi, device for nccl)");
+  add(app, "--inplace", t.inplace, "yes, no or both")->capture_default_str();
+  add(app, "--timing", t.timing,
+      "isolated (barrier before each call, not timed), pipelined (back-to-back calls) or window (each call "
+      "starts at a scheduled time on synchronised clocks; ReproMPI)")->capture_default_str();
+  add(app, "-O,--output", o.output, "HDF5 file to write (never overwritten; a .jsonl summary goes beside it)");
+  core::with_env(app.add_flag("--append", o.append, "add this run to an existing --output file"));
+  add(app, "--tag", o.tag, "a label stored with the run (e.g. the fabric's name)");
+  add(app, "--time-limit", o.time_limit, "stop starting new sizes after this many seconds (0: none)")->capture_default_str();
+  core::with_env(app.add_flag("-q,--quiet", o.quiet, "print only the verdict and where results went"));
+  add(app, "--mesh", o.mesh, "device mesh degrees, e.g. tp=2,dp=2 (with --group)");
+  add(app, "--order", o.order, "mesh order, leftmost varies fastest")->capture_default_str();
+  add(app, "--group", o.group, "run the collective in every group of this mesh dimension at once")->capture_default_str();
+  add(app, "--groups-file", o.groups_file, "custom groups: one group per line, as rank lists");
+  add(app, "--ranks-per-node", o.ranks_per_node, "emulate nodes of N ranks in reports (testing)");
+  add(app, "--inject-fault", o.inject_fault, "corrupt one element of this rank's result (tests)")->group("");
+}
+
+// all_to_allv_bench's workload: the routing that fixes the per-peer counts.
+void add_routing_options(CLI::App& app, Options& o, TextFlags& t) {
+  add(app, "--routing", t.routing, "token-to-expert workload: balanced, hot-expert, hot-rank, zipf:S or rotating "
+                                   "(README: Routing workloads)")->capture_default_str();
+  add(app, "--top-k", o.top_k, "experts per token (k)")->capture_default_str();
+  add(app, "--experts", o.experts, "experts E, spread E/n over the n ranks of the group")->capture_default_str();
+  add(app, "--hidden", o.hidden, "elements per token (the hidden size): a token-expert pair sends this many")
+      ->capture_default_str();
+  add(app, "--seed", o.seed, "seed of the routing draws")->capture_default_str();
+}
+
+// -w/--warmup: a number of calls, or auto (-1 in Options::warmup).
+void parse_warmup(Options& o, const std::string& warmup) {
+  if (warmup == "auto") return;
+  std::size_t used = 0;
+  try {
+    o.warmup = std::stoi(warmup, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != warmup.size() || used == 0)
+    throw UsageError(fmt::format("-w/--warmup: '{}' is not a number of calls or auto", warmup));
+  if (o.warmup < 0) throw UsageError("-w/--warmup must not be negative");
+}
+
+core::RankStat parse_rank_stat(const std::string& s) {
+  if (s == "max") return core::RankStat::kMax;
+  if (s == "avg") return core::RankStat::kAvg;
+  if (s == "min") return core::RankStat::kMin;
+  if (s == "rank0") return core::RankStat::kRank0;
+  throw UsageError(fmt::format("--rank-stat: '{}' is not max, avg, min or rank0", s));
+}
+
+// The sizes, iterations, warm-up and limits, in the order a user reads them in --help.
+void check_timing(Options& o, const TextFlags& t, const CLI::Option* iters_opt) {
+  o.min_bytes = size_arg("-b/--min-bytes", t.min_b);
+  o.max_bytes = size_arg("-e/--max-bytes", t.max_b);
+  if (o.min_bytes > o.max_bytes)
+    throw UsageError(fmt::format("-b/--min-bytes ({}) must not exceed -e/--max-bytes ({})", t.min_b, t.max_b));
+  if (o.step_factor < 2) throw UsageError("-f/--step-factor must be at least 2");
+  if (o.iters < 1) throw UsageError("-n/--iters must be at least 1");
+  o.iters_fixed = iters_opt->count() > 0;
+  if (!(o.min_time >= 0)) throw UsageError("--min-time must not be negative");
+  if (o.max_iters < o.iters && !o.iters_fixed)
+    throw UsageError(fmt::format("--max-iters ({}) must be at least -n/--iters ({})", o.max_iters, o.iters));
+  parse_warmup(o, t.warmup);
+  if (!(o.warmup_policy.tolerance > 0 && o.warmup_policy.tolerance < 1))
+    throw UsageError("--warmup-tolerance must be between 0 and 1 (a fraction, e.g. 0.05)");
+  if (o.warmup_policy.max_calls < 1) throw UsageError("--warmup-max must be at least 1");
+  if (!(o.warmup_policy.max_seconds > 0)) throw UsageError("--warmup-time must be positive");
+  o.warmup_policy.floor_seconds = o.warmup_policy.max_seconds / 4;
+  o.rank_stat = parse_rank_stat(t.rank_stat);
+  if (!(o.op_timeout >= 0)) throw UsageError("--op-timeout must not be negative (0 turns the watchdog off)");
+  if (o.check != 0 && o.check != 1) throw UsageError("-c/--check must be 0 or 1");
+  if (o.time_limit < 0) throw UsageError("--time-limit must not be negative");
+  if (o.root < 0) throw UsageError("-r/--root must not be negative");
+  if (o.ranks_per_node < 0) throw UsageError("--ranks-per-node must not be negative");
+}
+
+// -d and -o: comma lists, or all (then what the backend lacks is skipped, not refused).
+void parse_types(Options& o, const TextFlags& t) {
+  o.dtypes.clear();
+  if (t.dtype == "all") {
+    o.all_dtypes = true;
+    o.dtypes.assign(comm::kAllDTypes.begin(), comm::kAllDTypes.end());
+  } else {
+    for (const auto& d : split(t.dtype)) {
+      auto dt = comm::parse_dtype(d);
+      if (!dt) throw UsageError(fmt::format("-d/--dtype: unknown type '{}' (use float, double, int32, int8, bf16, half or all)", d));
+      o.dtypes.push_back(*dt);
+    }
+    if (o.dtypes.empty()) throw UsageError("-d/--dtype: no type given");
+  }
+  o.ops.clear();
+  if (t.op == "all") {
+    o.all_ops = true;
+    o.ops.assign(comm::kAllRedOps.begin(), comm::kAllRedOps.end());
+  } else {
+    for (const auto& p : split(t.op)) {
+      auto r = comm::parse_redop(p);
+      if (!r) throw UsageError(fmt::format("-o/--op: unknown op '{}' (use sum, prod, min, max, avg or all)", p));
+      o.ops.push_back(*r);
+    }
+    if (o.ops.empty()) throw UsageError("-o/--op: no op given");
+  }
+}
+
+// --backend, --mem, --inplace and --timing, and the pairs among them that cannot work.
+void parse_placement(Options& o, const TextFlags& t) {
+  if (t.backend == "mpi") o.backend = comm::Backend::kMpi;
+  else if (t.backend == "nccl") o.backend = comm::Backend::kNccl;
+  else throw UsageError(fmt::format("--backend: unknown backend '{}' (use mpi or nccl)", t.backend));
+  if (t.mem.empty()) o.mem = o.backend == comm::Backend::kNccl ? compute::MemKind::kDevice : compute::MemKind::kHost;
+  else if (t.mem == "host") o.mem = compute::MemKind::kHost;
+  else if (t.mem == "device") o.mem = compute::MemKind::kDevice;
+  else throw UsageError(fmt::format("--mem: unknown memory '{}' (use host or device)", t.mem));
+  if (o.backend == comm::Backend::kNccl && o.mem == compute::MemKind::kHost)
+    throw UsageError("--mem host: backend nccl works on device memory only (use --mem device or --backend mpi)");
+  static const std::map<std::string, InplaceMode> kInplace = {
+      {"yes", InplaceMode::kYes}, {"no", InplaceMode::kNo}, {"both", InplaceMode::kBoth}};
+  if (!kInplace.count(t.inplace)) throw UsageError(fmt::format("--inplace: '{}' is not yes, no or both", t.inplace));
+  o.inplace = kInplace.at(t.inplace);
+  if (t.timing == "isolated") o.timing = Timing::kIsolated;
+  else if (t.timing == "pipelined") o.timing = Timing::kPipelined;
+  else if (t.timing == "window") o.timing = Timing::kWindow;
+  else throw UsageError(fmt::format("--timing: '{}' is not isolated, pipelined or window", t.timing));
+  if (o.timing == Timing::kWindow && o.backend != comm::Backend::kMpi)
+    throw UsageError("--timing window needs --backend mpi (it times on host clocks; NCCL calls return before they finish)");
+}
+
+void parse_routing_workload(Options& o, const TextFlags& t) {
+  o.routing = core::parse_routing(t.routing);
+  if (o.routing.mode == core::RoutingMode::kLearned)
+    throw UsageError("--routing learned: there is no router in a collective benchmark (use balanced, hot-expert, "
+                     "hot-rank, zipf:S or rotating; step_bench's MoE layer learns its routing)");
+  if (o.hidden < 1) throw UsageError("--hidden must be at least 1 (elements per token)");
+  core::RoutingShape shape;
+  shape.experts = o.experts;
+  shape.top_k = o.top_k;
+  core::check_routing_shape(shape);  // E >= 1, 1 <= k <= E; E % ranks is checked once the group is known
+}
+
 std::optional<Options> parse_checked(core::EnvSources& env, const std::string& binary, bool reduces, bool rooted, int argc,
                                      char** argv, bool print, bool routed) {
   Options o;
+  TextFlags t;
   CLI::App app{fmt::format("{}: meshbench collective benchmark (see README.md). Every option can also be "
                            "set as MESHBENCH_<OPTION> in the environment, e.g. MESHBENCH_ITERS=50.",
                            binary),
                binary};
   app.get_formatter()->column_width(34);
-  std::string min_b = "8", max_b = "128M", dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
-              timing = "isolated", warmup = "auto", rank_stat = "max";
-  auto opt = [&](const std::string& flags, auto& var, const std::string& help) {
-    return core::with_env(app.add_option(flags, var, help));
-  };
-  opt("-b,--min-bytes", min_b, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
-  opt("-e,--max-bytes", max_b, "largest size")->capture_default_str();
-  opt("-f,--step-factor", o.step_factor, "multiply the size by this between points (>= 2)")->capture_default_str();
-  auto* iters_opt = opt("-n,--iters", o.iters,
-                        "timed iterations per size: given, exactly this many; by default at least this many "
-                        "and at least --min-time seconds")->capture_default_str();
-  opt("--min-time", o.min_time, "without -n: keep timing a size until this many seconds of calls")->capture_default_str();
-  opt("--max-iters", o.max_iters, "without -n: at most this many timed iterations per size")->capture_default_str();
-  opt("-w,--warmup", warmup, "untimed calls per size before timing: a number, or auto (until the time per "
-                             "call is stable)")->capture_default_str();
-  opt("--warmup-tolerance", o.warmup_policy.tolerance,
-      "auto warm-up: stable when the median of the last 10 calls is within this fraction of the previous 10's")
-      ->capture_default_str();
-  opt("--warmup-max", o.warmup_policy.max_calls, "auto warm-up: give up (not converged) after this many calls")
-      ->capture_default_str();
-  opt("--warmup-time", o.warmup_policy.max_seconds, "auto warm-up: give up (not converged) after this many seconds")
-      ->capture_default_str();
-  opt("--rank-stat", rank_stat, "per-iteration time over ranks: max (slowest rank), avg (OSU), min or rank0")
-      ->capture_default_str();
-  opt("--op-timeout", o.op_timeout, "abort the job (exit 3) when one call has not completed after this many "
-                                    "seconds (0: never)")->capture_default_str();
-  opt("-c,--check", o.check, "verify the result of the first call at each size (0 or 1)")->capture_default_str();
-  opt("-d,--dtype", dtype, "float, double, int32, int8, bf16, half, a comma list, or all")->capture_default_str();
-  // Accepted by every binary, so one command line or environment serves them all.
-  opt("-o,--op", op, reduces ? "sum, prod, min, max, avg, a comma list, or all"
-                             : "reduction op (ignored: this collective does not reduce)")->capture_default_str();
-  opt("-r,--root", o.root, rooted ? "root rank" : "root rank (ignored: this collective has no root)")
-      ->capture_default_str();
-  opt("--backend", backend, "mpi or nccl")->capture_default_str();
-  opt("--mem", mem, "host or device (default: host for mpi, device for nccl)");
-  opt("--inplace", inplace, "yes, no or both")->capture_default_str();
-  opt("--timing", timing,
-      "isolated (barrier before each call, not timed), pipelined (back-to-back calls) or window (each call "
-      "starts at a scheduled time on synchronised clocks; ReproMPI)")->capture_default_str();
-  opt("-O,--output", o.output, "HDF5 file to write (never overwritten; a .jsonl summary goes beside it)");
-  core::with_env(app.add_flag("--append", o.append, "add this run to an existing --output file"));
-  opt("--tag", o.tag, "a label stored with the run (e.g. the fabric's name)");
-  opt("--time-limit", o.time_limit, "stop starting new sizes after this many seconds (0: none)")->capture_default_str();
-  core::with_env(app.add_flag("-q,--quiet", o.quiet, "print only the verdict and where results went"));
-  opt("--mesh", o.mesh, "device mesh degrees, e.g. tp=2,dp=2 (with --group)");
-  opt("--order", o.order, "mesh order, leftmost varies fastest")->capture_default_str();
-  opt("--group", o.group, "run the collective in every group of this mesh dimension at once")->capture_default_str();
-  opt("--groups-file", o.groups_file, "custom groups: one group per line, as rank lists");
-  opt("--ranks-per-node", o.ranks_per_node, "emulate nodes of N ranks in reports (testing)");
-  opt("--inject-fault", o.inject_fault, "corrupt one element of this rank's result (tests)")->group("");
-  std::string routing = "balanced";
-  if (routed) {
-    opt("--routing", routing, "token-to-expert workload: balanced, hot-expert, hot-rank, zipf:S or rotating "
-                              "(README: Routing workloads)")->capture_default_str();
-    opt("--top-k", o.top_k, "experts per token (k)")->capture_default_str();
-    opt("--experts", o.experts, "experts E, spread E/n over the n ranks of the group")->capture_default_str();
-    opt("--hidden", o.hidden, "elements per token (the hidden size): a token-expert pair sends this many")
-        ->capture_default_str();
-    opt("--seed", o.seed, "seed of the routing draws")->capture_default_str();
-  }
-
+  const CLI::Option* iters_opt = add_timing_options(app, o, t);
+  add_run_options(app, o, t, reduces, rooted);
+  if (routed) add_routing_options(app, o, t);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -125,98 +258,11 @@ std::optional<Options> parse_checked(core::EnvSources& env, const std::string& b
   }
   env = core::env_sources(app, argc, argv);
 
-  o.min_bytes = size_arg("-b/--min-bytes", min_b);
-  o.max_bytes = size_arg("-e/--max-bytes", max_b);
-  if (o.min_bytes > o.max_bytes)
-    throw UsageError(fmt::format("-b/--min-bytes ({}) must not exceed -e/--max-bytes ({})", min_b, max_b));
-  if (o.step_factor < 2) throw UsageError("-f/--step-factor must be at least 2");
-  if (o.iters < 1) throw UsageError("-n/--iters must be at least 1");
-  o.iters_fixed = iters_opt->count() > 0;
-  if (!(o.min_time >= 0)) throw UsageError("--min-time must not be negative");
-  if (o.max_iters < o.iters && !o.iters_fixed)
-    throw UsageError(fmt::format("--max-iters ({}) must be at least -n/--iters ({})", o.max_iters, o.iters));
-  if (warmup != "auto") {
-    std::size_t used = 0;
-    try {
-      o.warmup = std::stoi(warmup, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != warmup.size() || used == 0)
-      throw UsageError(fmt::format("-w/--warmup: '{}' is not a number of calls or auto", warmup));
-    if (o.warmup < 0) throw UsageError("-w/--warmup must not be negative");
-  }
-  if (!(o.warmup_policy.tolerance > 0 && o.warmup_policy.tolerance < 1))
-    throw UsageError("--warmup-tolerance must be between 0 and 1 (a fraction, e.g. 0.05)");
-  if (o.warmup_policy.max_calls < 1) throw UsageError("--warmup-max must be at least 1");
-  if (!(o.warmup_policy.max_seconds > 0)) throw UsageError("--warmup-time must be positive");
-  o.warmup_policy.floor_seconds = o.warmup_policy.max_seconds / 4;
-  if (rank_stat == "max") o.rank_stat = core::RankStat::kMax;
-  else if (rank_stat == "avg") o.rank_stat = core::RankStat::kAvg;
-  else if (rank_stat == "min") o.rank_stat = core::RankStat::kMin;
-  else if (rank_stat == "rank0") o.rank_stat = core::RankStat::kRank0;
-  else throw UsageError(fmt::format("--rank-stat: '{}' is not max, avg, min or rank0", rank_stat));
-  if (!(o.op_timeout >= 0)) throw UsageError("--op-timeout must not be negative (0 turns the watchdog off)");
-  if (o.check != 0 && o.check != 1) throw UsageError("-c/--check must be 0 or 1");
-  if (o.time_limit < 0) throw UsageError("--time-limit must not be negative");
-  if (o.root < 0) throw UsageError("-r/--root must not be negative");
-  if (o.ranks_per_node < 0) throw UsageError("--ranks-per-node must not be negative");
-
-  o.dtypes.clear();
-  if (dtype == "all") {
-    o.all_dtypes = true;
-    o.dtypes.assign(comm::kAllDTypes.begin(), comm::kAllDTypes.end());
-  } else {
-    for (const auto& d : split(dtype)) {
-      auto t = comm::parse_dtype(d);
-      if (!t) throw UsageError(fmt::format("-d/--dtype: unknown type '{}' (use float, double, int32, int8, bf16, half or all)", d));
-      o.dtypes.push_back(*t);
-    }
-    if (o.dtypes.empty()) throw UsageError("-d/--dtype: no type given");
-  }
-  o.ops.clear();
-  if (op == "all") {
-    o.all_ops = true;
-    o.ops.assign(comm::kAllRedOps.begin(), comm::kAllRedOps.end());
-  } else {
-    for (const auto& p : split(op)) {
-      auto r = comm::parse_redop(p);
-      if (!r) throw UsageError(fmt::format("-o/--op: unknown op '{}' (use sum, prod, min, max, avg or all)", p));
-      o.ops.push_back(*r);
-    }
-    if (o.ops.empty()) throw UsageError("-o/--op: no op given");
-  }
-  if (backend == "mpi") o.backend = comm::Backend::kMpi;
-  else if (backend == "nccl") o.backend = comm::Backend::kNccl;
-  else throw UsageError(fmt::format("--backend: unknown backend '{}' (use mpi or nccl)", backend));
-  if (mem.empty()) o.mem = o.backend == comm::Backend::kNccl ? compute::MemKind::kDevice : compute::MemKind::kHost;
-  else if (mem == "host") o.mem = compute::MemKind::kHost;
-  else if (mem == "device") o.mem = compute::MemKind::kDevice;
-  else throw UsageError(fmt::format("--mem: unknown memory '{}' (use host or device)", mem));
-  if (o.backend == comm::Backend::kNccl && o.mem == compute::MemKind::kHost)
-    throw UsageError("--mem host: backend nccl works on device memory only (use --mem device or --backend mpi)");
-  static const std::map<std::string, InplaceMode> kInplace = {
-      {"yes", InplaceMode::kYes}, {"no", InplaceMode::kNo}, {"both", InplaceMode::kBoth}};
-  if (!kInplace.count(inplace)) throw UsageError(fmt::format("--inplace: '{}' is not yes, no or both", inplace));
-  o.inplace = kInplace.at(inplace);
-  if (timing == "isolated") o.timing = Timing::kIsolated;
-  else if (timing == "pipelined") o.timing = Timing::kPipelined;
-  else if (timing == "window") o.timing = Timing::kWindow;
-  else throw UsageError(fmt::format("--timing: '{}' is not isolated, pipelined or window", timing));
-  if (o.timing == Timing::kWindow && o.backend != comm::Backend::kMpi)
-    throw UsageError("--timing window needs --backend mpi (it times on host clocks; NCCL calls return before they finish)");
+  check_timing(o, t, iters_opt);
+  parse_types(o, t);
+  parse_placement(o, t);
   if (o.append && o.output.empty()) throw UsageError("--append needs -O/--output FILE.h5");
-  if (routed) {
-    o.routing = core::parse_routing(routing);
-    if (o.routing.mode == core::RoutingMode::kLearned)
-      throw UsageError("--routing learned: there is no router in a collective benchmark (use balanced, hot-expert, "
-                       "hot-rank, zipf:S or rotating; step_bench's MoE layer learns its routing)");
-    if (o.hidden < 1) throw UsageError("--hidden must be at least 1 (elements per token)");
-    core::RoutingShape shape;
-    shape.experts = o.experts;
-    shape.top_k = o.top_k;
-    core::check_routing_shape(shape);  // E >= 1, 1 <= k <= E; E % ranks is checked once the group is known
-  }
+  if (routed) parse_routing_workload(o, t);
   if (!o.groups_file.empty() && o.group != "world" && !o.mesh.empty())
     throw UsageError("--groups-file and --mesh/--group are alternatives: give one");
   return o;

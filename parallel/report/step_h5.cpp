@@ -95,46 +95,30 @@ void StepH5::record(const StepRecord& r) {
 const std::string& StepH5::error() const { return impl_->file->error(); }
 
 void StepH5::write_memory(const std::vector<MemoryCell>& rows) {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(MemoryCell)), H5Tclose);
-  H5Id s24 = results::string_type(24);
-  H5Tinsert(t.get(), "rank", HOFFSET(MemoryCell, rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "category", HOFFSET(MemoryCell, category), s24.get());
-  H5Tinsert(t.get(), "measured_bytes", HOFFSET(MemoryCell, measured_bytes), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "analytic_bytes", HOFFSET(MemoryCell, analytic_bytes), H5T_NATIVE_DOUBLE);
-  write_rows(impl_->step.get(), "memory", t.get(), rows);
+  results::Compound<MemoryCell> t;
+  t.add("rank", &MemoryCell::rank).add("category", &MemoryCell::category);
+  t.add("measured_bytes", &MemoryCell::measured_bytes).add("analytic_bytes", &MemoryCell::analytic_bytes);
+  write_rows(impl_->step.get(), "memory", t.id(), rows);
 }
 
 void StepH5::write_comm(const std::vector<CommRow>& rows) {
-  H5Id ct(H5Tcreate(H5T_COMPOUND, sizeof(CommRow)), H5Tclose);
-  H5Id s16 = results::string_type(16), s24 = results::string_type(24);
-  H5Tinsert(ct.get(), "rank", HOFFSET(CommRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(ct.get(), "dim", HOFFSET(CommRow, dim), s16.get());
-  H5Tinsert(ct.get(), "kind", HOFFSET(CommRow, kind), s24.get());
-  H5Tinsert(ct.get(), "calls", HOFFSET(CommRow, calls), H5T_NATIVE_UINT64);
-  H5Tinsert(ct.get(), "bytes", HOFFSET(CommRow, bytes), H5T_NATIVE_UINT64);
-  H5Tinsert(ct.get(), "wire_bytes", HOFFSET(CommRow, wire_bytes), H5T_NATIVE_DOUBLE);
-  H5Tinsert(ct.get(), "busy_s", HOFFSET(CommRow, busy_s), H5T_NATIVE_DOUBLE);
-  H5Tinsert(ct.get(), "exposed_s", HOFFSET(CommRow, exposed_s), H5T_NATIVE_DOUBLE);
-  write_rows(impl_->step.get(), "comm", ct.get(), rows);
+  results::Compound<CommRow> ct;
+  ct.add("rank", &CommRow::rank).add("dim", &CommRow::dim).add("kind", &CommRow::kind);
+  ct.add("calls", &CommRow::calls).add("bytes", &CommRow::bytes).add("wire_bytes", &CommRow::wire_bytes);
+  ct.add("busy_s", &CommRow::busy_s).add("exposed_s", &CommRow::exposed_s);
+  write_rows(impl_->step.get(), "comm", ct.id(), rows);
 }
 
 void StepH5::write_time_split(const std::vector<SplitRow>& rows) {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(SplitRow)), H5Tclose);
-  H5Id s24 = results::string_type(24);
-  H5Tinsert(t.get(), "rank", HOFFSET(SplitRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "category", HOFFSET(SplitRow, category), s24.get());
-  H5Tinsert(t.get(), "seconds", HOFFSET(SplitRow, seconds), H5T_NATIVE_DOUBLE);
-  write_rows(impl_->step.get(), "time_split", t.get(), rows);
+  results::Compound<SplitRow> t;
+  t.add("rank", &SplitRow::rank).add("category", &SplitRow::category).add("seconds", &SplitRow::seconds);
+  write_rows(impl_->step.get(), "time_split", t.id(), rows);
 }
 
 void StepH5::write_check(const std::vector<CheckRow>& rows) {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(CheckRowH5)), H5Tclose);
-  H5Id s64 = results::string_type(64);
-  H5Tinsert(t.get(), "quantity", HOFFSET(CheckRowH5, quantity), s64.get());
-  H5Tinsert(t.get(), "max_abs", HOFFSET(CheckRowH5, max_abs), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "rel", HOFFSET(CheckRowH5, rel), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "tolerance", HOFFSET(CheckRowH5, tolerance), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "pass", HOFFSET(CheckRowH5, pass), H5T_NATIVE_UINT8);
+  results::Compound<CheckRowH5> t;
+  t.add("quantity", &CheckRowH5::quantity).add("max_abs", &CheckRowH5::max_abs).add("rel", &CheckRowH5::rel);
+  t.add("tolerance", &CheckRowH5::tolerance).add("pass", &CheckRowH5::pass);
   std::vector<CheckRowH5> out(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     results::put_fixed(out[i].quantity, rows[i].quantity);
@@ -143,20 +127,18 @@ void StepH5::write_check(const std::vector<CheckRow>& rows) {
     out[i].tolerance = rows[i].tolerance;
     out[i].pass = rows[i].pass ? 1 : 0;
   }
-  write_rows(impl_->step.get(), "check", t.get(), out);
+  write_rows(impl_->step.get(), "check", t.id(), out);
 }
 
 void StepH5::write_op_profile(const std::vector<std::pair<std::string, double>>& ops) {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(OpRowH5)), H5Tclose);
-  H5Id s24 = results::string_type(24);
-  H5Tinsert(t.get(), "op", HOFFSET(OpRowH5, op), s24.get());
-  H5Tinsert(t.get(), "seconds_per_step", HOFFSET(OpRowH5, seconds), H5T_NATIVE_DOUBLE);
+  results::Compound<OpRowH5> t;
+  t.add("op", &OpRowH5::op).add("seconds_per_step", &OpRowH5::seconds);
   std::vector<OpRowH5> out(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     results::put_fixed(out[i].op, ops[i].first);
     out[i].seconds = ops[i].second;
   }
-  write_rows(impl_->step.get(), "op_profile", t.get(), out);
+  write_rows(impl_->step.get(), "op_profile", t.id(), out);
 }
 
 void StepH5::write_summary(const StepSummary& s) {
@@ -190,76 +172,47 @@ void StepH5::write_summary(const StepSummary& s) {
   r.loss_last = s.loss_last;
   r.straggler_rank = s.straggler_rank;
   results::put_fixed(r.check, s.check);
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(Row)), H5Tclose);
-#define MB_F(f) H5Tinsert(t.get(), #f, HOFFSET(Row, f), H5T_NATIVE_DOUBLE)
+  results::Compound<Row> t;
+#define MB_F(f) t.add(#f, &Row::f)
   MB_F(step_time_median); MB_F(step_time_min); MB_F(step_time_p99); MB_F(tokens_per_s);
   MB_F(flops_per_step); MB_F(model_flops_per_s); MB_F(peak_measured_flops);
   MB_F(mfu_measured_peak); MB_F(peak_datasheet_flops); MB_F(mfu_datasheet);
   MB_F(bubble_measured); MB_F(bubble_theory); MB_F(exposed_comm_fraction); MB_F(loss_first);
   MB_F(loss_last); MB_F(exposed_comm_fraction_dp); MB_F(dp_wire_bytes); MB_F(dp_wire_bytes_analytic);
+  MB_F(bytes_match); MB_F(straggler_rank); MB_F(check);
 #undef MB_F
-  H5Tinsert(t.get(), "bytes_match", HOFFSET(Row, bytes_match), H5T_NATIVE_UINT8);
-  H5Tinsert(t.get(), "straggler_rank", HOFFSET(Row, straggler_rank), H5T_NATIVE_INT32);
-  H5Id s8 = results::string_type(8);
-  H5Tinsert(t.get(), "check", HOFFSET(Row, check), s8.get());
-  results::write_table(impl_->step.get(), "summary", t.get(), &r, 1);
+  results::write_table(impl_->step.get(), "summary", t.id(), &r, 1);
 }
 
 void StepH5::write_events(const std::vector<EventRow>& rows) {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(EventRow)), H5Tclose);
-  H5Id s24 = results::string_type(24), s16 = results::string_type(16), s4 = results::string_type(4);
-  H5Tinsert(t.get(), "rank", HOFFSET(EventRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "step", HOFFSET(EventRow, step), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "microbatch", HOFFSET(EventRow, microbatch), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "chunk", HOFFSET(EventRow, chunk), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "layer", HOFFSET(EventRow, layer), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "kind", HOFFSET(EventRow, kind), s24.get());
-  H5Tinsert(t.get(), "dim", HOFFSET(EventRow, dim), s16.get());
-  H5Tinsert(t.get(), "phase", HOFFSET(EventRow, phase), s4.get());
-  H5Tinsert(t.get(), "group", HOFFSET(EventRow, group), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "bytes", HOFFSET(EventRow, bytes), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "flops", HOFFSET(EventRow, flops), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "t_post", HOFFSET(EventRow, t_post), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "t_start", HOFFSET(EventRow, t_start), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "t_end", HOFFSET(EventRow, t_end), H5T_NATIVE_DOUBLE);
-  H5Id s32 = results::string_type(32);
-  H5Tinsert(t.get(), "name", HOFFSET(EventRow, name), s32.get());
-  H5Tinsert(t.get(), "m", HOFFSET(EventRow, m), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "n", HOFFSET(EventRow, n), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "k", HOFFSET(EventRow, k), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "t_posted", HOFFSET(EventRow, t_posted), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "t_wait", HOFFSET(EventRow, t_wait), H5T_NATIVE_DOUBLE);
-  write_rows(impl_->step.get(), "events", t.get(), rows);
+  using R = EventRow;
+  results::Compound<R> t;
+  t.add("rank", &R::rank).add("step", &R::step).add("microbatch", &R::microbatch).add("chunk", &R::chunk);
+  t.add("layer", &R::layer).add("kind", &R::kind).add("dim", &R::dim).add("phase", &R::phase);
+  t.add("group", &R::group).add("bytes", &R::bytes).add("flops", &R::flops).add("t_post", &R::t_post);
+  t.add("t_start", &R::t_start).add("t_end", &R::t_end).add("name", &R::name);
+  t.add("m", &R::m).add("n", &R::n).add("k", &R::k).add("t_posted", &R::t_posted).add("t_wait", &R::t_wait);
+  write_rows(impl_->step.get(), "events", t.id(), rows);
 }
 
 void StepH5::write_pipeline(const std::vector<PipelineRow>& rows, const std::vector<SlotRow>& slots,
                             const std::vector<PassRow>& passes) {
   hid_t loc = impl_->step.get();
-  H5Id pt(H5Tcreate(H5T_COMPOUND, sizeof(PipelineRow)), H5Tclose);
-  H5Tinsert(pt.get(), "rank", HOFFSET(PipelineRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(pt.get(), "peak_held", HOFFSET(PipelineRow, peak_held), H5T_NATIVE_INT32);
-  H5Tinsert(pt.get(), "peak_activation_bytes", HOFFSET(PipelineRow, peak_activation_bytes), H5T_NATIVE_INT64);
-#define MB_F(f) H5Tinsert(pt.get(), #f, HOFFSET(PipelineRow, f), H5T_NATIVE_DOUBLE)
-  MB_F(bubble); MB_F(bubble_theory); MB_F(recv_wait_s); MB_F(recv_transfer_s);
-#undef MB_F
-  write_rows(loc, "pipeline", pt.get(), rows);
-  H5Id st(H5Tcreate(H5T_COMPOUND, sizeof(SlotRow)), H5Tclose);
-  H5Tinsert(st.get(), "rank", HOFFSET(SlotRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(st.get(), "step", HOFFSET(SlotRow, step), H5T_NATIVE_INT32);
-  H5Tinsert(st.get(), "held", HOFFSET(SlotRow, held), H5T_NATIVE_INT32);
-  H5Tinsert(st.get(), "bytes", HOFFSET(SlotRow, bytes), H5T_NATIVE_INT64);
-  H5Tinsert(st.get(), "t", HOFFSET(SlotRow, t), H5T_NATIVE_DOUBLE);
-  write_rows(loc, "activation_slots", st.get(), slots);
-  H5Id ps(H5Tcreate(H5T_COMPOUND, sizeof(PassRow)), H5Tclose);
-  H5Id s4 = results::string_type(4);
-  H5Tinsert(ps.get(), "rank", HOFFSET(PassRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(ps.get(), "step", HOFFSET(PassRow, step), H5T_NATIVE_INT32);
-  H5Tinsert(ps.get(), "microbatch", HOFFSET(PassRow, microbatch), H5T_NATIVE_INT32);
-  H5Tinsert(ps.get(), "chunk", HOFFSET(PassRow, chunk), H5T_NATIVE_INT32);
-  H5Tinsert(ps.get(), "phase", HOFFSET(PassRow, phase), s4.get());
-  H5Tinsert(ps.get(), "t_start", HOFFSET(PassRow, t_start), H5T_NATIVE_DOUBLE);
-  H5Tinsert(ps.get(), "t_end", HOFFSET(PassRow, t_end), H5T_NATIVE_DOUBLE);
-  write_rows(loc, "passes", ps.get(), passes);
+  results::Compound<PipelineRow> pt;
+  pt.add("rank", &PipelineRow::rank).add("peak_held", &PipelineRow::peak_held);
+  pt.add("peak_activation_bytes", &PipelineRow::peak_activation_bytes);
+  pt.add("bubble", &PipelineRow::bubble).add("bubble_theory", &PipelineRow::bubble_theory);
+  pt.add("recv_wait_s", &PipelineRow::recv_wait_s).add("recv_transfer_s", &PipelineRow::recv_transfer_s);
+  write_rows(loc, "pipeline", pt.id(), rows);
+  results::Compound<SlotRow> st;
+  st.add("rank", &SlotRow::rank).add("step", &SlotRow::step).add("held", &SlotRow::held);
+  st.add("bytes", &SlotRow::bytes).add("t", &SlotRow::t);
+  write_rows(loc, "activation_slots", st.id(), slots);
+  results::Compound<PassRow> ps;
+  ps.add("rank", &PassRow::rank).add("step", &PassRow::step).add("microbatch", &PassRow::microbatch);
+  ps.add("chunk", &PassRow::chunk).add("phase", &PassRow::phase);
+  ps.add("t_start", &PassRow::t_start).add("t_end", &PassRow::t_end);
+  write_rows(loc, "passes", ps.id(), passes);
 }
 
 void StepH5::add_step_attrs(const nlohmann::ordered_json& attrs) {

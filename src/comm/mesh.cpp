@@ -225,23 +225,18 @@ std::optional<Membership> GroupSet::find(int rank) const {
   return std::nullopt;
 }
 
-RankGrid::RankGrid(int world, const MeshSpec& s, std::string_view order_text)
-    : world_(world), order_(parse_order(order_text)) {
-  if (world < 1) throw UsageError(fmt::format("world size must be >= 1, got {}", world));
+namespace {
+
+// Degrees the user gave: 0 is "not given", a negative one is refused.
+void check_given(const MeshSpec& s) {
   const std::pair<const char*, int> given[] = {{"tp", s.tp}, {"cp", s.cp}, {"ep", s.ep}, {"dp", s.dp},
                                                {"pp", s.pp}, {"etp", s.etp}, {"edp", s.edp}};
   for (auto [name, v] : given)
     if (v < 0) throw UsageError(fmt::format("degree of {} must be >= 1, got {}", name, v));
+}
 
-  const std::string head = fmt::format("impossible mesh for {} ranks", world);
-  Degrees& d = deg_;
-  d.tp = s.tp ? s.tp : 1;
-  d.cp = s.cp ? s.cp : 1;
-  d.ep = s.ep ? s.ep : 1;
-  d.pp = s.pp ? s.pp : 1;
-  d.etp = s.etp ? s.etp : d.tp;
-
-  // Dense grid: world = tp*cp*dp*pp.
+// Dense grid: world = tp*cp*dp*pp; dp as given (checked) or the rest of the world.
+int dense_dp(int world, const MeshSpec& s, const Degrees& d, const std::string& head) {
   const int64_t model = int64_t{d.tp} * d.cp * d.pp;
   if (s.dp) {
     const int64_t prod = model * s.dp;
@@ -249,16 +244,17 @@ RankGrid::RankGrid(int world, const MeshSpec& s, std::string_view order_text)
       throw UsageError(fmt::format(
           "{}: tp*cp*dp*pp = {}*{}*{}*{} = {} (rule: tp*cp*dp*pp must equal the world size)", head,
           d.tp, d.cp, s.dp, d.pp, prod));
-    d.dp = s.dp;
-  } else {
-    if (model > world || world % model != 0)
-      throw UsageError(fmt::format(
-          "{}: tp*cp*pp = {}*{}*{} = {} does not divide the world size (rule: world = tp*cp*dp*pp)",
-          head, d.tp, d.cp, d.pp, model));
-    d.dp = static_cast<int>(world / model);
+    return s.dp;
   }
+  if (model > world || world % model != 0)
+    throw UsageError(fmt::format(
+        "{}: tp*cp*pp = {}*{}*{} = {} does not divide the world size (rule: world = tp*cp*dp*pp)",
+        head, d.tp, d.cp, d.pp, model));
+  return static_cast<int>(world / model);
+}
 
-  // Expert grid: world = etp*ep*edp*pp.
+// Expert grid: world = etp*ep*edp*pp; edp as given (checked) or the rest of the world.
+int expert_dp(int world, const MeshSpec& s, const Degrees& d, const std::string& head) {
   const int64_t expert_model = int64_t{d.etp} * d.ep * d.pp;
   if (s.edp) {
     const int64_t prod = expert_model * s.edp;
@@ -266,32 +262,42 @@ RankGrid::RankGrid(int world, const MeshSpec& s, std::string_view order_text)
       throw UsageError(fmt::format(
           "{}: etp*ep*edp*pp = {}*{}*{}*{} = {} (rule: etp*ep*edp*pp must equal the world size)",
           head, d.etp, d.ep, s.edp, d.pp, prod));
-    d.edp = s.edp;
-  } else {
-    if (expert_model > world || world % expert_model != 0) {
-      if (d.etp == d.tp)
-        throw UsageError(fmt::format(
-            "{}: ep={} does not divide dp*cp = {}*{} = {} (rule: with etp = tp, experts are spread "
-            "over the data- and context-parallel ranks, so ep must divide dp*cp)",
-            head, d.ep, d.dp, d.cp, int64_t{d.dp} * d.cp));
-      throw UsageError(fmt::format(
-          "{}: etp*ep*pp = {}*{}*{} = {} does not divide the world size (rule: world = "
-          "etp*ep*edp*pp)",
-          head, d.etp, d.ep, d.pp, expert_model));
-    }
-    d.edp = static_cast<int>(world / expert_model);
+    return s.edp;
   }
+  if (expert_model > world || world % expert_model != 0) {
+    if (d.etp == d.tp)
+      throw UsageError(fmt::format(
+          "{}: ep={} does not divide dp*cp = {}*{} = {} (rule: with etp = tp, experts are spread "
+          "over the data- and context-parallel ranks, so ep must divide dp*cp)",
+          head, d.ep, d.dp, d.cp, int64_t{d.dp} * d.cp));
+    throw UsageError(fmt::format(
+        "{}: etp*ep*pp = {}*{}*{} = {} does not divide the world size (rule: world = "
+        "etp*ep*edp*pp)",
+        head, d.etp, d.ep, d.pp, expert_model));
+  }
+  return static_cast<int>(world / expert_model);
+}
 
-  // The order must place every dimension that is not trivial in either grid.
-  const std::vector<Dim> typed = [&] {
-    std::vector<Dim> t;
-    for (std::string_view tok : split(lower(trim(order_text)), "-"))
-      t.push_back(static_cast<Dim>(std::find(kDimNames.begin(), kDimNames.end(), trim(tok)) -
-                                   kDimNames.begin()));
-    return t;
-  }();
-  const std::array<int, kNumDims> dense_size = {d.tp, d.cp, 1, d.dp, d.pp};
-  const std::array<int, kNumDims> expert_size = {d.etp, 1, d.ep, d.edp, d.pp};
+// Every degree, defaults filled in (tp, cp, ep, pp 1; etp tp) and dp, edp derived.
+Degrees resolve_degrees(int world, const MeshSpec& s, const std::string& head) {
+  Degrees d;
+  d.tp = s.tp ? s.tp : 1;
+  d.cp = s.cp ? s.cp : 1;
+  d.ep = s.ep ? s.ep : 1;
+  d.pp = s.pp ? s.pp : 1;
+  d.etp = s.etp ? s.etp : d.tp;
+  d.dp = dense_dp(world, s, d, head);
+  d.edp = expert_dp(world, s, d, head);
+  return d;
+}
+
+// The order must place every dimension that is not trivial in either grid: the dimensions
+// the user typed, not the ones parse_order appended.
+void check_order_places(std::string_view order_text, const std::array<int, kNumDims>& dense_size,
+                        const std::array<int, kNumDims>& expert_size) {
+  std::vector<Dim> typed;
+  for (std::string_view tok : split(lower(trim(order_text)), "-"))
+    typed.push_back(static_cast<Dim>(std::find(kDimNames.begin(), kDimNames.end(), trim(tok)) - kDimNames.begin()));
   for (int i = 0; i < kNumDims; ++i) {
     const int deg = std::max(dense_size[i], expert_size[i]);
     if (deg > 1 && std::find(typed.begin(), typed.end(), static_cast<Dim>(i)) == typed.end())
@@ -300,24 +306,27 @@ RankGrid::RankGrid(int world, const MeshSpec& s, std::string_view order_text)
           "must appear in the order)",
           order_text, kDimNames[i], deg));
   }
+}
 
-  const Layout dense = make_layout(order_, dense_size);
-  const Layout expert = make_layout(order_, expert_size);
-
-  // Megatron-LM's rule: unless pp is the slowest non-trivial dimension, the dense and expert
-  // layers must have the same data-parallel size.
+// Megatron-LM's rule: unless pp is the slowest non-trivial dimension, the dense and expert
+// layers must have the same data-parallel size.
+void check_pp_slowest(const std::vector<Dim>& order, const Layout& dense, const Layout& expert, const Degrees& d,
+                      std::string_view order_text, const std::string& head) {
   bool pp_slowest = true;
-  for (int p = position(order_, Dim::kPp) + 1; p < kNumDims; ++p)
+  for (int p = position(order, Dim::kPp) + 1; p < kNumDims; ++p)
     if (dense.size[p] > 1 || expert.size[p] > 1) pp_slowest = false;
   if (d.pp > 1 && !pp_slowest && d.edp != d.dp)
     throw UsageError(fmt::format(
         "{}: with pp not last in --order '{}', the expert grid needs edp == dp, got edp={} dp={} "
         "(rule: etp*ep must equal tp*cp when pp is not the slowest dimension)",
         head, order_text, d.edp, d.dp));
+}
 
-  groups_.resize(all_group_kinds().size());
-  auto set = [&](GroupKind k, std::vector<RankList> g) { groups_[static_cast<int>(k)] = std::move(g); };
-  const auto& o = order_;
+// The groups of every kind but the embedding (left empty), indexed by GroupKind.
+std::vector<std::vector<RankList>> grid_groups(int world, const std::vector<Dim>& o, const Layout& dense,
+                                               const Layout& expert) {
+  std::vector<std::vector<RankList>> groups(all_group_kinds().size());
+  auto set = [&](GroupKind k, std::vector<RankList> g) { groups[static_cast<int>(k)] = std::move(g); };
   set(GroupKind::kWorld, masked_groups(world, dense, {true, true, true, true, true}));
   set(GroupKind::kTp, masked_groups(world, dense, mask_of(o, {Dim::kTp})));
   set(GroupKind::kCp, masked_groups(world, dense, mask_of(o, {Dim::kCp})));
@@ -329,25 +338,58 @@ RankGrid::RankGrid(int world, const MeshSpec& s, std::string_view order_text)
   set(GroupKind::kEp, masked_groups(world, expert, mask_of(o, {Dim::kEp})));
   set(GroupKind::kEtp, masked_groups(world, expert, mask_of(o, {Dim::kTp})));
   set(GroupKind::kEdp, masked_groups(world, expert, mask_of(o, {Dim::kDp})));
+  return groups;
+}
 
+// Dense and expert layers must share the pipeline groups.
+void check_shared_pp(int world, const std::vector<Dim>& o, const Layout& expert, const std::vector<RankList>& dense_pp,
+                     const Degrees& d, std::string_view order_text, const std::string& head) {
   const std::vector<RankList> expert_pp = masked_groups(world, expert, mask_of(o, {Dim::kPp}));
-  if (expert_pp != groups(GroupKind::kPp))
+  if (expert_pp != dense_pp)
     throw UsageError(fmt::format(
         "{}: under --order '{}' the expert grid (etp={} ep={} edp={} pp={}) gives other pp groups "
         "than the dense grid (tp={} cp={} dp={} pp={}) (rule: dense and expert layers must share "
         "the pipeline groups; put pp last or make etp*ep place ranks as tp*cp does)",
         head, order_text, d.etp, d.ep, d.edp, d.pp, d.tp, d.cp, d.dp, d.pp));
+}
 
+// The first and last stage of each pp group (one rank when the pipeline has one stage).
+std::vector<RankList> embedding_groups(const std::vector<RankList>& pp_groups) {
   std::vector<RankList> embedding;
-  for (const RankList& pp : groups(GroupKind::kPp))
+  for (const RankList& pp : pp_groups)
     embedding.push_back(pp.size() == 1 ? RankList{pp.front()} : RankList{pp.front(), pp.back()});
-  set(GroupKind::kEmbedding, std::move(embedding));
+  return embedding;
+}
 
-  member_of_.assign(groups_.size(), std::vector<Membership>(world));
-  for (size_t k = 0; k < groups_.size(); ++k)
-    for (size_t g = 0; g < groups_[k].size(); ++g)
-      for (size_t i = 0; i < groups_[k][g].size(); ++i)
-        member_of_[k][groups_[k][g][i]] = Membership{static_cast<int>(g), static_cast<int>(i)};
+// [kind][rank]: the rank's group and index in each kind; group -1 where it is in none.
+std::vector<std::vector<Membership>> index_members(const std::vector<std::vector<RankList>>& groups, int world) {
+  std::vector<std::vector<Membership>> member_of(groups.size(), std::vector<Membership>(world));
+  for (size_t k = 0; k < groups.size(); ++k)
+    for (size_t g = 0; g < groups[k].size(); ++g)
+      for (size_t i = 0; i < groups[k][g].size(); ++i)
+        member_of[k][groups[k][g][i]] = Membership{static_cast<int>(g), static_cast<int>(i)};
+  return member_of;
+}
+
+}  // namespace
+
+RankGrid::RankGrid(int world, const MeshSpec& s, std::string_view order_text)
+    : world_(world), order_(parse_order(order_text)) {
+  if (world < 1) throw UsageError(fmt::format("world size must be >= 1, got {}", world));
+  check_given(s);
+  const std::string head = fmt::format("impossible mesh for {} ranks", world);
+  deg_ = resolve_degrees(world, s, head);
+  const Degrees& d = deg_;
+  const std::array<int, kNumDims> dense_size = {d.tp, d.cp, 1, d.dp, d.pp};
+  const std::array<int, kNumDims> expert_size = {d.etp, 1, d.ep, d.edp, d.pp};
+  check_order_places(order_text, dense_size, expert_size);
+  const Layout dense = make_layout(order_, dense_size);
+  const Layout expert = make_layout(order_, expert_size);
+  check_pp_slowest(order_, dense, expert, d, order_text, head);
+  groups_ = grid_groups(world, order_, dense, expert);
+  check_shared_pp(world, order_, expert, groups(GroupKind::kPp), d, order_text, head);
+  groups_[static_cast<int>(GroupKind::kEmbedding)] = embedding_groups(groups(GroupKind::kPp));
+  member_of_ = index_members(groups_, world);
 }
 
 std::string RankGrid::order_string() const {

@@ -1,8 +1,8 @@
 // A small RAII layer over the HDF5 C API for the one process that writes a results file
 // (world rank 0; the other ranks send it their rows): groups, attributes from JSON values,
-// append-only tables and sample cubes, and MemFile, a file held in memory and published to
-// disk whole (written beside, then renamed over the old one), so the file on disk is always
-// a complete HDF5 file: the last published state, never a half-written one.
+// compound row types, append-only tables and sample cubes, and MemFile, a file held in memory
+// and published to disk whole (written beside, then renamed over the old one), so the file on
+// disk is always a complete HDF5 file: the last published state, never a half-written one.
 // Not here: what the datasets mean (results/README.md and the reporters), who may write the
 // file (output_path.hpp), or any MPI.
 #pragma once
@@ -11,9 +11,11 @@
 
 #include <nlohmann/json.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,6 +98,54 @@ void put_fixed(char (&dst)[N], const std::string& s) {
 
 // A fixed-length, NUL-padded string type of `n` bytes for compound tables.
 H5Id string_type(std::size_t n);
+
+// The HDF5 row type of a plain struct, one column per member added, in the order added (the
+// file's column order), sized sizeof(Row). The one way rows get a compound type:
+//   Compound<SizeRow> t;
+//   t.add("bytes", &SizeRow::bytes).add("dtype", &SizeRow::dtype);
+//   t.add("t_median_max", &SizeRow::t_by_stat, 0);  // element 0 of an array member
+//   AppendTable table(group, "sizes", t.id());      // t must outlive the table
+// Members: double, int8/uint8, int32, int64 and uint64 as the native types, char[N] as a
+// fixed-length NUL-padded string of N bytes (put_fixed fills it). Another type does not compile.
+template <typename Row>
+class Compound {
+ public:
+  Compound() : type_(h5_check(H5Tcreate(H5T_COMPOUND, sizeof(Row)), "H5Tcreate", "compound row"), H5Tclose) {}
+  template <typename T>
+  Compound& add(const char* name, T Row::*member) {
+    return insert(name, offset_of(member), member_type<T>());
+  }
+  template <typename T, std::size_t N>
+  Compound& add(const char* name, T (Row::*array)[N], std::size_t i) {
+    return insert(name, offset_of(array) + i * sizeof(T), member_type<T>());
+  }
+  hid_t id() const { return type_.get(); }
+
+ private:
+  template <typename T>
+  static std::size_t offset_of(T Row::*member) {
+    const Row probe{};
+    return static_cast<std::size_t>(reinterpret_cast<const char*>(&(probe.*member)) -
+                                    reinterpret_cast<const char*>(&probe));
+  }
+  template <typename T>
+  static H5Id member_type() {
+    if constexpr (std::is_array_v<T> && std::is_same_v<std::remove_extent_t<T>, char>) return string_type(std::extent_v<T>);
+    else if constexpr (std::is_same_v<T, double>) return H5Id(H5T_NATIVE_DOUBLE, nullptr);  // not ours to close
+    else if constexpr (std::is_same_v<T, std::int8_t>) return H5Id(H5T_NATIVE_INT8, nullptr);
+    else if constexpr (std::is_same_v<T, std::uint8_t>) return H5Id(H5T_NATIVE_UINT8, nullptr);
+    else if constexpr (std::is_same_v<T, std::int32_t>) return H5Id(H5T_NATIVE_INT32, nullptr);
+    else if constexpr (std::is_same_v<T, std::int64_t>) return H5Id(H5T_NATIVE_INT64, nullptr);
+    else if constexpr (std::is_same_v<T, std::uint64_t>) return H5Id(H5T_NATIVE_UINT64, nullptr);
+    else static_assert(sizeof(T) == 0, "Compound: no HDF5 column type for this member type");
+  }
+  Compound& insert(const char* name, std::size_t offset, const H5Id& type) {
+    h5_check(H5Tinsert(type_.get(), name, offset, type.get()), "H5Tinsert", name);
+    return *this;
+  }
+
+  H5Id type_;
+};
 
 // A 1-D table of compound rows, extended one row at a time.
 class AppendTable {

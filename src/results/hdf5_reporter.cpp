@@ -37,47 +37,36 @@ struct SummaryRow {
 
 
 
-H5Id size_type() {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(SizeRow)), H5Tclose);
-  H5Tinsert(t.get(), "bytes", offsetof(SizeRow, bytes), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "count", offsetof(SizeRow, count), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "send_bytes_per_rank", offsetof(SizeRow, send_bytes_per_rank), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "recv_bytes_per_rank", offsetof(SizeRow, recv_bytes_per_rank), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "total_bytes", offsetof(SizeRow, total_bytes), H5T_NATIVE_UINT64);
+Compound<SizeRow> size_type() {
+  Compound<SizeRow> t;
+  t.add("bytes", &SizeRow::bytes).add("count", &SizeRow::count);
+  t.add("send_bytes_per_rank", &SizeRow::send_bytes_per_rank).add("recv_bytes_per_rank", &SizeRow::recv_bytes_per_rank);
+  t.add("total_bytes", &SizeRow::total_bytes);
   return t;
 }
 
-H5Id summary_type() {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(SummaryRow)), H5Tclose);
-  H5Id s8 = string_type(8);
-  H5Tinsert(t.get(), "bytes", offsetof(SummaryRow, bytes), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "count", offsetof(SummaryRow, count), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "dtype", offsetof(SummaryRow, dtype), s8.get());
-  H5Tinsert(t.get(), "redop", offsetof(SummaryRow, redop), s8.get());
-  H5Tinsert(t.get(), "inplace", offsetof(SummaryRow, inplace), H5T_NATIVE_UINT8);
-  H5Tinsert(t.get(), "root", offsetof(SummaryRow, root), H5T_NATIVE_INT32);
-  const char* reals[] = {"t_median", "t_min", "t_mean", "t_p99", "t_first", "algbw", "busbw"};
-  for (size_t i = 0; i < 7; ++i)
-    H5Tinsert(t.get(), reals[i], offsetof(SummaryRow, t_median) + i * sizeof(double), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "wrong", offsetof(SummaryRow, wrong), H5T_NATIVE_UINT64);
-  H5Tinsert(t.get(), "slowest_rank", offsetof(SummaryRow, slowest_rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "iters", offsetof(SummaryRow, iters), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "warmup_calls", offsetof(SummaryRow, warmup_calls), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "warmup_converged", offsetof(SummaryRow, warmup_converged), H5T_NATIVE_INT8);
+Compound<SummaryRow> summary_type() {
+  using R = SummaryRow;
+  Compound<R> t;
+  t.add("bytes", &R::bytes).add("count", &R::count).add("dtype", &R::dtype).add("redop", &R::redop);
+  t.add("inplace", &R::inplace).add("root", &R::root);
+  t.add("t_median", &R::t_median).add("t_min", &R::t_min).add("t_mean", &R::t_mean).add("t_p99", &R::t_p99);
+  t.add("t_first", &R::t_first).add("algbw", &R::algbw).add("busbw", &R::busbw);
+  t.add("wrong", &R::wrong).add("slowest_rank", &R::slowest_rank).add("iters", &R::iters);
+  t.add("warmup_calls", &R::warmup_calls).add("warmup_converged", &R::warmup_converged);
   const char* stats[] = {"t_median_max", "t_median_avg", "t_median_min", "t_median_rank0"};
-  for (size_t i = 0; i < 4; ++i)
-    H5Tinsert(t.get(), stats[i], offsetof(SummaryRow, t_median_by_stat) + i * sizeof(double), H5T_NATIVE_DOUBLE);
-  H5Tinsert(t.get(), "invalid", offsetof(SummaryRow, invalid), H5T_NATIVE_INT32);
+  for (std::size_t i = 0; i < 4; ++i) t.add(stats[i], &R::t_median_by_stat, i);
+  t.add("invalid", &R::invalid);
   return t;
 }
-
 
 }  // namespace
 
 struct Hdf5Reporter::Impl {
   std::unique_ptr<RunFile> file;
   int size = 1;  // world ranks: the samples' last dimension
-  H5Id size_t_, summary_t_;
+  Compound<SizeRow> size_t_ = size_type();
+  Compound<SummaryRow> summary_t_ = summary_type();
   struct Series {
     H5Id group;
     std::unique_ptr<AppendTable> sizes, summary;
@@ -97,8 +86,6 @@ Hdf5Reporter::Hdf5Reporter(const std::string& path, bool append, RunContext& ctx
   impl_->file = std::make_unique<RunFile>(path, append, ctx);
   impl_->size = static_cast<int>(ctx.topology.ranks.size());
   run_id_ = ctx.run_id;
-  impl_->size_t_ = size_type();
-  impl_->summary_t_ = summary_type();
 }
 
 Hdf5Reporter::~Hdf5Reporter() = default;
@@ -120,10 +107,10 @@ void Hdf5Reporter::begin_block(const Block& b) {
                                 {"timing", b.timing}, {"iters", b.iters}, {"warmup", b.warmup},
                                 {"rank_stat", b.rank_stat}};
     write_attrs(s.group.get(), a);
-    s.sizes = std::make_unique<AppendTable>(s.group.get(), "sizes", m.size_t_.get());
+    s.sizes = std::make_unique<AppendTable>(s.group.get(), "sizes", m.size_t_.id());
     s.samples = std::make_unique<SampleCube>(s.group.get(), "samples", static_cast<hsize_t>(b.iters),
                                              static_cast<hsize_t>(m.size));
-    s.summary = std::make_unique<AppendTable>(s.group.get(), "summary", m.summary_t_.get());
+    s.summary = std::make_unique<AppendTable>(s.group.get(), "summary", m.summary_t_.id());
     s.group_t_median = std::make_unique<AppendMatrix>(s.group.get(), "group_t_median", static_cast<hsize_t>(b.groups));
     m.series[path] = std::move(s);
   }

@@ -27,29 +27,18 @@ struct GroupRow {
   std::int32_t nodes_spanned;
   char span[8];
 };
-H5Id rank_type() {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(RankRow)), H5Tclose);
-  H5Id s64 = string_type(64), s32 = string_type(32);
-  H5Tinsert(t.get(), "rank", offsetof(RankRow, rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "host", offsetof(RankRow, host), s64.get());
-  H5Tinsert(t.get(), "node", offsetof(RankRow, node), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "local_rank", offsetof(RankRow, local_rank), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "cores", offsetof(RankRow, cores), s64.get());
-  H5Tinsert(t.get(), "device", offsetof(RankRow, device), s32.get());
-  H5Tinsert(t.get(), "gpus", offsetof(RankRow, gpus), s64.get());
-  H5Tinsert(t.get(), "nics", offsetof(RankRow, nics), s64.get());
+Compound<RankRow> rank_type() {
+  Compound<RankRow> t;
+  t.add("rank", &RankRow::rank).add("host", &RankRow::host).add("node", &RankRow::node);
+  t.add("local_rank", &RankRow::local_rank).add("cores", &RankRow::cores).add("device", &RankRow::device);
+  t.add("gpus", &RankRow::gpus).add("nics", &RankRow::nics);
   return t;
 }
 
-H5Id group_type() {
-  H5Id t(H5Tcreate(H5T_COMPOUND, sizeof(GroupRow)), H5Tclose);
-  H5Id s16 = string_type(16), s256 = string_type(256), s8 = string_type(8);
-  H5Tinsert(t.get(), "dim", offsetof(GroupRow, dim), s16.get());
-  H5Tinsert(t.get(), "id", offsetof(GroupRow, id), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "size", offsetof(GroupRow, size), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "ranks", offsetof(GroupRow, ranks), s256.get());
-  H5Tinsert(t.get(), "nodes_spanned", offsetof(GroupRow, nodes_spanned), H5T_NATIVE_INT32);
-  H5Tinsert(t.get(), "span", offsetof(GroupRow, span), s8.get());
+Compound<GroupRow> group_type() {
+  Compound<GroupRow> t;
+  t.add("dim", &GroupRow::dim).add("id", &GroupRow::id).add("size", &GroupRow::size).add("ranks", &GroupRow::ranks);
+  t.add("nodes_spanned", &GroupRow::nodes_spanned).add("span", &GroupRow::span);
   return t;
 }
 
@@ -162,8 +151,7 @@ void write_topology(hid_t run, const comm::Topology& topo, const std::vector<Gro
     put_fixed(ranks[i].gpus, p.gpus);
     put_fixed(ranks[i].nics, p.nics);
   }
-  H5Id rt = rank_type();
-  write_table(g.get(), "ranks", rt.get(), ranks.data(), ranks.size());
+  write_table(g.get(), "ranks", rank_type().id(), ranks.data(), ranks.size());
   std::vector<GroupRow> rows(groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
     put_fixed(rows[i].dim, groups[i].dim);
@@ -173,8 +161,7 @@ void write_topology(hid_t run, const comm::Topology& topo, const std::vector<Gro
     rows[i].nodes_spanned = groups[i].nodes_spanned;
     put_fixed(rows[i].span, groups[i].span);
   }
-  H5Id gt = group_type();
-  write_table(g.get(), "groups", gt.get(), rows.data(), rows.size());
+  write_table(g.get(), "groups", group_type().id(), rows.data(), rows.size());
 
   // The full member lists, since the ranks string is cut at 255 characters: int32
   // [n_groups, largest group], padded with -1.
