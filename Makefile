@@ -1,4 +1,4 @@
-# Thin wrapper over CMake (DESIGN.md: never a second build system).
+# Thin wrapper over CMake (docs/architecture.md: never a second build system).
 #   make          build into build/
 #   make run      install deps, build, run every collective on local ranks, print where results went
 #   make test     install deps, build, run the whole test suite (ctest)

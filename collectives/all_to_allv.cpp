@@ -4,7 +4,7 @@
 // rank p to p, a pair being --hidden elements. Blocks are packed in rank order on both sides.
 // S = T*k*hidden elements: every rank's send buffer, the same on every rank (its own block
 // included). algbw = S/t; busbw = W/t with W the bytes the group's ranks actually send to
-// other ranks, divided by n (README "all_to_allv_bench"). For balanced routing with E
+// other ranks, divided by n (docs/collectives.md "all_to_allv_bench"). For balanced routing with E
 // dividing T*k, W = S(n-1)/n and busbw is all_to_all_bench's.
 #include <fmt/core.h>
 

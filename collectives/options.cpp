@@ -116,7 +116,7 @@ void add_run_options(CLI::App& app, Options& o, TextFlags& t, bool reduces, bool
 // all_to_allv_bench's workload: the routing that fixes the per-peer counts.
 void add_routing_options(CLI::App& app, Options& o, TextFlags& t) {
   add(app, "--routing", t.routing, "token-to-expert workload: balanced, hot-expert, hot-rank, zipf:S or rotating "
-                                   "(README: Routing workloads)")->capture_default_str();
+                                   "(docs/collectives.md: Routing workloads)")->capture_default_str();
   add(app, "--top-k", o.top_k, "experts per token (k)")->capture_default_str();
   add(app, "--experts", o.experts, "experts E, spread E/n over the n ranks of the group")->capture_default_str();
   add(app, "--hidden", o.hidden, "elements per token (the hidden size): a token-expert pair sends this many")
@@ -239,7 +239,7 @@ std::optional<Options> parse_checked(core::EnvSources& env, const std::string& b
                                      char** argv, bool print, bool routed) {
   Options o;
   TextFlags t;
-  CLI::App app{fmt::format("{}: meshbench collective benchmark (see README.md). Every option can also be "
+  CLI::App app{fmt::format("{}: meshbench collective benchmark (see docs/collectives.md). Every option can also be "
                            "set as MESHBENCH_<OPTION> in the environment, e.g. MESHBENCH_ITERS=50.",
                            binary),
                binary};

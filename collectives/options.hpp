@@ -1,5 +1,5 @@
 // The collective binaries' options: nccl-tests' vocabulary plus the suite's shared flags
-// (DESIGN.md). One CLI11 table generates --help, validates values and reads every option
+// (docs/architecture.md). One CLI11 table generates --help, validates values and reads every option
 // from a MESHBENCH_* environment variable (MESHBENCH_ITERS=50 for --iters).
 #pragma once
 

@@ -1,7 +1,7 @@
 // A collective plug-in: everything that differs between all-reduce, all-gather, ... and
 // nothing else (nccl-tests' split). The shared driver (driver.cpp) owns the sweep, timing,
 // verification and reporting. Counts are in elements; `count` is the element count of the
-// size column S (see results/README.md).
+// size column S (see docs/results.md).
 #pragma once
 
 #include <cstddef>

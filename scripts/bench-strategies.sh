@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tensor-, context- and pipeline-parallel step benchmarks of the README, one after the
+# The tensor-, context- and pipeline-parallel step benchmarks of docs/measurements.md, one after the
 # other in one run (1 thread per rank, OPENBLAS_CORETYPE=Haswell): tp=1 against tp=2 (AR,
 # SP, overlap off) on the medium shape, cp=1 against cp=2 (ring, allgather, ulysses,
 # contiguous, overlap off) on a 2048-token shape, pp=2 GPipe/1F1B at m = 2, 4, 8 and

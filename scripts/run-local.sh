@@ -55,7 +55,7 @@ fi
 
 echo
 echo "make run: results in $out/"
-echo "  $h5: every collective, every sample (h5dump -H $h5 shows the layout; results/README.md documents it)"
+echo "  $h5: every collective, every sample (h5dump -H $h5 shows the layout; docs/results.md documents it)"
 echo "  ${h5%.h5}.jsonl: one JSON line per size and placement"
 [[ -z $step_note ]] || echo "$step_note"
 exit $status

@@ -35,7 +35,7 @@ namespace meshbench::parallel {
 void validate_data_parallel(const Plan& plan);
 
 // The gradient bucket size in elements: --bucket-mb when given, otherwise the default rule
-// (a quarter of the gradient array, at least 64 Ki elements and at most Megatron's 40 M,
+// (a quarter of the gradient array, at least 16 Ki elements and at most Megatron's 40 M,
 // rounded to 64 elements), so a small model still gets about four buckets.
 int64_t bucket_elements(const Plan& plan, int64_t grad_elements, int scalar_bytes);
 

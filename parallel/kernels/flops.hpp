@@ -1,5 +1,5 @@
 // FLOPs of one training step, counted from the exact op shapes the engine runs (one place;
-// the README states the formula). A multiply-add is 2 FLOPs. Counted: every GEMM of the
+// docs/step_bench.md "FLOPs per step" states the formula). A multiply-add is 2 FLOPs. Counted: every GEMM of the
 // forward pass (QKV, attention projection, MLP fc and proj, LM head), their backward GEMMs
 // (dinput and dweight, 2x forward), and the attention score (Q K^T) and value (P V) products
 // as executed in causal row blocks (forward 2 products, backward 4). Not counted: layernorm,

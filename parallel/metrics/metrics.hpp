@@ -1,4 +1,4 @@
-// Metrics of a parallel step, derived from the trace alone (DESIGN.md "The parallel step"):
+// Metrics of a parallel step, derived from the trace alone (docs/architecture.md "The parallel step"):
 // per rank and timed step the step time, its phases and its time split; per (dimension, kind)
 // of communication the calls, bytes, busy time (the union of the calls' [t_start, t_end]
 // intervals) and exposed time; then, on rank 0, the step time as the maximum over ranks, the

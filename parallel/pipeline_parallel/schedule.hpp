@@ -1,4 +1,4 @@
-// A step's schedule as data: the ordered list of actions one rank runs (DESIGN.md, "The
+// A step's schedule as data: the ordered list of actions one rank runs (docs/architecture.md, "The
 // parallel step"; STYLE.md, picotron's imperative loops done better). One executor
 // (executor.hpp) runs any list; golden tests, timelines and the performance model read the
 // same lists. Generators: gradient accumulation (no pipeline: m forwards and backwards in

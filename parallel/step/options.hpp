@@ -22,7 +22,7 @@ struct Options {
   std::string preset = "tiny";
   int steps = 10, warmup = 2, threads = 0;
   std::string device = "cpu", dtype = "fp32", output, tag, export_dir, data = "random";
-  // Flags every meshbench binary shares (DESIGN.md); at one rank only their defaults run.
+  // Flags every meshbench binary shares (docs/architecture.md); at one rank only their defaults run.
   std::string mesh, order = std::string(comm::kDefaultOrder), group = "world", backend = "mpi";
   double time_limit = 0;
   int ranks_per_node = 0;

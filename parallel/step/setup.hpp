@@ -1,4 +1,4 @@
-// The set-up of a parallel step on one rank (DESIGN.md "The parallel step": plan -> groups ->
+// The set-up of a parallel step on one rank (docs/architecture.md "The parallel step": plan -> groups ->
 // sharded model -> strategies -> schedule): the communicators of every dimension the plan
 // uses (recording, watched with --op-timeout), the model built with this rank's tensor,
 // context, expert and pipeline place, the data-parallel or ZeRO strategy, and the action list.

@@ -3,7 +3,7 @@ thin entry points (their flags and a call); what they do lives here, shared with
 torch_step_bench.py, and is unit-tested by tests/python (pytest).
 
 Reading results (no I/O but reading HDF5; no printing):
-  reader             the one reader of meshbench HDF5 files (results/README.md): plain tables
+  reader             the one reader of meshbench HDF5 files (docs/results.md): plain tables
                      (lists of dicts, numpy arrays for samples and step times) of collectives
                      and of step runs
   tables             filters, sorting and size formatting over those tables

@@ -3,7 +3,7 @@ and plots.
 
 No HDF5: functions of what reader.read_steps returns (and of scripts/sweep's point records,
 plain JSON), shared by scripts/report and scripts/plot. Each step row of reader.step_table
-gains the plan's shape and the run's time split as the binary stored it (README, "Reading the
+gains the plan's shape and the run's time split as the binary stored it (docs/report.md, "Reading the
 report"; docs/metrics.md; docs/report.md):
 
   plan                 "tp2 x dp2 x pp2 1f1b m=4": the degrees above 1 in the run's rank order

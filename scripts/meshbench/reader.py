@@ -1,4 +1,4 @@
-"""meshbench.reader: the one reader of meshbench HDF5 files (layout: results/README.md).
+"""meshbench.reader: the one reader of meshbench HDF5 files (layout: docs/results.md).
 
 Returns plain tables: a list of dicts per collective point, and one dict per step_bench run
 holding its attributes (JSON-valued ones parsed), arrays (step_times, phases, loss) and its
@@ -46,7 +46,7 @@ STEP_NUMERIC = {
     "step_time_median", "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s",
     "mfu_measured_peak", "mfu_datasheet", "exposed_comm_fraction", "exposed_comm_fraction_dp",
     "bytes_match", "loss_last", "straggler_rank"}
-# Memory categories a step run stores per rank (results/README.md), the five that add up first.
+# Memory categories a step run stores per rank (docs/results.md), the five that add up first.
 MEMORY_PARTS = ["params", "grads", "optimizer", "activations", "buffers"]
 MEMORY_CATEGORIES = MEMORY_PARTS + ["engine_peak", "process_peak_rss"]
 

@@ -18,7 +18,7 @@ from .tables import apply_filters, parse_filter
 HELP = """scripts/report: merge meshbench result files into tables (collectives and step_bench runs).
 
 Reads any number of HDF5 files (or folders, searched for *.h5) written by the *_bench binaries
-(layout: results/README.md), one row per (run, collective, dtype, op, placement, group, size),
+(layout: docs/results.md), one row per (run, collective, dtype, op, placement, group, size),
 and prints Markdown, CSV or JSON. Filters by any column; compares two selections side by side.
 It only reads: it never computes bandwidth itself (busbw/algbw are the binaries' numbers) and
 it never changes a file. Files are read by scripts/meshbench/reader.py (shared with plot,
@@ -34,7 +34,7 @@ first, with the global batch, tokens/s and step time as the median of the rounds
 spread, whether a plan is separable from the next, exposed communication per dimension and
 the bubble from step/time_split, the worst stage's bubble, the peak memory over ranks, the
 straggler, the dimensions whose groups cross nodes and the check (scripts/meshbench/plans.py;
-README "Reading the report"; docs/report.md). Given a sweep folder, its failed step points
+docs/report.md "Reading the report"). Given a sweep folder, its failed step points
 (points/*.json) are rows with their status. --compare on step runs pairs the same plans under
 A and B. --baseline OLD judges PATHS against OLD by exit code (regression mode).
 

@@ -117,7 +117,7 @@ def plan_markdown(steps):
                  "intervals of this plan and the next do not overlap; exposed and bubble (ms): step/time_split per "
                  "rank and step, mean over ranks and rounds (docs/metrics.md); bubble (worst stage): the largest "
                  "share of a rank's step blocked on a stage that had not posted; peak memory: the largest engine "
-                 "peak over ranks; groups across nodes: from topology/groups (README, \"Reading the report\")")
+                 "peak over ranks; groups across nodes: from topology/groups (docs/report.md, \"Reading the report\")")
     return text + "\n" + "\n".join("- " + n for n in notes) + "\n"
 
 

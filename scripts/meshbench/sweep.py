@@ -57,7 +57,8 @@ The names a sweep file may use (binaries, mesh dimensions, group kinds) are the 
 exits 2 saying so. Result files are read with scripts/meshbench/reader.py. Each point's rounds
 are recorded in <out>/points/<point>.json (`rounds`: one record per round with its status,
 exit code, command, file and run ids; `rounds_ok` of `rounds_wanted`).
-Exit codes: 0 every run ok or skipped, 1 some run failed, 2 bad sweep file or usage.
+Exit codes: 0 every run ok or skipped, 1 some run failed, 2 bad sweep file or usage, 3 sbatch
+failed or the jobs outlived --wait-timeout.
 """
 
 

@@ -41,7 +41,7 @@ class WatchedCommunicator final : public Communicator {
     return in_->reduce_scatter_inplace_offset(n);
   }
 
-  // Bytes: nccl-tests' size S of the call (results/README.md).
+  // Bytes: nccl-tests' size S of the call (docs/results.md).
   void all_reduce(View send, View recv, RedOp op) override {
     WatchScope s(&w_, "all_reduce", recv.bytes(), group_.c_str());
     in_->all_reduce(send, recv, op);

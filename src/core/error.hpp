@@ -1,5 +1,5 @@
 // Errors and check macros shared by every binary.
-// Exit codes (DESIGN.md): 0 ok, 1 a check failed, 2 bad usage, 3 runtime fault, 4 diverged.
+// Exit codes (docs/architecture.md): 0 ok, 1 a check failed, 2 bad usage, 3 runtime fault, 4 diverged.
 // UsageError is thrown for anything the user can fix (exit 2); RuntimeFault for MPI/NCCL/CUDA
 // failures (exit 3). Check macros name the statement, file, line, rank and host, in the
 // manner of ggml's and PyTorch c10d's generated checks.
@@ -10,7 +10,7 @@
 
 namespace meshbench::core {
 
-// Exit codes of every binary (DESIGN.md): ok, a check failed, bad usage or an impossible
+// Exit codes of every binary (docs/architecture.md): ok, a check failed, bad usage or an impossible
 // configuration, a runtime fault (MPI/NCCL/CUDA error, timeout, hang, signal, a results file
 // that could not be written), and step_bench's training that diverged (a loss or gradient
 // that is not finite).

@@ -6,7 +6,7 @@
 // layer can use it in place of its router's choice. Experts are placed E/ep per EP rank, in
 // order: expert e lives on EP rank e / (E/ep).
 //
-// The modes (README "Routing workloads" states the same):
+// The modes (docs/collectives.md "Routing workloads" states the same):
 // - balanced:   round robin. Token t of rank r takes experts (r*T*k + t*k + j) mod E,
 //               j < k: every expert gets T*k/E pairs per rank (differing by at most one
 //               when E does not divide T*k), and the same over the whole group.

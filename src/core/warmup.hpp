@@ -6,7 +6,7 @@
 // `floor_seconds`, whichever comes first); it gives up, not converged, at `max_calls` calls or
 // `max_seconds`. Pure arithmetic, so every rank reaches the same decision from the same
 // inputs. Why a floor: MPICH over UCX shared memory runs slowly until UCX's receive FIFO has
-// been used once (README, "Warm-up"), and the slow phase has plateaus that a window
+// been used once (docs/collectives.md, "Warm-up"), and the slow phase has plateaus that a window
 // comparison alone takes for stability.
 #pragma once
 

@@ -3,7 +3,7 @@
 // compound row types, append-only tables and sample cubes, and MemFile, a file held in memory
 // and published to disk whole (written beside, then renamed over the old one), so the file on
 // disk is always a complete HDF5 file: the last published state, never a half-written one.
-// Not here: what the datasets mean (results/README.md and the reporters), who may write the
+// Not here: what the datasets mean (docs/results.md and the reporters), who may write the
 // file (output_path.hpp), or any MPI.
 #pragma once
 

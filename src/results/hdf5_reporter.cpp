@@ -1,4 +1,4 @@
-// The HDF5 reporter: /runs/<run_id>/{topology, collectives/...} as results/README.md lays
+// The HDF5 reporter: /runs/<run_id>/{topology, collectives/...} as docs/results.md lays
 // out. It lives on world rank 0, the one writer, and stores what the driver gathered there
 // (every rank's samples included). The file is published after each row while that is cheap
 // (run_file.hpp), so a killed job keeps every finished size; a failed publish is held in

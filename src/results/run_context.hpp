@@ -1,4 +1,4 @@
-// Provenance of one run: the /runs/<run_id> attributes of DESIGN.md. Built on rank 0
+// Provenance of one run: the /runs/<run_id> attributes of docs/architecture.md. Built on rank 0
 // (time, environment, MPI library, Slurm variables) and broadcast, so every rank holds the
 // same values, as parallel HDF5 requires for metadata.
 #pragma once

@@ -5,7 +5,7 @@
 # all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast, send/recv 1; and the sizes table
 # must hold the requested sizes rounded down to the granularity (100 B and 1000 B of int32:
 # 25 and 250 elements, 24 and 248 where n divides the count) with the per-rank and total
-# bytes of results/README.md. h5check.py computes the expectations independently.
+# bytes of docs/results.md. h5check.py computes the expectations independently.
 # all_to_allv (balanced routing, 2 x 4 elements per token): the size axis is tokens, the
 # block's factor the nominal (n-1)/n, each row's busbw the bytes sent between ranks / n / t.
 source "$(dirname "$0")/lib.bash"

@@ -2,7 +2,7 @@
 # The checkers can fail: a good 2-rank file passes h5check.py and hdf5_readback.py, and each
 # single corruption of a copy (a value the README defines, a status, a NaN sample, a .jsonl
 # line) must make them exit 1 naming what is wrong. Guards against a checker that passes
-# everything (DESIGN.md: a test that cannot fail is a defect).
+# everything (docs/architecture.md: a test that cannot fail is a defect).
 source "$(dirname "$0")/lib.bash"
 
 good="$WORK/good.h5"

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/mpi/h5check.py: checks of the collective binaries' HDF5 files for the MPI tests,
-written from results/README.md (not from the C++ code). Exit 0 when every check holds, else
+written from docs/results.md (not from the C++ code). Exit 0 when every check holds, else
 1 with every failed check listed.
 
   h5check.py verify FILE COLLECTIVE WORLD SWEEP...  every run ok; every (dtype, op, placement)
@@ -49,7 +49,7 @@ def factor(coll, n):
 
 
 def byte_rules(coll, count, elt, n):
-    """(send_bytes_per_rank, recv_bytes_per_rank, total_bytes) of results/README.md."""
+    """(send_bytes_per_rank, recv_bytes_per_rank, total_bytes) of docs/results.md."""
     S = count * elt
     if coll == "all_gather":
         return S // n, S, S

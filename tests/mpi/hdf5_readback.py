@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """tests/mpi/hdf5_readback.py FILE.h5 EXPECT.json: read a file that hdf5_readback.sh wrote
-(several runs appended) with h5py and check it against results/README.md: root and run
+(several runs appended) with h5py and check it against docs/results.md: root and run
 attributes, topology, the shapes of every series' datasets, plausible values recomputed
 from the samples (h5check.check_series_values), and the .jsonl lines beside it.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# step_bench -O writes /runs/<id>/step/ as DESIGN.md lays out; refuses to overwrite; --append
+# step_bench -O writes /runs/<id>/step/ as docs/architecture.md lays out; refuses to overwrite; --append
 # adds a second run; --check passes and is recorded.
 set -eu
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

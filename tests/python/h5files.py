@@ -1,5 +1,5 @@
 """tests/python/h5files.py: small meshbench result files written with h5py in the layout the
-binaries write (results/README.md; the compound types of src/results and parallel/step), so
+binaries write (docs/results.md; the compound types of src/results and parallel/step), so
 that every value a test expects is known exactly. Not a test module: the tests import it.
 """
 import json

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.bash"
 
 "$MB_PYTHON" - "$WORK" <<'PY'
 import h5py, numpy as np, sys
-# A minimal file in results/README.md's layout: the fields scripts/report reads.
+# A minimal file in docs/results.md's layout: the fields scripts/report reads.
 row_t = np.dtype([("bytes", "<u8"), ("count", "<u8"), ("dtype", "S8"), ("redop", "S8"), ("inplace", "u1"),
                   ("root", "<i4"), ("t_median", "<f8"), ("t_min", "<f8"), ("t_mean", "<f8"), ("t_p99", "<f8"),
                   ("t_first", "<f8"), ("algbw", "<f8"), ("busbw", "<f8"), ("wrong", "<u8"),

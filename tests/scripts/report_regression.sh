@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/report --baseline OLD --threshold P% (issue 23, regression mode) on made-up slowdowns:
-# files written here in results/README.md's layout whose numbers are known exactly (a test of
+# files written here in docs/results.md's layout whose numbers are known exactly (a test of
 # the report, not of timing): collective points with 10 iterations (one round: the 95% CI of
 # the median, x(2)..x(9)) and step plans with 3 rounds each (min-max of the rounds' medians),
 # one tight and one noisy of each. A 1.3x slowdown of everything exits 1 (the tight ones are
