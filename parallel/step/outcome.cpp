@@ -1,11 +1,9 @@
 #include "step/outcome.hpp"
 
-#include <mpi.h>
 #include <omp.h>
 
 #include <algorithm>
 
-#include "comm/agree.hpp"
 #include "context_parallel/context_parallel.hpp"
 #include "expert_parallel/expert_parallel.hpp"
 #include "kernels/flops.hpp"
@@ -24,9 +22,8 @@ namespace meshbench::parallel {
 
 std::unique_ptr<StepReporters> make_reporters(const Options& o, const Launched& l, const Peak& peak, double datasheet,
                                               results::RunContext& ctx, bool appending, const core::Log& out,
-                                              int rank) {
+                                              int rank, std::string& problem) {
   std::unique_ptr<StepReporters> reps;
-  std::string problem;
   if (rank == 0) {
     reps = std::make_unique<StepReporters>();
     reps->add(std::make_unique<ConsoleStepReporter>(out, moe_shape(o.model)));
@@ -49,8 +46,6 @@ std::unique_ptr<StepReporters> make_reporters(const Options& o, const Launched& 
       problem = e.what();
     }
   }
-  comm::agree_on_fault(MPI_COMM_WORLD, problem);
-  results::sync_from_root(ctx, MPI_COMM_WORLD);  // the run id, made unique in the file
   return reps;
 }
 
@@ -87,10 +82,9 @@ std::vector<AnalyticBytes> plan_analytic(const Plan& plan, const Setup& st, int 
 namespace {
 
 // This rank's part of the record (gather.hpp), its metrics into `rm` and `pipe`.
-RankPart rank_part(const Options& o, const Setup& st, const RunResult& r, RankMetrics& rm, PipelineRow& pipe) {
+RankPart rank_part(const Options& o, const Setup& st, const RunResult& r, int rank, RankMetrics& rm,
+                   PipelineRow& pipe) {
   const Plan& plan = *st.plan;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   rm = measure_rank(st.trace, rank, r.clock.offset_s, MPI_COMM_WORLD, st.pipe ? &pipe : nullptr,
                     bubble_theory(plan.degrees.pp, plan.micro_batches, plan.vpp));
   RankPart p;
@@ -136,14 +130,13 @@ void describe_run(StepRecord& rec, const Options& o, const Setup& st, const RunR
 
 }  // namespace
 
-int report_run(const Options& o, const Setup& st, const RunResult& r, const comm::Topology& topo,
-               StepReporters* reporters, const core::Log& out) {
+int report_run(const Options& o, const Setup& st, const RunResult& r, const comm::Topology& topo, int rank,
+               StepReporters* reporters, const core::Log& out, std::string& write_error) {
   RankMetrics rm;
   PipelineRow pipe;
   StepRecord rec;
-  gather_record(rec, rank_part(o, st, r, rm, pipe), MPI_COMM_WORLD);
+  gather_record(rec, rank_part(o, st, r, rank, rm, pipe), MPI_COMM_WORLD);
   const auto [status, rc] = verdict(r.end, r.check);
-  std::string write_error;
   if (reporters) {  // rank 0
     describe_run(rec, o, st, r, topo);
     if (rec.steps > 0) rec.summary = summarize(rec, r.datasheet);
@@ -161,7 +154,6 @@ int report_run(const Options& o, const Setup& st, const RunResult& r, const comm
                  rec.summary.step_time_median * 1e3, rec.summary.tokens_per_s, rec.summary.model_flops_per_s / 1e9,
                  100 * rec.summary.mfu_measured_peak, r.check);
   }
-  comm::agree_on_fault(MPI_COMM_WORLD, write_error);  // rank 0's write error ends every rank, exit 3
   return rc;
 }
 

@@ -1,7 +1,7 @@
 // The back half of a step_bench run: this rank's metrics and rows (from its trace, model and
 // plan), gathered into rank 0's record (metrics/gather.hpp), summarized, and handed to the
-// reporters; then the run's last lines and its exit code. Rank 0's write errors are agreed by
-// every rank (exit 3 on all).
+// reporters; then the run's last lines and its exit code. Rank 0's write errors are handed
+// back for the driver to agree on with every rank (exit 3 on all).
 // Not here: the timed loop (timed.hpp), what the reporters write (report/).
 #pragma once
 
@@ -22,11 +22,10 @@
 namespace meshbench::parallel {
 
 // Rank 0's reporters (console; with -O the results file and JSON lines; with --trace
-// Perfetto), null on the other ranks. Every rank learns whether the results file could be
-// started (core::OutputFault on all if not); the run id is made common.
+// Perfetto), null on the other ranks; `problem`: why the results file could not be started.
 std::unique_ptr<StepReporters> make_reporters(const Options& o, const Launched& l, const Peak& peak, double datasheet,
                                               results::RunContext& ctx, bool appending, const core::Log& out,
-                                              int rank);
+                                              int rank, std::string& problem);
 
 // The GEMM peak again after the steps (a shared machine drifts): MFU uses the higher.
 double peak_after(const Options& o, const Compute& cp, const Peak& before, StepReporters* reps,
@@ -49,9 +48,9 @@ struct RunResult {
   std::string run_id;                // the results file's id of the run
 };
 
-// Collective over the world. `reporters`: rank 0's (null elsewhere). Returns the exit code;
-// throws core::OutputFault on every rank when rank 0 could not write.
-int report_run(const Options& o, const Setup& st, const RunResult& r, const comm::Topology& topo,
-               StepReporters* reporters, const core::Log& out);
+// Collective over the world (the gathers). `reporters`: rank 0's (null elsewhere). Returns the
+// exit code; `write_error`: rank 0's first write error, or empty.
+int report_run(const Options& o, const Setup& st, const RunResult& r, const comm::Topology& topo, int rank,
+               StepReporters* reporters, const core::Log& out, std::string& write_error);
 
 }  // namespace meshbench::parallel

@@ -65,7 +65,10 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   env.pipe = st.pipe ? &*st.pipe : nullptr;
   r.check = run_check(o, st, env, out, r.check_rows);
   mb::results::RunContext ctx = make_context(o, plan, l.cp, argc, argv, l.topo);
-  std::unique_ptr<StepReporters> reps = make_reporters(o, l, peak, r.datasheet, ctx, claim.appending(), out, rank);
+  std::string problem;
+  std::unique_ptr<StepReporters> reps = make_reporters(o, l, peak, r.datasheet, ctx, claim.appending(), out, rank, problem);
+  mb::comm::agree_on_fault(MPI_COMM_WORLD, problem);  // a results file that cannot start ends every rank
+  mb::results::sync_from_root(ctx, MPI_COMM_WORLD);   // the run id, made unique in the file
   r.run_id = ctx.run_id;
   if (!o.output.empty()) wd.start(o.output, ctx.run_id);
   r.t_origin = align_clocks(l.topo, reps.get(), r.clock);
@@ -75,7 +78,9 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
     mb::comm::agree_on_fault(MPI_COMM_WORLD, reps ? reps->error() : std::string("the results file could not be written"));
   warn_loop_end(out, o, r.end);
   r.peak = peak_after(o, l.cp, peak, reps.get(), out);
-  const int rc = report_run(o, st, r, l.topo, reps.get(), out);
+  std::string write_error;
+  const int rc = report_run(o, st, r, l.topo, rank, reps.get(), out, write_error);
+  mb::comm::agree_on_fault(MPI_COMM_WORLD, write_error);  // rank 0's write error ends every rank, exit 3
   wd.stop();
   return rc;
 }
