@@ -21,9 +21,6 @@ void validate_expert_parallel(const Plan& p) {
     throw UsageError(fmt::format("--mesh ep={}: --experts {} must be divisible by ep (each rank holds E/ep experts)", ep, m.experts));
   if (m.top_k > m.experts)
     throw UsageError(fmt::format("--top-k {}: must be <= --experts {}", m.top_k, m.experts));
-  if (p.zero > 0)
-    throw UsageError(fmt::format("--mesh ep={} with --zero {}: expert parallel with ZeRO is not available in this build "
-                                 "(the expert gradients reduce over edp, not over ZeRO's dp shards)", ep, p.zero));
 }
 
 std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int sb) {

@@ -57,17 +57,22 @@ MoeMemory moe_memory(const GptConfig& c, int64_t sb, const EpSpec& ep, int tp) {
   return m;
 }
 
-void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep) {
+int64_t moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep,
+                       int64_t unit_lo, int64_t pad_multiple) {
   const int64_t C = c.hidden, F = c.ffn, E = c.experts, el = E / ep.size;
   layout.add(prefix + "moe.router.weight", {E, C}, true);
+  layout.pad_unit(unit_lo, pad_multiple);
+  int64_t first = -1;
   for (int64_t e = ep.rank * el; e < (ep.rank + 1) * el; ++e) {
     // The global expert index: an expert-parallel rank's entries match the full model's.
     const std::string p = fmt::format("{}moe.expert.{}.", prefix, e);
-    layout.add(p + "fc.weight", {F, C}, true);
+    const int64_t at = layout.add(p + "fc.weight", {F, C}, true);
+    if (first < 0) first = at;
     layout.add(p + "fc.bias", {F}, false);
     layout.add(p + "proj.weight", {C, F}, true);
     layout.add(p + "proj.bias", {C}, false);
   }
+  return first;
 }
 
 std::vector<std::pair<int64_t, int64_t>> moe_expert_ranges(const Layout& layout, const GptConfig& c) {

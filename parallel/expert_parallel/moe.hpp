@@ -106,8 +106,10 @@ MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes, const EpSpec& ep 
 // Appends one MoE block's parameter entries (prefix "h.3.") where the dense MLP's would be:
 // moe.router.weight (E,C), then per expert e (the global index) moe.expert.<e>.fc.weight
 // (F,C), .fc.bias (F), .proj.weight (C,F), .proj.bias (C).
-// With ep: only this rank's experts.
-void moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep = {});
+// With ep: only this rank's experts. pad_multiple > 1: the experts start a multiple of it past
+// unit_lo (ZeRO's expert segment). Returns the offset of the first expert entry.
+int64_t moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep = {},
+                       int64_t unit_lo = 0, int64_t pad_multiple = 1);
 // The flat ranges [lo, hi) holding this rank's expert tensors (one per MoE block: its experts
 // are contiguous), from the layout's names.
 std::vector<std::pair<int64_t, int64_t>> moe_expert_ranges(const Layout& layout, const GptConfig& c);

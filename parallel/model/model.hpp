@@ -49,6 +49,9 @@ struct BackwardHooks {
 struct Unit {
   std::string name;  // "embed", "h.3", "head"
   int64_t lo, hi;    // elements; hi - lo is a multiple of GptOptions::unit_multiple
+  // GptOptions::expert_segments, a MoE block: where its experts start (a unit_multiple past lo);
+  // [experts_lo, hi) is the segment ZeRO shards over edp. -1: none.
+  int64_t experts_lo = -1;
 };
 
 // A pipeline stage (pipeline parallel): the global layer ranges [lo, hi) this rank holds,
@@ -86,6 +89,9 @@ struct GptOptions {
   bool own_params = true;     // false: a Residency holds the parameters (ZeRO-3)
   bool own_grads = true;      // false: a Residency holds the gradients (ZeRO-2, ZeRO-3)
   bool own_optimizer = true;  // false: no moments until set_optimizer_shard (ZeRO-1..3)
+  // ZeRO with expert parallel: a MoE block's experts start a segment of the unit, padded as
+  // the unit is, so that ZeRO shards them over edp and the rest over dp x cp (Unit::experts_lo).
+  bool expert_segments = false;
   TpSpec tp;                  // tensor parallel (set_tp_comm before the first step when size > 1)
   CpSpec cp;                  // context parallel (set_cp_comm likewise): this rank's chunks of the sequence
   EpSpec ep;                  // expert parallel (set_ep_comm likewise): this rank's experts (moe.hpp)
@@ -248,6 +254,10 @@ class Gpt {
     int embed_unit = -1, head_unit = -1;
   };
   static ParamTable param_table(const GptConfig& cfg, const GptOptions& opts);
+ public:
+  // The flat elements of the expert segments (GptOptions::expert_segments; 0 without).
+  static int64_t expert_segment_elements(const GptConfig& cfg, const GptOptions& opts);
+ private:
   void build_activations();
   // The gathered column-parallel input of layer l's qkv (which 0) or fc (1), or the head's
   // (l = -1), under sequence parallel; null otherwise.

@@ -79,8 +79,12 @@ typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptO
     o.qkv_b = lay.add(p + "attn.qkv.bias", {d.qkv}, false, rows(qkv_parts)) - u;
     o.proj_w = lay.add(p + "attn.proj.weight", {C, d.attn_width}, true, cols) - u;
     o.proj_b = lay.add(p + "attn.proj.bias", {C}, false) - u;
+    int64_t experts = -1;  // with expert segments, where the MoE block's experts start
     if (cfg.is_moe(static_cast<int>(l))) {
-      moe_add_params(lay, cfg, p, opts.ep);  // the router and E (ep: E/ep) experts (moe.hpp)
+      // the router and E (ep: E/ep) experts (moe.hpp); with expert segments the experts start
+      // on a unit_multiple boundary
+      const int64_t first = moe_add_params(lay, cfg, p, opts.ep, u, opts.expert_segments ? mult : 1);
+      if (opts.expert_segments) experts = first;
     } else {
       o.fc_w = lay.add(p + "mlp.fc.weight", {d.ffn, C}, true, rows()) - u;
       o.fc_b = lay.add(p + "mlp.fc.bias", {d.ffn}, false, rows()) - u;
@@ -90,6 +94,7 @@ typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptO
     pt.lo[static_cast<size_t>(l)] = o;
     pt.bu[static_cast<size_t>(l)] = static_cast<int>(pt.units.size());
     close_unit(fmt::format("h.{}", l), u);
+    pt.units.back().experts_lo = experts;
   }
   if (st.last) {
     const int64_t hu = (lay.total() + 15) / 16 * 16;
@@ -103,6 +108,13 @@ typename Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig& cfg, const GptO
     close_unit("head", hu);
   }
   return pt;
+}
+
+template <typename S>
+int64_t Gpt<S>::expert_segment_elements(const GptConfig& cfg, const GptOptions& opts) {
+  int64_t n = 0;
+  for (const Unit& u : param_table(cfg, opts).units) n += u.experts_lo >= 0 ? u.hi - u.experts_lo : 0;
+  return n;
 }
 
 template <typename S>
@@ -194,6 +206,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   template Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig&, const GptOptions&);            \
   template Layout Gpt<S>::full_layout(const GptConfig&);                                           \
   template int64_t Gpt<S>::flat_elements(const GptConfig&, const GptOptions&);                     \
+  template int64_t Gpt<S>::expert_segment_elements(const GptConfig&, const GptOptions&);           \
   template std::vector<S> Gpt<S>::canonical_weights(uint64_t) const;                               \
   template MemoryBytes Gpt<S>::memory_analytic(const GptConfig&, int64_t, const TpSpec&, const CpSpec&, \
                                                const EpSpec&);

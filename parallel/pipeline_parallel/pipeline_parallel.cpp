@@ -12,14 +12,6 @@ void validate_pipeline_parallel(const Plan& p) {
   const int P = p.degrees.pp, V = p.vpp, L = p.model.layers;
   const std::string broken = pipeline_rule_broken(p.schedule, pipe_shape(p));
   if (!broken.empty()) throw UsageError(broken);
-  if (P > 1 && p.zero == 3)
-    throw UsageError(fmt::format("--zero 3 with --mesh pp={}: ZeRO-3 all-gathers each unit's parameters before "
-                                 "every micro-batch's forward and backward, 2 m gathers per unit per step under a "
-                                 "pipeline schedule (DeepSpeed refuses ZeRO-2/3 with pipeline parallelism for that "
-                                 "reason); --zero 1 or 2 shard each stage's state over its data-parallel group", P));
-  if (P > 1 && p.sp)
-    throw UsageError(fmt::format("--sp with --mesh pp={}: sequence-parallel shards are not sent between stages in "
-                                 "this build (tensor parallel without --sp composes with pp)", P));
   if (p.layers_per_stage.empty()) {
     if (L < P * V)  // no split can help: every virtual stage needs a layer
       throw UsageError(fmt::format("--layers {} with pp x vpp = {} x {}: every virtual stage needs at least one "

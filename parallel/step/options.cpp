@@ -122,7 +122,10 @@ void add_parallel_flags(CLI::App& app, Options& o) {
           ->check(CLI::IsMember({"poll", "thread"})));
   step_env(app.add_option("--zero", o.zero, "ZeRO stage: 0 data parallel, 1 sharded optimizer state, 2 and gradients, 3 and parameters"));
   step_env(app.add_option("--prefetch", o.prefetch, "ZeRO-3: units (embeddings, blocks, head) all-gathered ahead of the one in use"));
-  step_env(app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step"));
+  CLI::Option* keep = app.add_flag("--zero3-keep-params", o.keep_params, "ZeRO-3: keep the gathered units from the first forward to the last backward of a step (the default under --mesh pp=P)");
+  step_env(keep);
+  step_env(app.add_flag("--zero3-regather", o.regather, "ZeRO-3 under a pipeline: gather each unit again before every micro-batch's forward and backward instead of keeping it")
+               ->excludes(keep));
   step_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
           ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"})));
   step_env(app.add_option("--vpp", o.vpp, "interleaved: model chunks V per pipeline rank"));
@@ -280,6 +283,12 @@ Plan plan_of(const Options& o, int world) {
   p.vpp_group = o.vpp_group;
   p.layers_per_stage = parse_int_list(o.layers_per_stage, "--layers-per-stage");
   resolve_and_validate(p, world);  // throws UsageError before any communicator exists
+  if (o.regather && (p.zero != 3 || p.degrees.pp < 2))
+    throw UsageError("--zero3-regather: applies to --zero 3 under a pipeline (--mesh pp=P), which keeps the gathered "
+                     "units across its micro-batches by default");
+  // ZeRO-3 under a pipeline keeps a stage's gathered units across its micro-batches (as
+  // torchtitan's FSDP with PP), unless --zero3-regather.
+  if (p.zero == 3 && p.degrees.pp > 1 && !o.regather) p.keep_params = true;
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
   if (!o.export_dir.empty() && o.zero > 0)

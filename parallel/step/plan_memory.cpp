@@ -18,7 +18,7 @@ constexpr int kScalar = 4;  // fp32 parameters, gradients, moments and activatio
 // The model options of a rank of this plan (tp/cp/ep rank 0: every rank's sizes are the same).
 GptOptions rank_options(const Plan& plan, int pp_rank) {
   const comm::Degrees& d = plan.degrees;
-  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d.dp * d.cp) : GptOptions{};
+  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d.dp * d.cp, d.ep > 1 ? d.edp : 0) : GptOptions{};
   mo.tp = TpSpec{d.tp, 0, TpMode{plan.sp, plan.sp_regather, plan.overlap}};
   mo.cp = CpSpec{d.cp, 0, plan.cp_algo, plan.cp_zigzag, plan.overlap};
   mo.ep = EpSpec{d.ep, 0};
@@ -80,9 +80,13 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
   m.buffers = double(ma.buffers);
   const bool pipeline = plan.degrees.pp > 1;
   if (plan.zero > 0 || pipeline) {
-    const StateBytes z = zero_state_bytes(Gpt<float>::flat_elements(plan.model, mo), kScalar, plan.zero,
-                                          plan.degrees.dp * plan.degrees.cp);
+    const int64_t flat = Gpt<float>::flat_elements(plan.model, mo);
+    const StateBytes z = zero_state_bytes(flat, Gpt<float>::expert_segment_elements(plan.model, mo), kScalar,
+                                          plan.zero, plan.degrees.dp * plan.degrees.cp, plan.degrees.edp);
     m.params = z.params;
+    // ZeRO-3 keeping its gathered units (--zero3-keep-params; the default under a pipeline):
+    // from the last unit's gather to the step's last backward the whole stage is held as well.
+    if (plan.zero == 3 && plan.keep_params) m.params += double(flat) * kScalar;
     m.grads = z.grads;
     m.optimizer = z.optimizer;
   }

@@ -67,7 +67,9 @@ int index_in(const Setup& st, GroupKind kind, int rank) {
 // place, and ZeRO's sharding of the state.
 GptOptions model_options(const Setup& st, const Plan& plan, int rank) {
   const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
-  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d) : GptOptions{};
+  // ZeRO with expert parallel shards the experts over edp apart from the rest (expert segments)
+  const int edp = plan.degrees.ep > 1 ? plan.degrees.edp : 0;
+  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d, edp) : GptOptions{};
   const int pp_rank = index_in(st, GroupKind::kPp, rank);
   if (P > 1)  // this rank's stage: its chunks' layers, the embeddings first, the head last
     mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == P - 1, plan.micro_batches};
@@ -94,13 +96,14 @@ void apply_context_parallel(Setup& st, const Options& o, int rank, Backend<float
 }
 
 // Expert parallel: the MoE exchanges over the ep group; the experts' gradients reduce over
-// edp (the ranks holding the same experts), not dp.
+// edp (the ranks holding the same experts), not dp; ZeRO shards them over it (a group of one
+// included: its calls cost nothing).
 ExpertGrads apply_expert_parallel(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be,
                                   int device) {
   st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, device);
   st.ep = std::make_unique<CommGroup<float>>(*st.ep_comm, be, &st.trace.tags);
   st.model->set_ep_comm(st.ep.get());
-  if (plan.degrees.edp > 1) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, device);
+  if (plan.degrees.edp > 1 || plan.zero > 0) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, device);
   return ExpertGrads{st.edp_comm.get(), moe_expert_ranges(st.model->layout(), plan.model)};
 }
 
@@ -109,7 +112,8 @@ void apply_data_parallel(Setup& st, const Options& o, const Plan& plan, int rank
                          const ExpertGrads& experts) {
   st.dp_comm = group_comm(st, o, GroupKind::kDpCp, "dp", rank, device);
   if (plan.zero > 0) {
-    auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, plan, &st.trace.tags, o.seed);
+    comm::Communicator* edp = plan.degrees.ep > 1 ? st.edp_comm.get() : nullptr;
+    auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, edp, plan, &st.trace.tags, o.seed);
     st.zero = z.get();
     st.sync = std::move(z);
   } else {
@@ -163,6 +167,7 @@ std::vector<meshbench::results::GroupInfo> describe_groups(const Setup& st, cons
   if (st.tp) add(meshbench::comm::GroupKind::kTp, "tp");
   if (st.cp) add(meshbench::comm::GroupKind::kCp, "cp");
   if (st.ep) add(meshbench::comm::GroupKind::kEp, "ep");
+  if (st.edp_comm) add(meshbench::comm::GroupKind::kEdp, "edp");
   if (st.pipe) add(meshbench::comm::GroupKind::kPp, "pp");
   if (st.pipe && st.model->config().tied) add(meshbench::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
   return g;

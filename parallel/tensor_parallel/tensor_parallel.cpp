@@ -34,13 +34,14 @@ std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool e
     return {row(comm::Collective::kAllReduce, m * (blocks + gates + h * ce))};
   }
   const uint64_t r = p.sp_regather ? 1 : 0, a16 = (C + 15) / 16 * 16;
-  // Norm gradients once per step: per block ln1, ln2 (weight, bias), then lnf (its range, 16-aligned).
-  const uint64_t norms = (L * (3 * a16 + C) + a16 + C) * static_cast<uint64_t>(sb);
+  // Norm gradients once per step: per block ln1, ln2 (weight, bias), then lnf on the head's stage
+  // (its range, 16-aligned).
+  const uint64_t norms = (L * (3 * a16 + C) + h * (a16 + C)) * static_cast<uint64_t>(sb);
   // all-gathers per micro-batch: 2 forward + 2 backward (+ 2 re-gathers) per layer, the head's
   // input (+ its re-gather), the embedding's backward; reduce-scatters: 4 per layer, the
-  // embedding's output and the head's input gradient.
-  const uint64_t ag = (L * (4 + 2 * r) + 2 + r) * act, rs = (4 * L + 2) * act;
-  return {row(comm::Collective::kAllReduce, m * ce + norms), row(comm::Collective::kAllGather, m * ag),
+  // embedding's output and the head's input gradient. A pipeline stage has only its own.
+  const uint64_t ag = (L * (4 + 2 * r) + e + h * (1 + r)) * act, rs = (4 * L + e + h) * act;
+  return {row(comm::Collective::kAllReduce, m * h * ce + norms), row(comm::Collective::kAllGather, m * ag),
           row(comm::Collective::kReduceScatter, m * rs)};
 }
 
@@ -65,9 +66,6 @@ void validate_tensor_parallel(const Plan& p) {
     throw UsageError(fmt::format("--experts {} with --mesh tp={}: the experts are not split over tensor parallel in "
                                  "this build; add etp=1 to the mesh (whole experts, expert grid etp x ep x edp)",
                                  c.experts, t));
-  if (p.zero > 0)
-    throw UsageError(fmt::format("--zero {} with --mesh tp={}: ZeRO with tensor parallel is not available in this "
-                                 "build (data parallel with tensor parallel is)", p.zero, t));
 }
 
 }  // namespace meshbench::parallel

@@ -5,14 +5,18 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.hpp"
 
 namespace meshbench::parallel {
 
-GptOptions zero_model_options(int stage, int d) {
+GptOptions zero_model_options(int stage, int d, int edp) {
   GptOptions o;
-  o.unit_multiple = 16 * static_cast<int64_t>(d);  // equal slices, each 16-element aligned
+  // equal slices, each 16-element aligned; with expert segments both parts split evenly over
+  // both groups (the least common multiple of d and edp)
+  o.unit_multiple = 16 * static_cast<int64_t>(edp > 0 ? std::lcm(d, edp) : d);
+  o.expert_segments = edp > 0;
   o.own_params = stage < 3;
   o.own_grads = stage < 2;
   o.own_optimizer = false;
@@ -26,8 +30,9 @@ comm::View Zero<S>::view(S* p, int64_t n) const {
 }
 
 template <typename S>
-Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags* tags, uint64_t seed)
-    : model_(model), dp_(dp), plan_(plan), tags_(tags), stage_(plan.zero), d_(dp.size()), r_(dp.rank()) {
+Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, comm::Communicator* edp, const Plan& plan, TraceTags* tags,
+              uint64_t seed)
+    : model_(model), dp_(dp), edp_(edp), plan_(plan), tags_(tags), stage_(plan.zero), d_(dp.size()) {
   Backend<S>& be = model.backend();
   MemoryTracker* mt = &model.memory();
   units_.resize(model.units().size());
@@ -36,11 +41,17 @@ Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags
     UnitState& s = units_[u];
     s.lo = un.lo;
     s.len = un.hi - un.lo;
-    if (s.len % d_ != 0)
-      throw core::RuntimeFault(fmt::format("zero: unit {} of {} elements does not split over {} ranks", un.name, s.len, d_));
-    s.slice = s.len / d_;
-    s.shard_off = shard_elems_;
-    shard_elems_ += s.slice;
+    auto segment = [&](int64_t lo, int64_t hi, comm::Communicator& c) {
+      if ((hi - lo) % c.size() != 0)
+        throw core::RuntimeFault(fmt::format("zero: unit {}: {} elements at {} do not split over {} ranks", un.name,
+                                             hi - lo, lo, c.size()));
+      s.segs.push_back({lo, hi - lo, (hi - lo) / c.size(), shard_elems_, &c, c.rank()});
+      shard_elems_ += (hi - lo) / c.size();
+    };
+    if (un.experts_lo >= 0 && edp_ == nullptr)
+      throw core::RuntimeFault(fmt::format("zero: unit {} has an expert segment but no edp group", un.name));
+    segment(un.lo, un.experts_lo >= 0 ? un.experts_lo : un.hi, dp_);
+    if (un.experts_lo >= 0) segment(un.experts_lo, un.hi, *edp_);
     if (plan.degrees.pp > 1 && model.config().tied) {
       const auto& es = model.layout().entries();
       s.held = std::any_of(es.begin(), es.end(),
@@ -56,7 +67,7 @@ Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags
     const std::vector<S> w = model.canonical_weights(seed);
     std::vector<S> mine(static_cast<size_t>(shard_elems_));
     for (const UnitState& s : units_)
-      std::copy_n(w.begin() + s.lo + r_ * s.slice, s.slice, mine.begin() + s.shard_off);
+      for (const Segment& g : s.segs) std::copy_n(w.begin() + g.lo + g.r * g.slice, g.slice, mine.begin() + g.shard_off);
     be.upload(pshard_.data(), mine.data(), pshard_.bytes());
     if (plan.micro_batches > 1) scratch_ = BackendArray<S, S>(be, shard_elems_, mt, MemCat::kGrads);
   }
@@ -70,8 +81,8 @@ Zero<S>::Zero(Gpt<S>& model, comm::Communicator& dp, const Plan& plan, TraceTags
 template <typename S>
 Zero<S>::~Zero() {
   for (UnitState& s : units_) {
-    if (s.gather) s.gather->wait();
-    if (s.rs) s.rs->wait();
+    for (auto& q : s.gather) q->wait();
+    for (auto& q : s.rs) q->wait();
   }
   model_.set_hooks({});
   model_.set_residency(nullptr);
@@ -84,9 +95,10 @@ int64_t Zero<S>::padding_elements() const {
 
 template <typename S>
 std::string Zero<S>::describe() const {
-  return fmt::format("ZeRO-{} over dp x cp = {}: {} units, shard of {} elements per rank ({} of {} flat "
+  return fmt::format("ZeRO-{} over dp x cp = {}{}: {} units, shard of {} elements per rank ({} of {} flat "
                      "elements are padding){}{}",
-                     stage_, d_, units_.size(), shard_elems_, padding_elements(), model_.layout().total(),
+                     stage_, d_, edp_ ? fmt::format(", the experts over edp = {}", edp_->size()) : std::string(),
+                     units_.size(), shard_elems_, padding_elements(), model_.layout().total(),
                      stage_ == 3 ? fmt::format(", prefetch {}", plan_.prefetch) : std::string(),
                      stage_ == 3 && plan_.keep_params ? ", gathered units kept across micro-batches" : "");
 }
@@ -138,7 +150,7 @@ void Zero<S>::on_ready(int64_t lo, int layer) {  // stage 1: the model's flat gr
 template <typename S>
 void Zero<S>::post_reduce_scatter(int u) {
   UnitState& s = units_[static_cast<size_t>(u)];
-  if (s.rs) complete_reduce_scatter(u);  // a previous micro-batch's, into the same slice
+  if (!s.rs.empty()) complete_reduce_scatter(u);  // a previous micro-batch's, into the same slices
   Backend<S>& be = model_.backend();
   s.posted = true;
   S* full = stage_ == 1 ? model_.grads() + s.lo : s.grad.data();
@@ -149,27 +161,31 @@ void Zero<S>::post_reduce_scatter(int u) {
     be.upload(full, &x, sizeof(S));
     fault_ = 0;
   }
-  dp_.order_after(be.stream());
-  if (stage_ == 1) {  // in place: the slice lands where the backend puts it (reduce_scatter_inplace_offset)
-    S* slice = full + dp_.reduce_scatter_inplace_offset(static_cast<size_t>(s.slice));
-    s.rs = dp_.ireduce_scatter(view(full, s.len), view(slice, s.slice), comm::RedOp::kSum);
-    return;
+  s.rs_into_scratch = stage_ == 3 && micro_ > 0 && !s.held;  // a held unit reduces once, at finish()
+  for (const Segment& g : s.segs) {
+    S* in = full + (g.lo - s.lo);
+    g.comm->order_after(be.stream());
+    if (stage_ == 1) {  // in place: the slice lands where the backend puts it (reduce_scatter_inplace_offset)
+      S* slice = in + g.comm->reduce_scatter_inplace_offset(static_cast<size_t>(g.slice));
+      s.rs.push_back(g.comm->ireduce_scatter(view(in, g.len), view(slice, g.slice), comm::RedOp::kSum));
+      continue;
+    }
+    S* dst = (s.rs_into_scratch ? scratch_.data() : gshard_.data()) + g.shard_off;
+    s.rs.push_back(g.comm->ireduce_scatter(view(in, g.len), view(dst, g.slice), comm::RedOp::kSum));
   }
-  s.rs_into_scratch = stage_ == 3 && micro_ > 0;
-  S* dst = (s.rs_into_scratch ? scratch_.data() : gshard_.data()) + s.shard_off;
-  s.rs = dp_.ireduce_scatter(view(full, s.len), view(dst, s.slice), comm::RedOp::kSum);
   if (stage_ == 3 && !plan_.overlap) complete_reduce_scatter(u);  // --no-overlap: wait at once
 }
 
 template <typename S>
 void Zero<S>::complete_reduce_scatter(int u) {
   UnitState& s = units_[static_cast<size_t>(u)];
-  if (!s.rs) return;
-  s.rs->wait();
-  s.rs.reset();
-  if (stage_ >= 2) s.grad.reset();  // the unit's full gradients are gone; the slice stays
+  if (s.rs.empty()) return;
+  for (auto& q : s.rs) q->wait();
+  s.rs.clear();
+  if (stage_ >= 2) s.grad.reset();  // the unit's full gradients are gone; the slices stay
   if (s.rs_into_scratch)             // a later micro-batch: accumulate into the shard
-    model_.backend().add(gshard_.data() + s.shard_off, scratch_.data() + s.shard_off, s.slice);
+    for (const Segment& g : s.segs)
+      model_.backend().add(gshard_.data() + g.shard_off, scratch_.data() + g.shard_off, g.slice);
   s.rs_into_scratch = false;
 }
 
@@ -177,19 +193,20 @@ template <typename S>
 void Zero<S>::poll() {
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
-    if (s.rs && s.rs->test()) complete_reduce_scatter(static_cast<int>(u));
-    if (s.gather) s.gather->test();
+    if (!s.rs.empty() && std::all_of(s.rs.begin(), s.rs.end(), [](auto& q) { return q->test(); }))
+      complete_reduce_scatter(static_cast<int>(u));
+    for (auto& q : s.gather) q->test();
   }
 }
 
 template <typename S>
 void Zero<S>::finish() {
   armed_ = false;
-  if (stage_ <= 2) {  // stages 1 and 2 reduce after the last micro-batch: post what remains
-    for (size_t u = 0; u < units_.size(); ++u) {
-      UnitState& s = units_[u];
-      if (!s.posted) post_reduce_scatter(static_cast<int>(u));
-    }
+  // Stages 1 and 2 reduce after the last micro-batch: post what remains; stage 3 its held unit
+  // (a tied embedding's, its micro-batches' gradients summed over the embedding group first).
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitState& s = units_[u];
+    if (!s.posted && (stage_ <= 2 || s.held)) post_reduce_scatter(static_cast<int>(u));
   }
   for (UnitState& s : units_) s.posted = false;  // the next step reduces every unit again
   for (size_t u = 0; u < units_.size(); ++u) complete_reduce_scatter(static_cast<int>(u));
@@ -203,8 +220,11 @@ void Zero<S>::post_gather(int u) {
   if (s.gathered.data() != nullptr) return;  // held, or already on its way
   Backend<S>& be = model_.backend();
   s.gathered = BackendArray<S, S>(be, s.len, &model_.memory(), MemCat::kParams);
-  dp_.order_after(be.stream());  // the optimizer wrote the shard on the compute stream
-  s.gather = dp_.iall_gather(view(pshard_.data() + s.shard_off, s.slice), view(s.gathered.data(), s.len));
+  for (const Segment& g : s.segs) {
+    g.comm->order_after(be.stream());  // the optimizer wrote the shard on the compute stream
+    s.gather.push_back(g.comm->iall_gather(view(pshard_.data() + g.shard_off, g.slice),
+                                           view(s.gathered.data() + (g.lo - s.lo), g.len)));
+  }
 }
 
 template <typename S>
@@ -215,13 +235,13 @@ void Zero<S>::acquire(int u, char phase) {
     const std::vector<int>& seq = phase == 'F' ? order_f_ : order_b_;
     const auto at = std::find(seq.begin(), seq.end(), u);
     for (auto it = at == seq.end() ? at : at + 1; it != seq.end() && it - at <= plan_.prefetch; ++it) post_gather(*it);
-    if (s.gather) {
-      s.gather->wait();
-      s.gather.reset();
+    if (!s.gather.empty()) {
+      for (auto& q : s.gather) q->wait();
+      s.gather.clear();
       model_.backend().written(s.gathered.data(), s.gathered.bytes());
     }
   }
-  if (phase == 'B' && s.rs) complete_reduce_scatter(u);  // stage 3: the last micro-batch's
+  if (phase == 'B' && !s.rs.empty()) complete_reduce_scatter(u);  // stage 3: the last micro-batch's
   if (phase == 'B' && s.grad.data() == nullptr) {
     s.grad = BackendArray<S, S>(model_.backend(), s.len, &model_.memory(), MemCat::kGrads);  // zeroed
   }
@@ -230,10 +250,10 @@ void Zero<S>::acquire(int u, char phase) {
 template <typename S>
 void Zero<S>::release(int u, char phase) {
   UnitState& s = units_[static_cast<size_t>(u)];
-  if (phase == 'B' && (stage_ == 3 || (last_ && plan_.overlap && !s.held))) post_reduce_scatter(u);
+  if (phase == 'B' && !s.held && (stage_ == 3 || (last_ && plan_.overlap))) post_reduce_scatter(u);
   if (stage_ == 3 && !(plan_.keep_params && !(phase == 'B' && last_))) {
-    if (s.gather) s.gather->wait();
-    s.gather.reset();
+    for (auto& q : s.gather) q->wait();
+    s.gather.clear();
     s.gathered.reset();
   }
 }
@@ -254,21 +274,24 @@ S* Zero<S>::grads(int u) {
 template <typename S>
 void Zero<S>::optimizer_step(const AdamWConfig& cfg, int t) {
   std::vector<typename Gpt<S>::OptPiece> pieces;
-  for (const UnitState& s : units_) {
-    const int64_t lo = s.lo + r_ * s.slice;
-    S* p = stage_ == 3 ? pshard_.data() + s.shard_off : model_.params() + lo;
-    const S* g = stage_ == 1 ? model_.grads() + s.lo + dp_.reduce_scatter_inplace_offset(static_cast<size_t>(s.slice))
-                             : gshard_.data() + s.shard_off;
-    pieces.push_back({lo, lo + s.slice, p, g, s.shard_off});
-  }
+  for (const UnitState& s : units_)
+    for (const Segment& g : s.segs) {
+      const int64_t lo = g.lo + g.r * g.slice;
+      S* p = stage_ == 3 ? pshard_.data() + g.shard_off : model_.params() + lo;
+      const S* gr = stage_ == 1 ? model_.grads() + g.lo + g.comm->reduce_scatter_inplace_offset(static_cast<size_t>(g.slice))
+                                : gshard_.data() + g.shard_off;
+      pieces.push_back({lo, lo + g.slice, p, gr, g.shard_off});
+    }
   model_.update_pieces(pieces, cfg, t);
   if (stage_ == 3) return;  // the next forward gathers the updated slices
   Backend<S>& be = model_.backend();
-  dp_.order_after(be.stream());
   std::vector<std::unique_ptr<comm::Request>> reqs;
-  for (const UnitState& s : units_)  // in place: my slice sits at its place in the unit
-    reqs.push_back(dp_.iall_gather(view(model_.params() + s.lo + r_ * s.slice, s.slice),
-                                   view(model_.params() + s.lo, s.len)));
+  for (const UnitState& s : units_)  // in place: my slice sits at its place in the segment
+    for (const Segment& g : s.segs) {
+      g.comm->order_after(be.stream());
+      reqs.push_back(g.comm->iall_gather(view(model_.params() + g.lo + g.r * g.slice, g.slice),
+                                         view(model_.params() + g.lo, g.len)));
+    }
   for (auto& q : reqs) q->wait();
   be.written(model_.params(), sizeof(S) * static_cast<size_t>(model_.layout().total()));
 }
@@ -279,10 +302,13 @@ template <typename S>
 std::vector<S> Zero<S>::gather_full(const S* shard) {
   Backend<S>& be = model_.backend();
   BackendArray<S, S> full(be, model_.layout().total());
-  dp_.order_after(be.stream());  // the shard was written on the compute stream
   for (const UnitState& s : units_)
-    dp_.all_gather(view(const_cast<S*>(shard) + s.shard_off, s.slice), view(full.data() + s.lo, s.len));
+    for (const Segment& g : s.segs) {
+      g.comm->order_after(be.stream());  // the shard was written on the compute stream
+      g.comm->all_gather(view(const_cast<S*>(shard) + g.shard_off, g.slice), view(full.data() + g.lo, g.len));
+    }
   dp_.synchronize();  // NCCL queues even the blocking forms on its stream
+  if (edp_) edp_->synchronize();
   std::vector<S> host(static_cast<size_t>(full.size()));
   be.download(host.data(), full.data(), full.bytes());
   return host;
@@ -295,8 +321,9 @@ std::vector<S> Zero<S>::full_grads() {
   Backend<S>& be = model_.backend();
   BackendArray<S, S> shard(be, shard_elems_);
   for (const UnitState& s : units_)
-    be.copy(shard.data() + s.shard_off,
-            model_.grads() + s.lo + dp_.reduce_scatter_inplace_offset(static_cast<size_t>(s.slice)), s.slice);
+    for (const Segment& g : s.segs)
+      be.copy(shard.data() + g.shard_off,
+              model_.grads() + g.lo + g.comm->reduce_scatter_inplace_offset(static_cast<size_t>(g.slice)), g.slice);
   return gather_full(shard.data());
 }
 
@@ -307,25 +334,43 @@ std::vector<S> Zero<S>::full_params() {
 
 template <typename S>
 std::vector<AnalyticBytes> Zero<S>::analytic() const {
-  return zero_analytic(static_cast<uint64_t>(model_.layout().total()) * sizeof(S), stage_, d_, plan_.micro_batches,
-                       plan_.keep_params);
+  uint64_t held = 0, dense = 0, experts = 0;
+  for (const UnitState& s : units_) {
+    held += s.held ? static_cast<uint64_t>(s.len) * sizeof(S) : 0;
+    for (const Segment& g : s.segs) (g.comm == &dp_ ? dense : experts) += static_cast<uint64_t>(g.len) * sizeof(S);
+  }
+  std::vector<AnalyticBytes> a = zero_analytic(dense, stage_, d_, plan_.micro_batches, plan_.keep_params, held);
+  if (edp_) {
+    const std::vector<AnalyticBytes> e =
+        zero_analytic(experts, stage_, edp_->size(), plan_.micro_batches, plan_.keep_params, 0, "edp");
+    a.insert(a.end(), e.begin(), e.end());
+  }
+  return a;
 }
 
-std::vector<AnalyticBytes> zero_analytic(uint64_t P, int stage, int d, int micro_batches, bool keep_params) {
+std::vector<AnalyticBytes> zero_analytic(uint64_t P, int stage, int d, int micro_batches, bool keep_params,
+                                         uint64_t held, const char* dim) {
   if (d <= 1) return {};  // a group of one issues no call (RecordingComm)
   const double f = double(d - 1) / d;
   const uint64_t m = static_cast<uint64_t>(micro_batches);
   uint64_t rs = P, ag = P;
   if (stage == 3) {
-    rs = P * m;                           // every micro-batch's gradients
-    ag = keep_params ? P : 2 * P * m;     // forward and backward of every micro-batch
+    rs = (P - held) * m + held;        // every micro-batch's gradients; a held unit's once
+    ag = keep_params ? P : 2 * P * m;  // forward and backward of every micro-batch
   }
-  return {{"dp", "reduce_scatter", rs, f * double(rs)}, {"dp", "all_gather", ag, f * double(ag)}};
+  return {{dim, "reduce_scatter", rs, f * double(rs)}, {dim, "all_gather", ag, f * double(ag)}};
 }
 
 StateBytes zero_state_bytes(int64_t flat_elements, int scalar_bytes, int stage, int d) {
   const double P = double(flat_elements) * scalar_bytes;
   return {stage >= 3 ? P / d : P, stage >= 2 ? P / d : P, stage >= 1 ? 2 * P / d : 2 * P};
+}
+
+StateBytes zero_state_bytes(int64_t flat_elements, int64_t expert_elements, int scalar_bytes, int stage, int d,
+                            int edp) {
+  const StateBytes a = zero_state_bytes(flat_elements - expert_elements, scalar_bytes, stage, d);
+  const StateBytes b = zero_state_bytes(expert_elements, scalar_bytes, stage, std::max(1, edp));
+  return {a.params + b.params, a.grads + b.grads, a.optimizer + b.optimizer};
 }
 
 template class Zero<float>;
