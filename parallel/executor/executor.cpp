@@ -94,10 +94,12 @@ class StepRun {
     env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, a.micro);
     const size_t first_op = tr_.ops.size();
     const double t0 = core::now_seconds();
-    if (pipe_)  // the last micro-batch syncs SP's norm gradients
-      pipe_->backward(a, scale_, a.micro == m_ - 1);
+    // the last micro-batch syncs SP's norm gradients (ZeRO-3: every micro-batch)
+    const bool sync = a.micro == m_ - 1 || (env_.sync && env_.sync->reduces_every_micro_batch());
+    if (pipe_)
+      pipe_->backward(a, scale_, sync);
     else
-      env_.model.backward(scale_, a.micro == m_ - 1);
+      env_.model.backward(scale_, sync);
     end_pass(first_op, a, 'B', t0);
   }
 

@@ -35,7 +35,7 @@ void PipeExchange<S>::recv_gradient(const Action& a) {
 }
 
 template <typename S>
-void PipeExchange<S>::backward(const Action& a, S scale, bool last) {
+void PipeExchange<S>::backward(const Action& a, S scale, bool sync) {
   auto it = act_sends_.find({a.chunk, a.micro});  // its output was delivered: the peer sent this gradient
   if (it != act_sends_.end()) {
     it->second->wait();
@@ -44,7 +44,7 @@ void PipeExchange<S>::backward(const Action& a, S scale, bool last) {
   const int vs = pipe_.virtual_stage(a.chunk);
   const S* dout = vs == pipe_.last_virtual_stage() ? nullptr : dout_.data();
   din_ = vs == 0 ? nullptr : free_buffer();
-  model_.backward_chunk(a.chunk, a.micro, scale, dout, din_, last);
+  model_.backward_chunk(a.chunk, a.micro, scale, dout, din_, sync);
 }
 
 template <typename S>

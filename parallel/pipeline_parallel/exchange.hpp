@@ -50,8 +50,9 @@ class PipeExchange {
   void send_activation(const Action& a);
   void recv_gradient(const Action& a);
   // The backward of (chunk, micro): from the loss or the received gradient, into a fresh send
-  // buffer unless this is virtual stage 0.
-  void backward(const Action& a, S scale, bool last);
+  // buffer unless this is virtual stage 0. sync: sum the replicated parameters' gradients over
+  // tensor parallel (sequence parallel's norms) after it.
+  void backward(const Action& a, S scale, bool sync);
   void send_gradient(const Action& a);
   void drain();  // waits for every posted send
 

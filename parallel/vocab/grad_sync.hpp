@@ -51,6 +51,11 @@ class GradSync {
   // last stage) must be summed before finish() (a strategy that reduce-scatters in place
   // leaves only its slice valid) rather than after it (an all-reduce leaves all of it).
   virtual bool sums_tied_embedding_first() const { return false; }
+  // True when the gradients leave the model after every micro-batch's backward (ZeRO-3's
+  // reduce-scatter per micro-batch), so that the tensor-parallel sums of replicated
+  // parameters' gradients (sequence parallel's norms, the MoE router) run every micro-batch
+  // rather than once after the last.
+  virtual bool reduces_every_micro_batch() const { return false; }
 };
 
 }  // namespace meshbench::parallel
