@@ -50,9 +50,6 @@ void validate_context_parallel(const Plan& p) {
   }
   if (p.sp && (m.seq / c) % t != 0)
     throw UsageError(fmt::format("--sp with --mesh cp={},tp={}: --seq {} / cp must be divisible by tp", c, t, m.seq));
-  if (m.moe_blocks() > 0)
-    throw UsageError(fmt::format("--mesh cp={} with --experts: context parallel with MoE blocks is not available in "
-                                 "this build", c));
 }
 
 }  // namespace meshbench::parallel

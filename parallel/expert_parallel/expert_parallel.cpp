@@ -11,7 +11,28 @@ namespace meshbench::parallel {
 
 using core::UsageError;
 
+namespace {
+
+// MoE blocks whose micro-batch is split over ranks (context parallel's chunks, sequence
+// parallel's shards): each rank routes its own rows (moe.hpp, MoeTokens).
+void validate_token_split(const Plan& p) {
+  const GptConfig& m = p.model;
+  const bool sp = p.sp && p.degrees.tp > 1;
+  if (m.moe_blocks() == 0 || (p.degrees.cp < 2 && !sp)) return;
+  const std::string split = p.degrees.cp > 1 ? fmt::format("--mesh cp={}", p.degrees.cp) : std::string("--sp");
+  if (m.capacity_factor > 0)
+    throw UsageError(fmt::format("--capacity-factor {} with {} and MoE blocks: capacity keeps each expert's first "
+                                 "assignments in the micro-batch's token order, which no rank of a split sequence "
+                                 "sees whole; use --capacity-factor 0 (dropless)", m.capacity_factor, split));
+  if (p.routing.mode != core::RoutingMode::kLearned)
+    throw UsageError(fmt::format("--routing with {}: a fixed workload assigns the whole micro-batch's tokens, which "
+                                 "no rank of a split sequence holds; use --routing learned", split));
+}
+
+}  // namespace
+
 void validate_expert_parallel(const Plan& p) {
+  validate_token_split(p);
   const int ep = p.degrees.ep;
   if (ep < 2) return;
   const GptConfig& m = p.model;
@@ -21,6 +42,28 @@ void validate_expert_parallel(const Plan& p) {
     throw UsageError(fmt::format("--mesh ep={}: --experts {} must be divisible by ep (each rank holds E/ep experts)", ep, m.experts));
   if (m.top_k > m.experts)
     throw UsageError(fmt::format("--top-k {}: must be <= --experts {}", m.top_k, m.experts));
+}
+
+std::vector<AnalyticBytes> moe_split_analytic(const Plan& p, int sb, int moe_layers) {
+  const GptConfig& c = p.model;
+  const int t = p.degrees.tp, cp = p.degrees.cp;
+  const bool sp = p.sp && t > 1;
+  if (moe_layers == 0 || (cp < 2 && !sp)) return {};
+  const uint64_t m = static_cast<uint64_t>(p.micro_batches), L = static_cast<uint64_t>(moe_layers),
+                 s = static_cast<uint64_t>(sb);
+  const uint64_t stats = m * L * 2 * static_cast<uint64_t>(c.experts) * s;
+  auto row = [&](const char* dim, uint64_t payload, int n) {
+    return AnalyticBytes{dim, std::string(comm::name(comm::Collective::kAllReduce)), payload,
+                         wire_bytes(comm::Collective::kAllReduce, payload, n)};
+  };
+  std::vector<AnalyticBytes> a;
+  if (sp) {
+    const uint64_t syncs = p.zero == 3 ? m : 1;
+    const uint64_t grads = syncs * L * static_cast<uint64_t>(moe_sp_sync_elements(c, EpSpec{p.degrees.ep, 0})) * s;
+    a.push_back(row("tp", stats + grads, t));
+  }
+  if (cp > 1) a.push_back(row("cp", stats, cp));
+  return a;
 }
 
 std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int sb) {

@@ -13,7 +13,8 @@
 namespace meshbench::parallel {
 
 // The expert-parallel rules: ep > 1 needs MoE blocks, --experts divisible by ep, top-k <= E;
-// no ZeRO with ep in this build.
+// MoE blocks under a token split (cp > 1, or --sp) route dropless (--capacity-factor 0) with
+// the learned router.
 void validate_expert_parallel(const Plan& plan);
 
 // This rank's "ep" all_to_all (counts: E values per MoE block per forward) and all_to_allv
@@ -21,6 +22,13 @@ void validate_expert_parallel(const Plan& plan);
 // the rows its experts received, and the backward both again) over the timed steps, from its
 // routing totals: AnalyticBytes::total is exact, payload and wire the mean per step. Empty
 // unless ep > 1.
+// The MoE blocks' traffic over the groups a micro-batch's tokens are split over (MoeTokens):
+// per MoE block and micro-batch the routed counts and probability sums (2E values)
+// all-reduced over tp (under --sp) and over cp; under --sp the router's gradients (and at
+// ep = 1 the experts') summed over tp once per step (ZeRO-3: per micro-batch).
+// `moe_layers`: this rank's MoE blocks.
+std::vector<AnalyticBytes> moe_split_analytic(const Plan& p, int scalar_bytes, int moe_layers);
+
 std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int scalar_bytes);
 
 }  // namespace meshbench::parallel

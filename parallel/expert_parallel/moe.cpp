@@ -36,10 +36,12 @@ int64_t moe_routing_ints(const GptConfig& c, const EpSpec& ep) {
   return 2 * c.tokens() * c.top_k + 2 * c.experts + 1 + (ep.size > 1 ? moe_local_rows(c, ep) : 0);
 }
 
-MoeMemory moe_memory(const GptConfig& c, int64_t sb, const EpSpec& ep, int tp) {
+MoeMemory moe_memory(const GptConfig& whole, int64_t sb, const EpSpec& ep, int tp, const MoeTokens& tokens) {
   MoeMemory m;
-  const int64_t L = c.moe_blocks();
+  const int64_t L = whole.moe_blocks();
   if (L == 0) return m;
+  const GptConfig c = moe_local_config(whole, tokens);  // the rank's rows
+  const int64_t Nd = whole.tokens() / std::max(1, tokens.cp);  // the dense MLP's rows
   const int64_t C = c.hidden, F = c.ffn, E = c.experts, k = c.top_k, N = c.tokens(),
                 R = moe_rows(c), RL = moe_local_rows(c, ep), el = E / ep.size, Ft = F / std::max(1, tp);
   const int64_t expert = F * C + F + C * F + C, dense_mlp = Ft * C + Ft + C * Ft + C;
@@ -49,12 +51,27 @@ MoeMemory moe_memory(const GptConfig& c, int64_t sb, const EpSpec& ep, int tp) {
   // h, hg hold the local experts' RL rows; expert parallel adds x_local, y_local (RL,C) and
   // the received rows' places (RL int32).
   const int64_t epx = ep.size > 1 ? RL : 0;
-  m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C - 2 * N * Ft) * sb +
+  m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C - 2 * Nd * Ft) * sb +
                             moe_routing_ints(c, ep) * 4);
   // dlogits (N,E), dgates (N,k), dyp (R,C), dh (R,F), dxr (N,C), dprobs, zero bias, dbias (E)
   // (expert parallel: received rows and d(local rows) (RL,C), the counts 2E)
-  m.buffer_bytes = (N * E + N * k + R * C + RL * F + N * C + 3 * E + (ep.size > 1 ? 2 * RL * C + 2 * E : 0)) * sb;
+  // (a token split: the routed counts and probability sums, 2E)
+  m.buffer_bytes = (N * E + N * k + R * C + RL * F + N * C + 3 * E + (ep.size > 1 ? 2 * RL * C + 2 * E : 0) +
+                    (tokens.parts > 1 ? 2 * E : 0)) * sb;
   return m;
+}
+
+GptConfig moe_local_config(const GptConfig& c, const MoeTokens& t) {
+  GptConfig l = c;
+  l.seq = c.seq / std::max(1, t.parts);
+  return l;
+}
+
+int64_t moe_sp_sync_elements(const GptConfig& c, const EpSpec& ep) {
+  if (ep.size > 1) return int64_t{c.experts} * c.hidden;  // the router (the experts reduce over edp)
+  Layout l;  // the router and every expert, as laid out in a block (entries 16-aligned)
+  moe_add_params(l, c, "h.0.", ep);
+  return l.total();
 }
 
 int64_t moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep,
@@ -144,6 +161,7 @@ void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem, int copies) {
   dgates_ = BackendArray<S, S>(be, N * k, mem, kBuf);
   dyp_ = BackendArray<S, S>(be, R * C, mem, kBuf);
   dh_ = BackendArray<S, S>(be, RL * F, mem, kBuf);
+  if (tok_.parts > 1) stats_ = BackendArray<S, S>(be, 2 * E, mem, kBuf);
   if (ep_.size > 1) {
     recv_ = BackendArray<S, S>(be, RL * C, mem, kBuf);
     dyl_ = BackendArray<S, S>(be, RL * C, mem, kBuf);
@@ -216,19 +234,19 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   r.routed.assign(host.begin(), host.begin() + E);
   r.offsets.assign(host.begin() + E, host.end());
   r.prob_sum.assign(psum.begin(), psum.end());
-  double fp = 0;
   int64_t routed_total = 0;
-  for (int e = 0; e < E; ++e) {
-    fp += r.routed[e] * r.prob_sum[e];
-    routed_total += r.routed[e];
-  }
+  for (int e = 0; e < E; ++e) routed_total += r.routed[e];
   r.dropped = routed_total - r.kept();
   totals_.routed += routed_total;
   totals_.dropped += r.dropped;
   totals_.forwards += 1;
   for (int e = 0; e < E; ++e)
     totals_.worst_expert = std::max<int64_t>(totals_.worst_expert, r.offsets[e + 1] - r.offsets[e]);
-  r.aux = c_.aux_loss_coef * E * fp / (static_cast<double>(N) * N * k);
+  sum_over_token_groups(r);  // the micro-batch's counts and sums (a token split adds the other ranks')
+  double fp = 0;
+  for (int e = 0; e < E; ++e) fp += r.routed_all[e] * r.prob_sum[e];
+  const double T = static_cast<double>(total_);
+  r.aux = c_.aux_loss_coef * E * fp / (T * T * k);
 
   if (sliced()) restrict_to_slice(layer);
   timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_permute_forward(acts + a.xp, x, slot, N, C, k); });
@@ -257,8 +275,28 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
 }
 
 template <typename S>
+void MoeMlp<S>::sum_over_token_groups(MoeRouting& r) {
+  const int E = c_.experts;
+  r.routed_all.assign(r.routed.begin(), r.routed.end());
+  if (tok_.parts <= 1) return;
+  std::vector<S> host(static_cast<size_t>(2 * E));
+  for (int e = 0; e < E; ++e) {
+    host[size_t(e)] = static_cast<S>(r.routed[e]);  // exact: counts below 2^24
+    host[size_t(E + e)] = static_cast<S>(r.prob_sum[e]);
+  }
+  be_->upload(stats_.data(), host.data(), sizeof(S) * host.size());
+  for (GroupComm<S>* g : {split_tp_, split_cp_})
+    if (g != nullptr && g->size() > 1) g->all_reduce(stats_.data(), 2 * int64_t{E});
+  be_->download(host.data(), stats_.data(), sizeof(S) * host.size());
+  for (int e = 0; e < E; ++e) {
+    r.routed_all[size_t(e)] = static_cast<double>(host[size_t(e)]);
+    r.prob_sum[size_t(e)] = static_cast<double>(host[size_t(E + e)]);
+  }
+}
+
+template <typename S>
 bool MoeMlp<S>::sliced() const {
-  return ep_.size > 1 && tp_ != nullptr && tp_->size() > 1;
+  return ep_.size > 1 && tp_ != nullptr && tp_->size() > 1 && !tok_.sp;
 }
 
 template <typename S>
@@ -432,11 +470,14 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
   if (ep) totals_.ep.combine_s += combine(layer, dyp, dyl, timed);
   timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_permute_backward(dx, dyp, slot, N, C, k); });
   if (sliced()) tp_->all_reduce(dx, int64_t{N} * C);  // this slice's rows, the others' added
-  // d aux / d probs[n, e] = coef * E * routed_e / (N^2 k), times the loss scale.
+  // d aux / d probs[n, e] = coef * E * routed_e / (N^2 k) over the micro-batch's N tokens and
+  // counts, times the loss scale; under context parallel the scale holds 1/cp, which this
+  // rank's share of a micro-batch-wide term does not have, so times cp.
   std::vector<S> dprobs(static_cast<size_t>(E));
+  const double T = static_cast<double>(total_);
   for (int e = 0; e < E; ++e)
-    dprobs[e] = static_cast<S>(static_cast<double>(loss_scale) * c_.aux_loss_coef * E *
-                               r.routed[e] / (static_cast<double>(N) * N * k));
+    dprobs[e] = static_cast<S>(static_cast<double>(loss_scale) * tok_.cp * c_.aux_loss_coef * E *
+                               r.routed_all[e] / (T * T * k));
   be.upload(dprobs_.data(), dprobs.data(), sizeof(S) * dprobs.size());
   timed({Op::kRouter, "", 0, 0, 0, 0.0}, [&] {
     be.moe_topk_backward(dlogits_.data(), dgates_.data(), dprobs_.data(), acts + a.probs,

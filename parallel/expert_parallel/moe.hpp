@@ -29,6 +29,12 @@
 //   (counts), so d aux / d probs[n, e] = coef * E * routed_e / (N^2 k).
 // Capacity (--capacity-factor F > 0): each expert keeps its first ceil(F * N * k / E)
 // assignments in token order; F = 0 keeps all of them (dropless).
+// Context parallel and sequence parallel (MoeTokens): the micro-batch's N tokens are split
+// over `parts` ranks (cp chunks, and the tp shards under --sp), and each rank routes and
+// dispatches its own rows (Megatron's MoE under CP and SP). The aux loss stays the micro-batch's:
+// routed_e and the probability sums are all-reduced over the token groups (tp, cp) before
+// it, and d aux / d probs uses them. Capacity is in token order over the micro-batch, which
+// no rank sees whole, so a split needs dropless routing (the plan's rule).
 #pragma once
 
 #include <cstdint>
@@ -53,9 +59,19 @@ struct EpSpec {
   int size = 1, rank = 0;
 };
 
+// How a micro-batch's tokens are split over ranks that run the same MoE block on different
+// rows: `parts` = cp x (tp under sequence parallel); `cp`, the context-parallel share of it
+// (the loss scale holds 1/cp, so the aux gradient is scaled back by cp); `sp`: sequence
+// parallel (each tp rank its own rows, not the sliced all-reduce mode).
+struct MoeTokens {
+  int parts = 1, cp = 1;
+  bool sp = false;
+};
+
 // What one MoE block's routing did in the last forward (host copies).
 struct MoeRouting {
-  std::vector<int32_t> routed;    // (E) assignments per expert before drops
+  std::vector<int32_t> routed;    // (E) assignments per expert before drops (this rank's rows)
+  std::vector<double> routed_all; // (E) the micro-batch's, summed over the token groups (aux)
   std::vector<int32_t> offsets;   // (E+1) rows kept per expert, as prefix sums
   std::vector<double> prob_sum;   // (E) sum over the N rows of the router probabilities
   double aux = 0;                 // this block's aux loss term (coef included)
@@ -102,12 +118,22 @@ int64_t moe_local_rows(const GptConfig& c, const EpSpec& ep);
 int64_t moe_routing_ints(const GptConfig& c, const EpSpec& ep = {});
 // tp: the tensor-parallel degree; the replaced dense MLP is the rank's F/tp slice (the experts
 // are whole on every tensor-parallel rank, etp = 1).
-MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes, const EpSpec& ep = {}, int tp = 1);
+// tokens: a token split (context parallel, sequence parallel): the MoE terms on the rank's
+// share, the replaced dense MLP on the b x s / cp rows it runs on.
+MoeMemory moe_memory(const GptConfig& c, int64_t scalar_bytes, const EpSpec& ep = {}, int tp = 1,
+                     const MoeTokens& tokens = {});
 // Appends one MoE block's parameter entries (prefix "h.3.") where the dense MLP's would be:
 // moe.router.weight (E,C), then per expert e (the global index) moe.expert.<e>.fc.weight
 // (F,C), .fc.bias (F), .proj.weight (C,F), .proj.bias (C).
 // With ep: only this rank's experts. pad_multiple > 1: the experts start a multiple of it past
 // unit_lo (ZeRO's expert segment). Returns the offset of the first expert entry.
+// The gradient elements of one MoE block that sequence parallel sums over tp (its rows are
+// split, its weights not): the router, and with ep = 1 the experts after it (layout gaps
+// included: one contiguous range).
+int64_t moe_sp_sync_elements(const GptConfig& c, const EpSpec& ep);
+// A MoE block's config on one rank of a token split (MoeTokens): seq / parts, so that
+// tokens() counts the rank's rows.
+GptConfig moe_local_config(const GptConfig& c, const MoeTokens& t);
 int64_t moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep = {},
                        int64_t unit_lo = 0, int64_t pad_multiple = 1);
 // The flat ranges [lo, hi) holding this rank's expert tensors (one per MoE block: its experts
@@ -124,8 +150,10 @@ class MoeMlp {
   // per row. Unset: the router's learned top-k.
   using Assignment = std::function<void(int layer, const int32_t* tokens, int step, int32_t* idx)>;
 
-  explicit MoeMlp(const GptConfig& c, EpSpec ep = {})
-      : c_(c), ep_(ep), w_(c.layers), a_(c.layers), routing_(c.layers) {}
+  // c: the whole micro-batch's config; with a token split the MLP runs on its share.
+  explicit MoeMlp(const GptConfig& c, EpSpec ep = {}, MoeTokens tokens = {})
+      : c_(moe_local_config(c, tokens)), ep_(ep), tok_(tokens), total_(c.tokens()), w_(c.layers), a_(c.layers),
+        routing_(c.layers) {}
 
   // Construction: block `layer`'s parameters found by name in the model's layout (offsets
   // relative to its unit's start `unit_lo`), then its activations added to `acts`.
@@ -153,6 +181,17 @@ class MoeMlp {
   // d(gates) and d(x) are all-reduced over tp. Without expert parallel every tp rank runs the
   // whole MoE (replicated).
   void set_tp_comm(GroupComm<S>* tp) { tp_ = tp; }
+  // The groups the micro-batch's tokens are split over (MoeTokens: tp under --sp, cp); the
+  // aux loss's statistics are summed over them. Null: none.
+  void set_token_comms(GroupComm<S>* tp, GroupComm<S>* cp) {
+    split_tp_ = tp;
+    split_cp_ = cp;
+  }
+  // Block `layer`'s range that sequence parallel sums over tp (offset from the unit start,
+  // elements): moe_sp_sync_elements from the router.
+  std::pair<int64_t, int64_t> sp_sync_range(int layer) const {
+    return {w_[static_cast<size_t>(layer)].router_w, moe_sp_sync_elements(c_, ep_)};
+  }
   const EpSpec& ep() const { return ep_; }
 
   // out (N,C) += MoE(x). p: the block's parameters (its unit's start); acts: the model's
@@ -201,10 +240,16 @@ class MoeMlp {
   void experts_forward(int layer, const S* p, S* acts, const Timed& timed);
   void experts_backward(int layer, const S* p, S* g, S* acts, S* dyl, const Timed& timed);
 
-  GptConfig c_;
+  GptConfig c_;  // with a token split: this rank's share (moe_local_config)
   EpSpec ep_;
+  MoeTokens tok_;
+  int64_t total_;  // the micro-batch's tokens (the aux loss's N)
   GroupComm<S>* comm_ = nullptr;
   GroupComm<S>* tp_ = nullptr;
+  GroupComm<S>* split_tp_ = nullptr;
+  GroupComm<S>* split_cp_ = nullptr;
+  // The micro-batch's routed counts and probability sums (token split: summed over the groups).
+  void sum_over_token_groups(MoeRouting& r);
   bool sliced() const;
   // Tensor parallel x expert parallel: keeps this tp rank's slice of the kept assignments
   // (slot and routing offsets rewritten, expert-major, token order).
@@ -227,6 +272,7 @@ class MoeMlp {
   BackendArray<int32_t, S> ints_;
   BackendArray<S, S> dlogits_, dgates_, dyp_, dh_, dxr_, dprobs_, zero_bias_, dbias_scratch_;
   BackendArray<S, S> recv_, dyl_, cnt_;  // expert parallel: received rows, d(local rows), counts
+  BackendArray<S, S> stats_;             // token split: routed counts and probability sums (2E)
 };
 
 extern template class MoeMlp<float>;

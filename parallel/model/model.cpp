@@ -38,9 +38,8 @@ const char* op_name(Op op) {
 
 template <typename S>
 Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
-    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)), moe_(cfg, opts.ep) {
-  if (cfg.moe_blocks() > 0 && opts.tp.size > 1 && opts.tp.mode.sp)
-    throw core::UsageError("--experts with sequence parallel: not available (the plan refuses it)");
+    : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)),
+      moe_(cfg, opts.ep, moe_tokens(opts)) {
   ParamTable pt = param_table(cfg, opts);
   layout_ = std::move(pt.layout);
   units_ = std::move(pt.units);
@@ -496,6 +495,10 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
                           a + x.ln1_rstd, n, C);
   });
   if (sync_replicated) sync_norm_grads(g + w.ln1_w, w.ln2_b + C - w.ln1_w);
+  if (sync_replicated && cfg_.is_moe(l)) {  // SP: the router (and whole experts at ep = 1) saw this rank's rows only
+    const auto [at, n] = moe_.sp_sync_range(l);
+    sync_norm_grads(g + at, n);
+  }
 }
 
 template <typename S>

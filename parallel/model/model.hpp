@@ -101,6 +101,13 @@ struct GptOptions {
   std::optional<StageSpec> stage;
 };
 
+// How the model's MoE blocks split the micro-batch's tokens (moe.hpp): over context
+// parallel's chunks, and under sequence parallel over the tensor-parallel shards too.
+inline MoeTokens moe_tokens(const GptOptions& o) {
+  const int cp = std::max(1, o.cp.size), sp = o.tp.size > 1 && o.tp.mode.sp ? o.tp.size : 1;
+  return MoeTokens{cp * sp, cp, sp > 1};
+}
+
 // Where a unit's parameters and gradients live while the model uses them. acquire(u, phase)
 // comes before the model reads unit u in phase 'F' or 'B', release(u, phase) after it is
 // done with it; params(u) and grads(u) point at element u.lo of the unit's arrays (the
@@ -142,8 +149,12 @@ class Gpt {
   void set_tp_comm(GroupComm<S>* tp) {
     tp_ = tp;
     moe_.set_tp_comm(tp);
+    moe_.set_token_comms(opts_.tp.mode.sp ? tp_ : nullptr, cp_);
   }
-  void set_cp_comm(GroupComm<S>* cp) { cp_ = cp; }
+  void set_cp_comm(GroupComm<S>* cp) {
+    cp_ = cp;
+    moe_.set_token_comms(opts_.tp.mode.sp ? tp_ : nullptr, cp_);
+  }
   void set_ep_comm(GroupComm<S>* ep) { moe_.set_comm(ep); }
   const CpSpec& cp() const { return opts_.cp; }
   const TpSpec& tp() const { return opts_.tp; }

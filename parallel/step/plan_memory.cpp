@@ -43,8 +43,8 @@ std::vector<int64_t> slot_bytes(const Plan& plan, const GptOptions& mo) {
   const int64_t dense = m1.activations - m0.activations;  // one dense block's activations
   const int64_t blocks = plan.model.moe_blocks();
   const int64_t moe = blocks == 0 ? 0
-                                  : moe_memory(plan.model, kScalar, mo.ep, mo.tp.size).activation_bytes / blocks -
-                                        moe_routing_ints(plan.model, mo.ep) * 4;  // a MoE block's extra
+                                  : moe_memory(plan.model, kScalar, mo.ep, mo.tp.size, moe_tokens(mo)).activation_bytes / blocks -
+                                        moe_routing_ints(moe_local_config(plan.model, moe_tokens(mo)), mo.ep) * 4;  // a MoE block's extra
   const int64_t head = m0.activations;  // the input, final norm, logits and losses
   const int64_t input = int64_t{tp_dims(plan.model, mo.tp, mo.cp).rows} * plan.model.hidden * kScalar;
   std::vector<int64_t> bytes;
@@ -63,7 +63,7 @@ int64_t routing_bytes(const Plan& plan, const GptOptions& mo) {
   int64_t blocks = 0;
   for (const auto& [lo, hi] : mo.stage->chunks)
     for (int l = lo; l < hi; ++l) blocks += plan.model.is_moe(l) ? 1 : 0;
-  return blocks * plan.micro_batches * moe_routing_ints(plan.model, mo.ep) * 4;
+  return blocks * plan.micro_batches * moe_routing_ints(moe_local_config(plan.model, moe_tokens(mo)), mo.ep) * 4;
 }
 
 }  // namespace

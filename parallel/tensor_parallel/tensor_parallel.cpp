@@ -40,8 +40,11 @@ std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool e
   const uint64_t norms = syncs * (L * (3 * a16 + C) + h * (a16 + C)) * static_cast<uint64_t>(sb);
   // all-gathers per micro-batch: 2 forward + 2 backward (+ 2 re-gathers) per layer, the head's
   // input (+ its re-gather), the embedding's backward; reduce-scatters: 4 per layer, the
-  // embedding's output and the head's input gradient. A pipeline stage has only its own.
-  const uint64_t ag = (L * (4 + 2 * r) + e + h * (1 + r)) * act, rs = (4 * L + e + h) * act;
+  // embedding's output and the head's input gradient. A pipeline stage has only its own. A MoE
+  // block has no fc/fcproj pair: its rows stay sequence-sharded (its own traffic is
+  // expert_parallel.hpp's moe_split_analytic), so 1 + r gathers and 2 reduce-scatters fewer.
+  const uint64_t ag = (L * (4 + 2 * r) - Lm * (2 + r) + e + h * (1 + r)) * act,
+                 rs = (4 * L - 2 * Lm + e + h) * act;
   return {row(comm::Collective::kAllReduce, m * h * ce + norms), row(comm::Collective::kAllGather, m * ag),
           row(comm::Collective::kReduceScatter, m * rs)};
 }
@@ -60,9 +63,6 @@ void validate_tensor_parallel(const Plan& p) {
   rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
   rule(c.ffn, "--ffn", "the MLP width is split over the group");
   if (p.sp && p.degrees.cp < 2) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
-  if (c.experts > 0 && p.sp)
-    throw UsageError(fmt::format("--experts {} with --sp: MoE blocks with sequence parallel are not available in this "
-                                 "build (tensor parallel's all-reduce mode is)", c.experts));
   if (c.experts > 0 && p.degrees.etp != 1)
     throw UsageError(fmt::format("--experts {} with --mesh tp={}: the experts are not split over tensor parallel in "
                                  "this build; add etp=1 to the mesh (whole experts, expert grid etp x ep x edp)",

@@ -28,10 +28,12 @@ bad 2 "--layers-per-stage: the entries sum to 5, not to --layers 4" --mesh pp=2 
 bad 2 "--layers-per-stage: 3 entries, but pp x vpp = 2 x 1 virtual stages need 2" --mesh pp=2 --layers 4 --layers-per-stage 2,1,1
 bad 2 "--layers-per-stage 2,x: 'x' is not an integer" --mesh pp=2 --layers 4 --layers-per-stage 2,x
 bad 2 "--vpp 2: model chunks per rank need --schedule interleaved" --mesh pp=2 --layers 4 --vpp 2
-# ZeRO-3 with pp stays refused (ZeRO-1/2, MoE blocks and ep with pp run: mpi.step_compose)
-bad 2 "--zero 3 with --mesh pp=2: ZeRO-3 all-gathers each unit's parameters before every micro-batch's forward and backward" --mesh pp=2 --layers 2 --zero 3
-bad 4 "--zero 3 with --mesh pp=2" --mesh pp=2,dp=2 --layers 2 --zero 3
-bad 4 "--sp with --mesh pp=2" --mesh tp=2,pp=2 --layers 2 --sp
+# ZeRO-3 and --sp run under pp (mpi.step_compose, mpi.step_seed_systems); what remains are rules
+bad 2 "--zero3-regather: applies to --zero 3 under a pipeline" --mesh dp=2 --zero 3 --zero3-regather
+bad 2 "--zero3-regather: applies to --zero 3 under a pipeline" --mesh pp=2 --layers 2 --zero 1 --zero3-regather
+bad 2 "--zero3-keep-params excludes --zero3-regather" --mesh pp=2 --layers 2 --zero 3 --zero3-keep-params --zero3-regather
+bad 2 "--capacity-factor 1.25 with --mesh cp=2 and MoE blocks: capacity keeps each expert's first assignments" --mesh cp=2 --experts 4 --capacity-factor 1.25
+bad 2 "--routing with --sp: a fixed workload assigns the whole micro-batch's tokens" --mesh tp=2,etp=1 --sp --experts 4 --routing balanced
 bad 2 "--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none" --mesh pp=2 --layers 2 --inject-fault 1
 bad 4 "--layers-per-stage: every virtual stage needs at least 1 layer (got 0)" --mesh pp=4 --layers 4 --layers-per-stage 2,1,1,0
 bad 2 "--micro-batches 0: must be at least 1" --mesh dp=2 --micro-batches 0

@@ -109,7 +109,8 @@ rule() {  # label, message pattern, args...
 dense=(--layers 1 --hidden 32 --heads 2 --seq 16 --vocab 64 --micro-batch 1 --threads 1)
 rule "ep=2 without MoE" "--mesh ep=2: expert parallel places experts on ranks; needs MoE blocks" --mesh ep=2 "${dense[@]}"
 rule "ep=2 with 3 experts" "--experts 3 must be divisible by ep" --mesh ep=2 "${dense[@]}" --experts 3 --top-k 1
-rule "ep=2 with --zero 1" "--mesh ep=2 with --zero 1" --mesh ep=2 "${dense[@]}" --experts 4 --zero 1
+rule "cp=2 with a capacity" "with --mesh cp=2 and MoE blocks: capacity keeps each expert's first assignments" \
+  --mesh cp=2 "${dense[@]}" --experts 4 --capacity-factor 1.0
 rule "--routing bogus" "--routing" "${dense[@]}" --experts 4 --routing bogus
 rule "--routing without MoE" "--routing balanced: a routing workload needs MoE blocks" "${dense[@]}" --routing balanced
 finish

@@ -42,7 +42,7 @@ same_message() {  # world args...
   else fail "$*: plan-only says '$msg', a real run '$(cat "$WORK/err")'"; fi
 }
 same_message 2 --mesh dp=3
-same_message 2 --mesh pp=2 --zero 3
+same_message 2 --mesh dp=2 --zero 3 --zero3-regather
 same_message 2 --mesh tp=2 --ffn 33
 same_message 2 --mesh pp=2 --layers 3
 same_message 2 --heads 3                        # refused by the shape's own rules (parse time)

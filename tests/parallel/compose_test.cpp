@@ -70,11 +70,43 @@ TEST(ComposedPlans, PipelineAcceptsZero12MoeAndExpertParallel) {
   EXPECT_EQ(refusal("tp=2,cp=2,pp=2,dp=2", 16, 0), "");
 }
 
-TEST(ComposedPlans, PipelineRefusesZero3NamingTheReason) {
-  const std::string m = refusal("pp=2,dp=2", 4, 3);
-  EXPECT_NE(m.find("--zero 3 with --mesh pp=2"), std::string::npos) << m;
-  EXPECT_NE(m.find("every micro-batch's forward and backward"), std::string::npos) << m;
-  EXPECT_NE(m.find("--zero 1 or 2"), std::string::npos) << m;
+// Issue 25: the combinations Megatron, DeepSpeed and torchtitan run are plans, not refusals.
+TEST(ComposedPlans, AcceptsZeroUnderEveryStrategyAndFiveD) {
+  EXPECT_EQ(refusal("pp=2,dp=2", 4, 3), "");              // ZeRO-3 under a pipeline
+  EXPECT_EQ(refusal("tp=2,dp=2", 4, 1), "");              // ZeRO with tensor parallel
+  EXPECT_EQ(refusal("tp=2,dp=2", 4, 3), "");
+  EXPECT_EQ(refusal("ep=2", 4, 1, 4), "");                // ZeRO with expert parallel
+  EXPECT_EQ(refusal("cp=2", 2, 0, 4), "");                // context parallel with MoE blocks
+  EXPECT_EQ(refusal("tp=2,cp=2,pp=2,dp=2,ep=2,etp=1", 16, 1, 4), "");  // 5D
+}
+
+TEST(ComposedPlans, TokenSplitMoeNeedsDroplessRouting) {
+  Plan p;
+  p.model = small_model(4);
+  p.model.capacity_factor = 1.0;
+  p.mesh_text = "cp=2";
+  p.mesh = meshbench::comm::parse_mesh("cp=2");
+  std::string m;
+  try {
+    resolve_and_validate(p, 2);
+  } catch (const UsageError& e) {
+    m = e.what();
+  }
+  EXPECT_NE(m.find("--capacity-factor 1 with --mesh cp=2"), std::string::npos) << m;
+  EXPECT_NE(m.find("--capacity-factor 0 (dropless)"), std::string::npos) << m;
+}
+
+TEST(ComposedPlans, ZeroWithExpertsShardsTheExpertsOverEdp) {
+  // 1000 flat elements of which 400 are expert segments: dense state over d = 4, experts' over edp = 2
+  const StateBytes z = zero_state_bytes(1000, 400, 4, 1, 4, 2);
+  EXPECT_EQ(z.params, 4000);
+  EXPECT_EQ(z.grads, 4000);
+  EXPECT_EQ(z.optimizer, 2 * 600 * 4 / 4 + 2 * 400 * 4 / 2);
+  const StateBytes z3 = zero_state_bytes(1000, 400, 4, 3, 4, 2);
+  EXPECT_EQ(z3.params, 600 * 4 / 4 + 400 * 4 / 2);
+  // ZeRO-3 with a held unit (a pipeline's tied wte copy): reduce-scattered once, not per micro-batch
+  EXPECT_EQ(payload(zero_analytic(1000, 3, 4, 2, true, 100), "reduce_scatter"), 900u * 2 + 100);
+  EXPECT_EQ(payload(zero_analytic(1000, 3, 4, 2, true, 0, "edp"), "all_gather"), 1000u);
 }
 
 TEST(ComposedPlans, ZeroStateBytesPerStage) {
