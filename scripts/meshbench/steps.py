@@ -6,8 +6,10 @@ prints its analytic memory per rank. Plans are pruned, each with its reason and 
 
   global batch  the plan cannot train the sweep's global batch: it is not a multiple of
                 b x dp, or it leaves a pipeline fewer micro-batches than stages (m < pp)
-  degenerate    the same work and memory as another plan: ZeRO > 0 whose data-parallel group
-                (dp x cp) is one rank, or a candidate equal to one listed before it
+  degenerate    the same work and memory as another plan: ZeRO > 0 whose data-parallel groups
+                are one rank (dp x cp for the dense parameters and, with expert parallel, edp
+                for the experts: zero_is_degenerate), or a candidate equal to one listed
+                before it
   refused       step_bench --plan-only refuses it (its own message)
   memory        its worst rank's analytic total exceeds memory_per_rank
 
@@ -132,6 +134,18 @@ def model_info(exe, base_args):
     return doc["model"]
 
 
+def zero_is_degenerate(deg):
+    """Whether ZeRO shards nothing under these degrees (tp cp ep dp pp etp edp; edp 0: no whole
+    expert grid). ZeRO shards the dense parameters over dp x cp and, with expert parallel
+    (ep > 1), the experts over edp (their expert data-parallel group); with ep = 1 the experts
+    are part of their unit and shard over dp x cp with the rest. So it is the same memory and
+    work as ZeRO-0 only when dp x cp is one rank and, with ep > 1, edp is one rank too. With
+    ep > 1 and no whole edp (0) the mesh itself is impossible: the binary says why."""
+    if deg["dp"] * deg["cp"] > 1:
+        return False
+    return deg["ep"] == 1 or deg["edp"] == 1
+
+
 def meshes(world, tps, cps, pps):
     """The (tp, cp, pp, dp) meshes of `world` ranks from the degree lists (dp: the rest)."""
     out = []
@@ -251,9 +265,10 @@ def candidates(steps, world, model, order_dims, info=None):
                          "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m,
                          "global_batch": b * dp * m}
                     same = (tp, cp, ep, dp, pp, e_tp if moe else 0, key, zero, sched, vpp, m)
-                    if zero > 0 and dp * cp == 1:
+                    if zero > 0 and zero_is_degenerate(deg):
+                        experts = " and its experts over edp = 1 rank" if ep > 1 else ""
                         c.update(pruned=f"degenerate: ZeRO-{zero} shards over its data-parallel group "
-                                        f"dp x cp = 1 rank: the same memory and work as ZeRO-0",
+                                        f"dp x cp = 1 rank{experts}: the same memory and work as ZeRO-0",
                                  category="degenerate")
                     elif same in seen_plans:
                         c.update(pruned=f"degenerate: the same plan as {plan_id(seen_plans[same])} "

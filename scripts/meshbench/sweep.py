@@ -46,7 +46,7 @@ Step sweeps: a [steps] table (top level or [sweep.steps]) turns a sweep into eve
 shape at each rank count (under Slurm without `ranks`: the allocation's SLURM_NTASKS): see
 scripts/meshbench/steps.py for its keys. Every plan trains one global batch (by default the
 smallest every candidate mesh reaches; m = global batch / (b dp)). Plans are pruned with their
-reason and category: global batch (cannot reach it), degenerate (ZeRO over a 1-rank group),
+reason and category: global batch (cannot reach it), degenerate (ZeRO whose dp x cp and edp groups are 1 rank),
 refused (step_bench --plan-only's message), memory (over memory_per_rank); --dry-run lists them
 with their counts, <out>/pruned.txt and <out>/plans.json keep them; the valid ones run as points.
 --dry-run prints each point's command as it runs: the launcher (mpiexec -n N, srun, or

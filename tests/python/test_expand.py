@@ -170,3 +170,21 @@ def test_write_pruned(tmp_path, fake_bin):
     doc = json.loads((tmp_path / "plans.json").read_text())
     assert doc["pruned_counts"] == {"global batch": 0, "degenerate": 3, "refused": 1, "memory": 2}
     assert len(doc["valid"]) == 6
+
+
+def test_zero_degenerate_only_when_dense_and_expert_groups_are_one_rank():
+    # ZeRO shards the dense parameters over dp x cp and, with ep > 1, the experts over edp
+    # (world / (etp ep pp)): tp=4 x ep=2 at dp = 1 still shards the experts over edp = 2.
+    model = {"micro_batch": 1, "experts": 4}  # global batch 2: m = 2 / dp
+    cands = steps.candidates({"tp": [2, 4], "pp": [1, 2], "ep": [1, 2], "zero": [1]}, 4, model,
+                             NAMES["order_dims"])
+    degenerate = sorted(steps.plan_id(c) for c in cands if c.get("category") == "degenerate")
+    assert degenerate == ["tp2cp1ep1etp1dp1pp2-z1-1f1b-m2-otcedp", "tp2cp1ep2etp1dp1pp2-z1-1f1b-m2-otcedp",
+                          "tp4cp1ep1etp1dp1pp1-z1-m2-otcedp"]
+    by = {steps.plan_id(c): c for c in cands}
+    assert "pruned" not in by["tp4cp1ep2etp1dp1pp1-z1-m2-otcedp"]  # edp = 2
+    assert "pruned" not in by["tp2cp1ep2etp1dp2pp1-z1-m1-otcedp"]  # ZeRO with tp and ep over dp 2
+    assert by["tp2cp1ep2etp1dp1pp2-z1-1f1b-m2-otcedp"]["pruned"].endswith(
+        "dp x cp = 1 rank and its experts over edp = 1 rank: the same memory and work as ZeRO-0")
+    assert steps.zero_is_degenerate({"tp": 2, "cp": 1, "ep": 1, "dp": 1, "pp": 2, "etp": 1, "edp": 2})
+    assert not steps.zero_is_degenerate({"tp": 1, "cp": 2, "ep": 1, "dp": 1, "pp": 2, "etp": 1, "edp": 2})

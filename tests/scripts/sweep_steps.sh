@@ -2,12 +2,14 @@
 # Step sweeps (scripts/sweep --steps, and a [steps] table): every plan of the tiny shape at 4
 # ranks is enumerated at one global batch (the default: the smallest every candidate mesh
 # reaches) and asked of step_bench --plan-only; the refused plans are pruned with the binary's
-# own message (the one a real run prints), degenerate ones (ZeRO over a 1-rank data-parallel
-# group) and those that cannot reach a given global batch (not a multiple of b x dp, m < pp) by
-# the sweep, each counted by category; plans over --memory-per-rank are pruned by the analytic
-# estimate; two plans run locally at 2 ranks with progress at one global batch, a re-run skips
-# them, a point that fails at run time (its later rounds not run) and one past its timeout are
-# recorded results (sweep exit 1).
+# own message (the one a real run prints), degenerate ones (ZeRO whose data-parallel groups,
+# dp x cp and with expert parallel edp, are 1 rank) and those that cannot reach a given global
+# batch (not a multiple of b x dp, m < pp) by the sweep, each counted by category; ZeRO with
+# tensor and with expert parallel are among the valid plans (a MoE table with ep = [1, 2]), and
+# a ZeRO + EP plan at dp = 1 runs as printed and passes --check; plans over --memory-per-rank
+# are pruned by the analytic estimate; two plans run locally at 2 ranks with progress at one
+# global batch, a re-run skips them, a point that fails at run time (its later rounds not run)
+# and one past its timeout are recorded results (sweep exit 1).
 . "$(dirname "$0")/lib.bash"
 S="$MB_SRC/scripts/sweep"
 RUN_ARGS="--steps 1 --warmup 0 --threads 1"
@@ -16,13 +18,16 @@ RUN_ARGS="--steps 1 --warmup 0 --threads 1"
 # 6 meshes (dp4, tp2 x dp2, pp2 x dp2, tp2 x pp2, tp4, pp4) x 2 ZeRO stages = 12 candidates.
 # The global batch is fixed: the tiny shape's micro-batch is b = 4 samples and dp is 1, 2 or 4,
 # so 16 is the smallest every mesh reaches (m = 16 / (4 dp): 1, 2, 4; every pipeline m >= pp).
-# Pruned: ZeRO-1 where dp x cp = 1 (tp4, tp2 x pp2, pp4: 3 degenerate), and by the binary ZeRO
-# 1 with tp (tp2 x dp2) and 2 layers over 4 stages (pp4, ZeRO 0): 2 refused. 7 valid.
+# Pruned: ZeRO-1 where dp x cp = 1 (tp4, tp2 x pp2, pp4: 3 degenerate), and by the binary 2
+# layers over 4 stages (pp4, ZeRO 0): 1 refused. 8 valid, ZeRO-1 with tp (tp2 x dp2) among
+# them (step_bench refused it before issue 25: 7 valid, 2 refused then).
 py "$S" --steps --world 4 --model tiny --args="$RUN_ARGS" --dry-run --bin "$MB_BIN" --out "$WORK/dry" > "$WORK/dry.txt" 2>&1 \
   || { cat "$WORK/dry.txt"; fail "dry run exit $?"; }
-n_valid=$(grep -c '^\[[0-9]*/7\] step-r4-' "$WORK/dry.txt" || true)
-[[ $n_valid -eq 7 ]] || { cat "$WORK/dry.txt"; fail "want 7 valid plans at 4 ranks, got $n_valid"; }
-grep -q '^pruned 5 plan(s) (3 degenerate, 2 refused):' "$WORK/dry.txt" || { cat "$WORK/dry.txt"; fail "want 5 pruned plans: 3 degenerate, 2 refused"; }
+n_valid=$(grep -c '^\[[0-9]*/8\] step-r4-' "$WORK/dry.txt" || true)
+[[ $n_valid -eq 8 ]] || { cat "$WORK/dry.txt"; fail "want 8 valid plans at 4 ranks, got $n_valid"; }
+grep -q '^pruned 4 plan(s) (3 degenerate, 1 refused):' "$WORK/dry.txt" || { cat "$WORK/dry.txt"; fail "want 4 pruned plans: 3 degenerate, 1 refused"; }
+grep -q '^\[[0-9]*/8\] step-r4-mpi-shm-tp2cp1ep1dp2pp1-z1-m2-otcedp .* --mesh tp=2,dp=2 .* --zero 1 --micro-batches 2$' "$WORK/dry.txt" \
+  || { cat "$WORK/dry.txt"; fail "ZeRO-1 with tp2 x dp2 is not a valid plan"; }
 grep -q '^ranks=4: global batch 16 (auto: ' "$WORK/dry.txt" || { cat "$WORK/dry.txt"; fail "the default global batch is not 16"; }
 for z in tp4cp1ep1dp1pp1-z1-m4 tp2cp1ep1dp1pp2-z1-1f1b-m4 tp1cp1ep1dp1pp4-z1-1f1b-m4; do
   grep -q "  step-r4-$z-otcedp: degenerate: ZeRO-1 shards over its data-parallel group dp x cp = 1 rank" "$WORK/dry.txt" \
@@ -33,14 +38,14 @@ py - "$WORK/dry.txt" <<'PY' || fail "a valid plan does not train the global batc
 import re, sys
 n = 0
 for line in open(sys.argv[1]):
-    if re.match(r"^\[\d+/7\] step-r4-", line):
+    if re.match(r"^\[\d+/8\] step-r4-", line):
         dp = int(re.search(r"dp(\d+)pp", line).group(1))
         m = int(re.search(r"--micro-batches (\d+)", line).group(1))
         assert 4 * dp * m == 16, line
         n += 1
-assert n == 7, n
+assert n == 8, n
 PY
-pass "4 ranks, tiny shape: global batch 16 for every plan, 7 valid, 5 pruned (3 degenerate, 2 refused)"
+pass "4 ranks, tiny shape: global batch 16 for every plan, 8 valid (ZeRO-1 with tp2 x dp2 among them), 4 pruned (3 degenerate, 1 refused)"
 
 # A given global batch the plans cannot all reach: 8 at 4 ranks is not a multiple of b x dp =
 # 16 for dp4, and leaves one micro-batch to pp2 x dp2 and two to pp4: pruned before the binary
@@ -79,15 +84,60 @@ grep -q '  step-r2-tp1cp1ep1etp1dp2pp1-z0-m1-otcedp: degenerate: the same plan a
   || { cat "$WORK/etp.txt"; fail "the etp=1 duplicate does not name its twin"; }
 pass "etp = 1 at tp = 1 pruned as the same plan as the default etp"
 
-# The refusal recorded for tp=2 x dp=2 with ZeRO 1 is the message a real run prints.
-line=$(grep '  step-r4-tp2cp1ep1dp2pp1-z1-m2-otcedp: ' "$WORK/dry.txt") || { cat "$WORK/dry.txt"; fail "the tp2 x dp2 ZeRO-1 plan is not listed as pruned"; }
+# The refusal recorded for pp=4 with ZeRO 0 (2 layers over 4 stages) is the message a real run
+# prints.
+line=$(grep '  step-r4-tp1cp1ep1dp1pp4-z0-1f1b-m4-otcedp: ' "$WORK/dry.txt") || { cat "$WORK/dry.txt"; fail "the pp4 ZeRO-0 plan is not listed as pruned"; }
 msg=${line#*otcedp: }
 rc=0
 timeout 120 "$MB_MPIEXEC" -n 4 ${MB_UCX_YIELD:+-genv LD_PRELOAD "$MB_UCX_YIELD"} "$MB_BIN/step_bench" --model tiny $RUN_ARGS \
-  --mesh tp=2,dp=2 --order tp-cp-ep-dp-pp --zero 1 --micro-batches 2 > "$WORK/real.out" 2> "$WORK/real.err" || rc=$?
+  --mesh pp=4,dp=1 --order tp-cp-ep-dp-pp --zero 0 --micro-batches 4 --schedule 1f1b --vpp 1 > "$WORK/real.out" 2> "$WORK/real.err" || rc=$?
 [[ $rc -eq 2 ]] || fail "the real run of the refused plan exited $rc, want 2"
 [[ "$(cat "$WORK/real.err")" == "step_bench: error: $msg" ]] || fail "pruned reason '$msg' differs from the real run's '$(cat "$WORK/real.err")'"
 pass "refused plan recorded with the binary's message: $msg"
+
+# ZeRO with tensor and expert parallel at 4 ranks: the tiny shape with 4 experts per MoE block,
+# tp and pp auto (1, 2, 4), ep 1 and 2, etp 1 (the MoE default), ZeRO 0 and 1: 6 meshes x 2 ep
+# x 2 ZeRO = 24 candidates at global batch 16. ZeRO shards the dense parameters over dp x cp
+# and, with ep > 1, the experts over edp = world / (etp ep pp), so it is degenerate only where
+# both are 1 rank: tp4, tp2 x pp2 and pp4 at ep 1, tp2 x pp2 at ep 2 (edp 1): 4 degenerate;
+# tp4 x ep2 (dp 1, edp 2) is not (it was before issue 25's rule). Refused by the binary: pp4 at
+# ZeRO 0 (2 layers over 4 stages), pp4 x ep2 at ZeRO 0 and 1 (ep 2 does not divide dp x cp = 1):
+# 3. 17 valid, among them ZeRO-1 with tp (tp2 x dp2), with ep (ep2 over dp4, and under pp2),
+# with both (tp2 x ep2 x dp2, tp4 x ep2).
+cat > "$WORK/moe.toml" <<'TOML'
+ranks = [4]
+args = ["--experts", "4", "--steps", "1", "--warmup", "0", "--threads", "1"]
+[steps]
+model = "tiny"
+ep = [1, 2]
+zero = [0, 1]
+TOML
+py "$S" "$WORK/moe.toml" --dry-run --bin "$MB_BIN" --mpiexec "$MB_MPIEXEC" --out "$WORK/moe" > "$WORK/moe.txt" 2>&1 \
+  || { cat "$WORK/moe.txt"; fail "MoE dry run exit $?"; }
+[[ $(grep -c '^\[[0-9]*/17\] step-r4-' "$WORK/moe.txt") -eq 17 ]] || { cat "$WORK/moe.txt"; fail "want 17 valid MoE plans at 4 ranks"; }
+grep -q '^pruned 7 plan(s) (4 degenerate, 3 refused):' "$WORK/moe.txt" || { cat "$WORK/moe.txt"; fail "want 7 pruned MoE plans: 4 degenerate, 3 refused"; }
+grep -q '^ranks=4: global batch 16 (auto: ' "$WORK/moe.txt" || { cat "$WORK/moe.txt"; fail "the MoE sweep's global batch is not 16"; }
+for z in tp2cp1ep1etp1dp2pp1-z1-m2 tp1cp1ep2etp1dp4pp1-z1-m1 tp1cp1ep2etp1dp2pp2-z1-1f1b-m2 tp2cp1ep2etp1dp2pp1-z1-m2 \
+         tp4cp1ep2etp1dp1pp1-z1-m4; do
+  grep -q "^\[[0-9]*/17\] step-r4-mpi-shm-$z-otcedp .* --experts 4 .* --zero 1 " "$WORK/moe.txt" \
+    || { cat "$WORK/moe.txt"; fail "ZeRO-1 plan $z is not among the valid MoE plans"; }
+done
+grep -q '  step-r4-tp2cp1ep2etp1dp1pp2-z1-1f1b-m4-otcedp: degenerate: ZeRO-1 shards over its data-parallel group dp x cp = 1 rank and its experts over edp = 1 rank' "$WORK/moe.txt" \
+  || { cat "$WORK/moe.txt"; fail "tp2 x pp2 x ep2 ZeRO-1 (edp 1) is not pruned as degenerate"; }
+grep -q '  step-r4-tp4cp1ep1etp1dp1pp1-z1-m4-otcedp: degenerate: ZeRO-1 shards over its data-parallel group dp x cp = 1 rank:' "$WORK/moe.txt" \
+  || { cat "$WORK/moe.txt"; fail "tp4 ZeRO-1 at ep 1 is not pruned as degenerate"; }
+# The ZeRO + EP plan at dp = 1 runs as the dry run printed it (with --check): ZeRO-1 shards the
+# experts over edp = 2, and its gradients and parameters match the single-rank reference.
+cmd=$(sed -n 's/^\[[0-9]*\/17\] step-r4-mpi-shm-tp4cp1ep2etp1dp1pp1-z1-m4-otcedp ([^)]*): //p' "$WORK/moe.txt")
+flags=${cmd#*/step_bench }
+[[ -n "$cmd" && "$flags" != "$cmd" ]] || { cat "$WORK/moe.txt"; fail "no command for the tp4 x ep2 ZeRO-1 plan"; }
+rc=0
+timeout 120 "$MB_MPIEXEC" -n 4 ${MB_UCX_YIELD:+-genv LD_PRELOAD "$MB_UCX_YIELD"} "$MB_BIN/step_bench" $flags --check \
+  > "$WORK/moe-run.out" 2>&1 || rc=$?
+[[ $rc -eq 0 ]] || { cat "$WORK/moe-run.out"; fail "the tp4 x ep2 ZeRO-1 plan exited $rc"; }
+grep -q 'ZeRO-1 over dp x cp = 1, the experts over edp = 2' "$WORK/moe-run.out" || { cat "$WORK/moe-run.out"; fail "the run does not shard the experts over edp = 2"; }
+grep -q 'check pass' "$WORK/moe-run.out" || { cat "$WORK/moe-run.out"; fail "the tp4 x ep2 ZeRO-1 plan does not pass --check"; }
+pass "MoE at 4 ranks: 17 valid (ZeRO-1 with tp, with ep, with both), 7 pruned (4 degenerate, 3 refused); tp4 x ep2 ZeRO-1 ran, checked"
 
 # Orders: at 8 ranks tp=2 x pp=2 x dp=2 has 3 dimensions above 1, so the 120 orders of the 5
 # dimensions give 3! = 6 distinct rank layouts; with tp=2 x dp=4 (pp = 1) only 2.
