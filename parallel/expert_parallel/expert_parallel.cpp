@@ -33,6 +33,14 @@ void validate_token_split(const Plan& p) {
 
 void validate_expert_parallel(const Plan& p) {
   validate_token_split(p);
+  const GptConfig& c = p.model;
+  if (p.mesh.etp > 1 && c.moe_blocks() == 0)
+    throw UsageError(fmt::format("--mesh etp={}: expert tensor parallel splits each expert's MLP; needs MoE blocks "
+                                 "(--experts E)", p.mesh.etp));
+  if (c.moe_blocks() > 0 && c.ffn % p.degrees.etp != 0)
+    throw UsageError(fmt::format("--mesh etp={}: --ffn {} must be divisible by etp (each rank holds F/etp of every "
+                                 "expert's MLP; etp defaults to tp, etp=1 keeps the experts whole)",
+                                 p.degrees.etp, c.ffn));
   const int ep = p.degrees.ep;
   if (ep < 2) return;
   const GptConfig& m = p.model;
@@ -59,11 +67,28 @@ std::vector<AnalyticBytes> moe_split_analytic(const Plan& p, int sb, int moe_lay
   std::vector<AnalyticBytes> a;
   if (sp) {
     const uint64_t syncs = p.zero == 3 ? m : 1;
-    const uint64_t grads = syncs * L * static_cast<uint64_t>(moe_sp_sync_elements(c, EpSpec{p.degrees.ep, 0})) * s;
+    const uint64_t grads = syncs * L * static_cast<uint64_t>(moe_sp_sync_elements(c, EpSpec{p.degrees.ep, 0, p.degrees.etp, 0})) * s;
     a.push_back(row("tp", stats + grads, t));
   }
   if (cp > 1) a.push_back(row("cp", stats, cp));
   return a;
+}
+
+std::vector<AnalyticBytes> etp_analytic(const GptConfig& c, int ep, int etp, const EpTotals& mine, int steps,
+                                        int sb) {
+  if (etp < 2) return {};
+  const uint64_t s = static_cast<uint64_t>(sb), C = static_cast<uint64_t>(c.hidden);
+  const uint64_t counts = static_cast<uint64_t>(mine.etp_count_calls) * static_cast<uint64_t>(etp) *
+                          static_cast<uint64_t>(c.experts / ep) * s;
+  const uint64_t rows = 2 * static_cast<uint64_t>(mine.etp_rows) * C * s;  // forward and backward
+  const double per = 1.0 / std::max(1, steps);
+  auto row = [&](comm::Collective k, uint64_t total) {
+    const uint64_t mean = static_cast<uint64_t>(static_cast<double>(total) * per + 0.5);
+    AnalyticBytes a{"etp", std::string(comm::name(k)), mean, wire_bytes(k, mean, etp)};
+    a.total = total;
+    return a;
+  };
+  return {row(comm::Collective::kAllGather, counts + rows), row(comm::Collective::kReduceScatter, rows)};
 }
 
 std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int sb) {

@@ -29,6 +29,13 @@ void validate_expert_parallel(const Plan& plan);
 // `moe_layers`: this rank's MoE blocks.
 std::vector<AnalyticBytes> moe_split_analytic(const Plan& p, int scalar_bytes, int moe_layers);
 
+// This rank's "etp" all_gather and reduce_scatter (expert tensor parallel, etp > 1) over the
+// timed steps, from its routing totals: per MoE block and micro-batch the group's counts
+// (etp x E/ep values) gathered, then the rows (etp x block x h) gathered and reduce-scattered
+// in the forward and again (d(y), d(x)) in the backward. Empty unless etp > 1.
+std::vector<AnalyticBytes> etp_analytic(const GptConfig& c, int ep, int etp, const EpTotals& mine, int steps,
+                                        int scalar_bytes);
+
 std::vector<AnalyticBytes> ep_analytic(const GptConfig& c, int ep, const EpTotals& mine, int steps, int scalar_bytes);
 
 }  // namespace meshbench::parallel

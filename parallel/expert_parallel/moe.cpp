@@ -44,20 +44,23 @@ MoeMemory moe_memory(const GptConfig& whole, int64_t sb, const EpSpec& ep, int t
   const int64_t Nd = whole.tokens() / std::max(1, tokens.cp);  // the dense MLP's rows
   const int64_t C = c.hidden, F = c.ffn, E = c.experts, k = c.top_k, N = c.tokens(),
                 R = moe_rows(c), RL = moe_local_rows(c, ep), el = E / ep.size, Ft = F / std::max(1, tp);
-  const int64_t expert = F * C + F + C * F + C, dense_mlp = Ft * C + Ft + C * Ft + C;
+  const int64_t T = std::max(1, ep.etp), Fe = F / T;  // an expert's slice under expert tensor parallel
+  const int64_t expert = Fe * C + Fe + C * Fe + C, dense_mlp = Ft * C + Ft + C * Ft + C;
   m.param_elements = L * (E * C + el * expert - dense_mlp);
   // per MoE block: probs (N,E), gates (N,k), prob_sum (E), xp, yp (R,C), h, hg (R,F) in S;
   // idx, slot (N,k) and counts (2E+1) in int32; the dense block's fch, fch_gelu (N,F/tp) are gone.
   // h, hg hold the local experts' RL rows; expert parallel adds x_local, y_local (RL,C) and
-  // the received rows' places (RL int32).
-  const int64_t epx = ep.size > 1 ? RL : 0;
-  m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C - 2 * Nd * Ft) * sb +
+  // the received rows' places (RL int32); expert tensor parallel runs h, hg on T x RL rows of
+  // F/T (the same size) and adds the gathered x, y (T RL, C).
+  const int64_t epx = ep.size > 1 ? RL : 0, etx = T > 1 ? T * RL : 0;
+  m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C + 2 * etx * C - 2 * Nd * Ft) * sb +
                             moe_routing_ints(c, ep) * 4);
   // dlogits (N,E), dgates (N,k), dyp (R,C), dh (R,F), dxr (N,C), dprobs, zero bias, dbias (E)
   // (expert parallel: received rows and d(local rows) (RL,C), the counts 2E)
   // (a token split: the routed counts and probability sums, 2E)
+  // (expert tensor parallel: the gathered d(y) (T RL, C), the counts (T+1) E/P, a zero bias C)
   m.buffer_bytes = (N * E + N * k + R * C + RL * F + N * C + 3 * E + (ep.size > 1 ? 2 * RL * C + 2 * E : 0) +
-                    (tokens.parts > 1 ? 2 * E : 0)) * sb;
+                    (tokens.parts > 1 ? 2 * E : 0) + (T > 1 ? etx * C + (T + 1) * el + C : 0)) * sb;
   return m;
 }
 
@@ -68,7 +71,7 @@ GptConfig moe_local_config(const GptConfig& c, const MoeTokens& t) {
 }
 
 int64_t moe_sp_sync_elements(const GptConfig& c, const EpSpec& ep) {
-  if (ep.size > 1) return int64_t{c.experts} * c.hidden;  // the router (the experts reduce over edp)
+  if (ep.size > 1 || ep.etp > 1) return int64_t{c.experts} * c.hidden;  // the router (the experts reduce over edp)
   Layout l;  // the router and every expert, as laid out in a block (entries 16-aligned)
   moe_add_params(l, c, "h.0.", ep);
   return l.total();
@@ -76,17 +79,20 @@ int64_t moe_sp_sync_elements(const GptConfig& c, const EpSpec& ep) {
 
 int64_t moe_add_params(Layout& layout, const GptConfig& c, const std::string& prefix, const EpSpec& ep,
                        int64_t unit_lo, int64_t pad_multiple) {
-  const int64_t C = c.hidden, F = c.ffn, E = c.experts, el = E / ep.size;
+  const int64_t C = c.hidden, T = ep.etp, F = c.ffn / T, E = c.experts, el = E / ep.size;
+  // expert tensor parallel: fc by rows, proj by columns, slice etp_rank of T
+  const Shard rows = T > 1 ? Shard{ShardRule::kRowSplit, ep.etp_rank, T, {}, -1} : Shard{};
+  const Shard cols = T > 1 ? Shard{ShardRule::kColSplit, ep.etp_rank, T, {}, -1} : Shard{};
   layout.add(prefix + "moe.router.weight", {E, C}, true);
   layout.pad_unit(unit_lo, pad_multiple);
   int64_t first = -1;
   for (int64_t e = ep.rank * el; e < (ep.rank + 1) * el; ++e) {
     // The global expert index: an expert-parallel rank's entries match the full model's.
     const std::string p = fmt::format("{}moe.expert.{}.", prefix, e);
-    const int64_t at = layout.add(p + "fc.weight", {F, C}, true);
+    const int64_t at = layout.add(p + "fc.weight", {F, C}, true, rows);
     if (first < 0) first = at;
-    layout.add(p + "fc.bias", {F}, false);
-    layout.add(p + "proj.weight", {C, F}, true);
+    layout.add(p + "fc.bias", {F}, false, rows);
+    layout.add(p + "proj.weight", {C, F}, true, cols);
     layout.add(p + "proj.bias", {C}, false);
   }
   return first;
@@ -134,12 +140,15 @@ void MoeMlp<S>::add_acts(int layer, Layout& acts, const std::string& prefix) {
   a.gates = acts.add(prefix + "moe.gates", {N, k}, false);
   a.prob_sum = acts.add(prefix + "moe.prob_sum", {E}, false);
   a.xp = acts.add(prefix + "moe.xp", {R, C}, false);
-  a.h = acts.add(prefix + "moe.fch", {RL, F}, false);
-  a.hg = acts.add(prefix + "moe.fch_gelu", {RL, F}, false);
+  const int64_t T = ep_.etp, Fe = F / T;
+  a.h = acts.add(prefix + "moe.fch", {T * RL, Fe}, false);
+  a.hg = acts.add(prefix + "moe.fch_gelu", {T * RL, Fe}, false);
   a.yp = acts.add(prefix + "moe.yp", {R, C}, false);
   const bool ep = ep_.size > 1;
   a.xl = ep ? acts.add(prefix + "moe.x_local", {RL, C}, false) : a.xp;
   a.yl = ep ? acts.add(prefix + "moe.y_local", {RL, C}, false) : a.yp;
+  a.xg = T > 1 ? acts.add(prefix + "moe.x_gathered", {T * RL, C}, false) : a.xl;
+  a.yg = T > 1 ? acts.add(prefix + "moe.y_gathered", {T * RL, C}, false) : a.yl;
   a.idx = ints_total_;
   a.slot = a.idx + N * k;
   a.counts = a.slot + N * k;
@@ -160,7 +169,13 @@ void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem, int copies) {
   dlogits_ = BackendArray<S, S>(be, N * E, mem, kBuf);
   dgates_ = BackendArray<S, S>(be, N * k, mem, kBuf);
   dyp_ = BackendArray<S, S>(be, R * C, mem, kBuf);
-  dh_ = BackendArray<S, S>(be, RL * F, mem, kBuf);
+  dh_ = BackendArray<S, S>(be, RL * F, mem, kBuf);  // T RL rows of F/T under expert tensor parallel
+  if (ep_.etp > 1) {
+    const int64_t T = ep_.etp;
+    dyg_ = BackendArray<S, S>(be, T * RL * C, mem, kBuf);
+    etp_cnt_ = BackendArray<S, S>(be, (T + 1) * (E / ep_.size), mem, kBuf);
+    zero_c_ = BackendArray<S, S>(be, C, mem, kBuf);
+  }
   if (tok_.parts > 1) stats_ = BackendArray<S, S>(be, 2 * E, mem, kBuf);
   if (ep_.size > 1) {
     recv_ = BackendArray<S, S>(be, RL * C, mem, kBuf);
@@ -176,9 +191,48 @@ void MoeMlp<S>::allocate(Backend<S>& be, MemoryTracker* mem, int copies) {
 template <typename S>
 template <typename F>
 void MoeMlp<S>::each_expert(int layer, F&& f) const {
-  const std::vector<int32_t>& off = route(layer).local;
-  for (int e = 0; e + 1 < static_cast<int>(off.size()); ++e)
-    if (off[e + 1] > off[e]) f(e, int64_t{off[e]}, off[e + 1] - off[e]);
+  for (const auto& [e, r0, rows] : route(layer).runs) f(static_cast<int>(e), r0, rows);
+}
+
+template <typename S>
+void MoeMlp<S>::plan_runs(int layer, S* acts) {
+  MoeRouting& r = route(layer);
+  r.runs.clear();
+  const int el = static_cast<int>(r.local.size()) - 1;
+  if (ep_.etp <= 1) {  // the local rows, expert-major
+    for (int j = 0; j < el; ++j)
+      if (r.local[j + 1] > r.local[j]) r.runs.push_back({j, r.local[j], r.local[j + 1] - r.local[j]});
+    r.block = r.computed = r.local_rows();
+    return;
+  }
+  // Expert tensor parallel: the group's rows per local expert, then the rows themselves, each
+  // rank's block padded to the group's largest.
+  const int T = ep_.etp, C = c_.hidden;
+  std::vector<S> counts(static_cast<size_t>(T + 1) * el);
+  for (int j = 0; j < el; ++j) counts[size_t(j)] = static_cast<S>(r.local[j + 1] - r.local[j]);
+  be_->upload(etp_cnt_.data(), counts.data(), sizeof(S) * el);
+  etp_->set_layer(layer);
+  etp_->all_gather(etp_cnt_.data() + el, etp_cnt_.data(), el);
+  be_->download(counts.data() + el, etp_cnt_.data() + el, sizeof(S) * T * el);
+  int64_t block = 0;
+  for (int q = 0; q < T; ++q) {
+    int64_t rows = 0;
+    for (int j = 0; j < el; ++j) rows += static_cast<int64_t>(counts[size_t((q + 1) * el + j)]);
+    block = std::max(block, rows);
+  }
+  for (int q = 0; q < T; ++q) {
+    int64_t row = q * block;
+    for (int j = 0; j < el; ++j) {
+      const int64_t n = static_cast<int64_t>(counts[size_t((q + 1) * el + j)]);
+      if (n > 0) r.runs.push_back({j, row, n});
+      row += n;
+    }
+  }
+  r.block = block;
+  r.computed = T * block;
+  totals_.ep.etp_rows += T * block;
+  totals_.ep.etp_count_calls += 1;
+  etp_->all_gather(acts + a_[layer].xg, acts + a_[layer].xl, block * C);
 }
 
 template <typename S>
@@ -256,8 +310,10 @@ double MoeMlp<S>::forward(int layer, const S* p, S* acts, const S* x, S* out,
   } else {
     r.local = r.offsets;
   }
+  plan_runs(layer, acts);  // etp > 1: the group's rows gathered
   const double t0 = core::now_seconds();
   experts_forward(layer, p, acts, timed);
+  if (ep_.etp > 1) etp_->reduce_scatter(acts + a.yl, acts + a.yg, r.block * C);  // my rows, the slices summed
   totals_.ep.expert_s += core::now_seconds() - t0;
   if (ep_.size > 1) totals_.ep.combine_s += combine(layer, acts + a.yp, acts + a.yl, timed);
   if (sliced()) {  // this slice's rows, the other tp ranks' added by the all-reduce
@@ -296,7 +352,7 @@ void MoeMlp<S>::sum_over_token_groups(MoeRouting& r) {
 
 template <typename S>
 bool MoeMlp<S>::sliced() const {
-  return ep_.size > 1 && tp_ != nullptr && tp_->size() > 1 && !tok_.sp;
+  return (ep_.size > 1 || ep_.etp > 1) && tp_ != nullptr && tp_->size() > 1 && !tok_.sp;
 }
 
 template <typename S>
@@ -404,47 +460,49 @@ double MoeMlp<S>::combine(int layer, S* permuted, const S* local, const Timed& t
 
 template <typename S>
 void MoeMlp<S>::experts_forward(int layer, const S* p, S* acts, const Timed& timed) {
-  const int C = c_.hidden, F = c_.ffn;
+  const int C = c_.hidden, F = c_.ffn / ep_.etp;  // F: this rank's slice under expert tensor parallel
   Backend<S>& be = *be_;
   const Weights& w = w_[layer];
   const Acts& a = a_[layer];
+  const bool bias = ep_.etp_rank == 0;  // proj's bias added once over the etp group's partial sums
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
     timed({Op::kMatmul, "expert.fc.fwd", static_cast<int>(rows), F, C, 2.0 * static_cast<double>(rows) * C * F}, [&] {
-      be.matmul_forward(acts + a.h + r0 * F, acts + a.xl + r0 * C, p + w.fc_w[e], p + w.fc_b[e],
+      be.matmul_forward(acts + a.h + r0 * F, acts + a.xg + r0 * C, p + w.fc_w[e], p + w.fc_b[e],
                         static_cast<int>(rows), C, F, false);
     });
   });
-  timed({Op::kGelu, "", 0, 0, 0, 0.0}, [&] { be.gelu_forward(acts + a.hg, acts + a.h, route(layer).local_rows() * F); });
+  timed({Op::kGelu, "", 0, 0, 0, 0.0}, [&] { be.gelu_forward(acts + a.hg, acts + a.h, route(layer).computed * F); });
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
     timed({Op::kMatmul, "expert.proj.fwd", static_cast<int>(rows), C, F, 2.0 * static_cast<double>(rows) * F * C}, [&] {
-      be.matmul_forward(acts + a.yl + r0 * C, acts + a.hg + r0 * F, p + w.proj_w[e],
-                        p + w.proj_b[e], static_cast<int>(rows), F, C, false);
+      be.matmul_forward(acts + a.yg + r0 * C, acts + a.hg + r0 * F, p + w.proj_w[e],
+                        bias ? p + w.proj_b[e] : zero_c_.data(), static_cast<int>(rows), F, C, false);
     });
   });
-  if (ep_.size > 1) be.synchronize();  // the expert time ends with the experts' work
+  if (ep_.size > 1 || ep_.etp > 1) be.synchronize();  // the expert time ends with the experts' work
 }
 
+// d: d(y) of the computed rows in, d(x) out, in place.
 template <typename S>
-void MoeMlp<S>::experts_backward(int layer, const S* p, S* g, S* acts, S* dyl, const Timed& timed) {
-  const int C = c_.hidden, F = c_.ffn;
+void MoeMlp<S>::experts_backward(int layer, const S* p, S* g, S* acts, S* d, const Timed& timed) {
+  const int C = c_.hidden, F = c_.ffn / ep_.etp;
   Backend<S>& be = *be_;
   const Weights& w = w_[layer];
   const Acts& a = a_[layer];
   S* dh = dh_.data();
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
     timed({Op::kMatmul, "expert.proj.bwd", static_cast<int>(rows), C, F, 4.0 * static_cast<double>(rows) * F * C}, [&] {
-      be.matmul_backward(dh + r0 * F, g + w.proj_w[e], g + w.proj_b[e], dyl + r0 * C,
+      be.matmul_backward(dh + r0 * F, g + w.proj_w[e], g + w.proj_b[e], d + r0 * C,
                          acts + a.hg + r0 * F, p + w.proj_w[e], static_cast<int>(rows), F, C);
     });
   });
-  timed({Op::kGelu, "", 0, 0, 0, 0.0}, [&] { be.gelu_backward(dh, acts + a.h, dh, route(layer).local_rows() * F); });
+  timed({Op::kGelu, "", 0, 0, 0, 0.0}, [&] { be.gelu_backward(dh, acts + a.h, dh, route(layer).computed * F); });
   each_expert(layer, [&](int e, int64_t r0, int64_t rows) {
     timed({Op::kMatmul, "expert.fc.bwd", static_cast<int>(rows), F, C, 4.0 * static_cast<double>(rows) * C * F}, [&] {
-      be.matmul_backward(dyl + r0 * C, g + w.fc_w[e], g + w.fc_b[e], dh + r0 * F,
-                         acts + a.xl + r0 * C, p + w.fc_w[e], static_cast<int>(rows), C, F);
+      be.matmul_backward(d + r0 * C, g + w.fc_w[e], g + w.fc_b[e], dh + r0 * F,
+                         acts + a.xg + r0 * C, p + w.fc_w[e], static_cast<int>(rows), C, F);
     });
   });
-  if (ep_.size > 1) be.synchronize();
+  if (ep_.size > 1 || ep_.etp > 1) be.synchronize();
 }
 
 template <typename S>
@@ -465,7 +523,15 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
   if (sliced()) tp_->all_reduce(dgates_.data(), int64_t{N} * k);  // the other slices' gates
   if (ep) totals_.ep.dispatch_s += dispatch(layer, dyl, dyp, timed);
   const double t0 = core::now_seconds();
-  experts_backward(layer, p, g, acts, dyl, timed);
+  if (ep_.etp > 1) {  // the group's d(y) gathered, d(x) of every gathered row, reduce-scattered back
+    const int64_t n = route(layer).block * C;
+    etp_->set_layer(layer);
+    etp_->all_gather(dyg_.data(), dyl, n);
+    experts_backward(layer, p, g, acts, dyg_.data(), timed);
+    etp_->reduce_scatter(dyl, dyg_.data(), n);
+  } else {
+    experts_backward(layer, p, g, acts, dyl, timed);
+  }
   totals_.ep.expert_s += core::now_seconds() - t0;
   if (ep) totals_.ep.combine_s += combine(layer, dyp, dyl, timed);
   timed({Op::kPermute, "", 0, 0, 0, 0.0}, [&] { be.moe_permute_backward(dx, dyp, slot, N, C, k); });
@@ -492,7 +558,7 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
 
 template <typename S>
 double MoeMlp<S>::expert_flops(int layer) const {
-  return 4.0 * static_cast<double>(route(layer).local_rows()) * c_.hidden * c_.ffn;
+  return 4.0 * static_cast<double>(route(layer).computed) * c_.hidden * (c_.ffn / ep_.etp);
 }
 
 template class MoeMlp<float>;

@@ -11,7 +11,15 @@
 //             reordered expert-major for the local experts
 //   combine:  the local experts' rows reordered source-major, all-to-all-v back into the
 //             sender's permuted layout, then unpermute weighted by the gates as on one rank.
-// The backward sends d(yp) the dispatch way and d(xp) back the combine way. Capacity is
+// The backward sends d(yp) the dispatch way and d(xp) back the combine way.
+// Expert tensor parallel (--mesh etp=T > 1, Megatron's --expert-tensor-parallel-size): each
+// expert's MLP is split over the etp group, fc by rows and proj by columns. After the
+// dispatch the group's rows are all-gathered (each rank's block padded to the group's
+// largest), every rank runs its F/T slice of the experts on all of them, and the partial
+// outputs are reduce-scattered back to the rows' owners (their block summed); the backward
+// gathers d(y) the same way and reduce-scatters d(x). Under tensor parallel without --sp each
+// tp rank dispatches a slice of the tokens (as with expert parallel), so no two ranks of an
+// etp group hold the same row. Capacity is
 // applied by each source rank to its own tokens (as the single-rank reference does per
 // micro-batch), so the drops do not depend on the layout.
 // Not here: the rest of the block (model.cpp), the expert gradients' reduction over edp
@@ -37,6 +45,7 @@
 // no rank sees whole, so a split needs dropless routing (the plan's rule).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,9 +63,12 @@ enum class Op;  // model.hpp
 template <typename S>
 class GroupComm;  // vocab/group_comm.hpp
 
-// This rank's place in its expert-parallel group: it holds experts [rank E/size, (rank+1) E/size).
+// This rank's place in its expert-parallel group: it holds experts [rank E/size, (rank+1) E/size);
+// with expert tensor parallel (etp > 1) slice etp_rank of each: fc's rows F/etp (weight and
+// bias), proj's columns F/etp (its bias whole, added once).
 struct EpSpec {
   int size = 1, rank = 0;
+  int etp = 1, etp_rank = 0;
 };
 
 // How a micro-batch's tokens are split over ranks that run the same MoE block on different
@@ -80,6 +92,11 @@ struct MoeRouting {
   // [s E/P + j]; local (E/P + 1) prefix sums of this rank's expert-major rows. One rank:
   // local = offsets, recv empty.
   std::vector<int32_t> recv, local;
+  // The rows the local experts compute, as (local expert, first row, rows) runs: the local
+  // rows' experts, or with etp > 1 each etp rank's block of the gathered rows in turn.
+  std::vector<std::array<int64_t, 3>> runs;
+  int64_t block = 0;     // etp > 1: the rows per rank of the gathered buffer (the group's largest)
+  int64_t computed = 0;  // rows of the buffer the experts run over (etp x block, or local_rows)
   int64_t kept() const { return offsets.empty() ? 0 : offsets.back(); }
   int64_t local_rows() const { return local.empty() ? 0 : local.back(); }
 };
@@ -88,6 +105,9 @@ struct MoeRouting {
 // token rows of C values, own rows included unless "remote").
 struct EpTotals {
   int64_t rows_sent = 0, rows_recv = 0, remote_sent = 0, remote_recv = 0, count_calls = 0;
+  // expert tensor parallel: the gathered rows (etp x block) summed over the forwards, and the
+  // count gathers
+  int64_t etp_rows = 0, etp_count_calls = 0;
   double counts_s = 0, dispatch_s = 0, combine_s = 0, expert_s = 0;  // forward + backward
 };
 
@@ -175,6 +195,8 @@ class MoeMlp {
   }
   // The expert-parallel group (ep.size > 1; before the first forward).
   void set_comm(GroupComm<S>* ep) { comm_ = ep; }
+  // The expert-tensor-parallel group (ep.etp > 1; before the first forward).
+  void set_etp_comm(GroupComm<S>* etp) { etp_ = etp; }
   // Tensor parallel (all-reduce mode, experts whole: etp = 1): the tokens are the same on the
   // tp ranks; with expert parallel each dispatches only its 1/tp slice of them (rows
   // [N r/t, N (r+1)/t), routed and dropped over all N as on one rank) and the slices' outputs,
@@ -217,6 +239,7 @@ class MoeMlp {
   struct Acts {  // offsets in the activation array; ints: in ints_
     int64_t probs = 0, gates = 0, prob_sum = 0, xp = 0, h = 0, hg = 0, yp = 0;
     int64_t xl = 0, yl = 0;  // the local experts' rows (expert parallel; else xp, yp)
+    int64_t xg = 0, yg = 0;  // etp > 1: the etp group's rows, gathered (else xl, yl)
     int64_t idx = 0, slot = 0, counts = 0, lslot = 0;  // lslot: received row -> local row
   };
   // The router's assignment step: probs, idx and gates from the logits (in probs).
@@ -235,10 +258,10 @@ class MoeMlp {
   // permuted layout. The backward runs d(y) the dispatch way and d(x) the combine way.
   double dispatch(int layer, S* local, const S* permuted, const Timed& timed);
   double combine(int layer, S* permuted, const S* local, const Timed& timed);
-  // The local experts' forward (acts' x_local -> y_local) and backward (dyl: d(y_local) in,
-  // d(x_local) out, in place) on the expert-major rows.
+  // The local experts' forward (acts' x_gathered -> y_gathered: x_local -> y_local without
+  // expert tensor parallel) and backward (d: d(y) in, d(x) out, in place) over the runs.
   void experts_forward(int layer, const S* p, S* acts, const Timed& timed);
-  void experts_backward(int layer, const S* p, S* g, S* acts, S* dyl, const Timed& timed);
+  void experts_backward(int layer, const S* p, S* g, S* acts, S* d, const Timed& timed);
 
   GptConfig c_;  // with a token split: this rank's share (moe_local_config)
   EpSpec ep_;
@@ -247,6 +270,10 @@ class MoeMlp {
   GroupComm<S>* comm_ = nullptr;
   GroupComm<S>* tp_ = nullptr;
   GroupComm<S>* split_tp_ = nullptr;
+  GroupComm<S>* etp_ = nullptr;
+  // The runs the local experts compute (MoeRouting::runs): from the local rows, or with
+  // etp > 1 after gathering the group's counts and rows (x_local into x_gathered).
+  void plan_runs(int layer, S* acts);
   GroupComm<S>* split_cp_ = nullptr;
   // The micro-batch's routed counts and probability sums (token split: summed over the groups).
   void sum_over_token_groups(MoeRouting& r);
@@ -273,6 +300,7 @@ class MoeMlp {
   BackendArray<S, S> dlogits_, dgates_, dyp_, dh_, dxr_, dprobs_, zero_bias_, dbias_scratch_;
   BackendArray<S, S> recv_, dyl_, cnt_;  // expert parallel: received rows, d(local rows), counts
   BackendArray<S, S> stats_;             // token split: routed counts and probability sums (2E)
+  BackendArray<S, S> dyg_, etp_cnt_, zero_c_;  // etp > 1: gathered d(y) / d(x), counts, a zero proj bias
 };
 
 extern template class MoeMlp<float>;

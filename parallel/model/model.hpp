@@ -156,6 +156,7 @@ class Gpt {
     moe_.set_token_comms(opts_.tp.mode.sp ? tp_ : nullptr, cp_);
   }
   void set_ep_comm(GroupComm<S>* ep) { moe_.set_comm(ep); }
+  void set_etp_comm(GroupComm<S>* etp) { moe_.set_etp_comm(etp); }
   const CpSpec& cp() const { return opts_.cp; }
   const TpSpec& tp() const { return opts_.tp; }
   const EpSpec& ep() const { return opts_.ep; }

@@ -36,6 +36,7 @@ std::string strategy_name(const Plan& plan) {
   if (d.tp > 1) s += std::string(s.empty() ? "" : "+") + (plan.sp ? "tensor_parallel_sp" : "tensor_parallel");
   if (d.cp > 1) s += std::string(s.empty() ? "" : "+") + "context_parallel_" + cp_algo_name(plan.cp_algo);
   if (d.ep > 1) s += std::string(s.empty() ? "" : "+") + "expert_parallel";
+  if (plan.experts_placed() && d.etp > 1) s += std::string(s.empty() ? "" : "+") + "expert_tensor_parallel";
   return s.empty() ? "single" : s;
 }
 
@@ -45,19 +46,27 @@ std::string memory_formula(const Plan& plan) {
   if (d.tp > 1) held.push_back(fmt::format("its 1/{} tensor-parallel slices", d.tp));
   if (d.pp > 1) held.push_back("its pipeline stage's layers");
   if (d.ep > 1) held.push_back(fmt::format("its {} of {} experts", plan.model.experts / d.ep, plan.model.experts));
+  if (plan.experts_placed() && d.etp > 1) held.push_back(fmt::format("1/{} of each expert's MLP", d.etp));
   const std::string of = held.empty() ? "the whole model" : fmt::format("{}", fmt::join(held, ", "));
   std::string state;
   switch (plan.zero) {
     case 1: state = "ZeRO-1: params 4, grads 4, optimizer 8/d bytes"; break;
     case 2: state = "ZeRO-2: params 4, grads 4/d (+ the units' full gradients while they are reduced), optimizer 8/d bytes"; break;
     case 3:
-      state = "ZeRO-3: params 4/d (+ gathered units), grads 4/d (+ units' full gradients while reduced; + 4/d scratch "
-              "with m > 1), optimizer 8/d bytes";
+      state = plan.keep_params
+                  ? "ZeRO-3 keeping its gathered units across the micro-batches: params 4/d + 4 (the whole stage from "
+                    "its gather to the last backward), grads 4/d (+ units' full gradients while reduced; + 4/d scratch "
+                    "with m > 1), optimizer 8/d bytes"
+                  : "ZeRO-3: params 4/d (+ gathered units), grads 4/d (+ units' full gradients while reduced; + 4/d "
+                    "scratch with m > 1), optimizer 8/d bytes";
       break;
     default: state = "params 4, grads 4, optimizer 8 bytes (16)"; break;
   }
   return fmt::format("fp32 with AdamW, per element of the flat array this rank holds ({}; padding included): {}{}", of,
-                     state, plan.zero > 0 ? fmt::format(", d = dp x cp = {}", d.dp * d.cp) : std::string());
+                     state, plan.zero == 0 ? std::string()
+                            : plan.experts_placed()
+                                ? fmt::format(", d = dp x cp = {} (the experts' segments: d = edp = {})", d.dp * d.cp, d.edp)
+                                : fmt::format(", d = dp x cp = {}", d.dp * d.cp));
 }
 
 nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>& model, int threads,
@@ -85,6 +94,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"vocab_padded", int64_t{model.tp_dims().vocab} * d.tp},
       {"vocab_padding_rule", "tensor parallel pads the vocabulary to a multiple of tp; padded rows are zero, masked out of the loss and dropped by --check"},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
+      {"expert_degrees", nlohmann::ordered_json{{"etp", d.etp}, {"ep", d.ep}, {"edp", d.edp}}},
       {"order", plan.order}, {"schedule", d.pp > 1 ? name(plan.schedule) : "accumulate"},
       {"vpp", plan.vpp}, {"vpp_group", plan.vpp_group > 0 ? plan.vpp_group : d.pp},
       {"layers_per_stage", layers_per_virtual_stage(plan)},

@@ -76,6 +76,7 @@ std::vector<AnalyticBytes> plan_analytic(const Plan& plan, const Setup& st, int 
   add(cp_analytic(plan, 4, layers));
   add(moe_split_analytic(plan, 4, moe_layers));
   add(ep_analytic(plan.model, plan.degrees.ep, m.moe().totals().ep, steps, 4));
+  if (plan.experts_placed()) add(etp_analytic(plan.model, plan.degrees.ep, plan.degrees.etp, m.moe().totals().ep, steps, 4));
   if (st.pipe) add(pipeline_analytic(*st.pipe, plan));
   return a;
 }

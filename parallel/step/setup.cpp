@@ -68,7 +68,7 @@ int index_in(const Setup& st, GroupKind kind, int rank) {
 GptOptions model_options(const Setup& st, const Plan& plan, int rank) {
   const int d = plan.degrees.dp * plan.degrees.cp, P = plan.degrees.pp;
   // ZeRO with expert parallel shards the experts over edp apart from the rest (expert segments)
-  const int edp = plan.degrees.ep > 1 ? plan.degrees.edp : 0;
+  const int edp = plan.experts_placed() ? plan.degrees.edp : 0;
   GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d, edp) : GptOptions{};
   const int pp_rank = index_in(st, GroupKind::kPp, rank);
   if (P > 1)  // this rank's stage: its chunks' layers, the embeddings first, the head last
@@ -77,7 +77,8 @@ GptOptions model_options(const Setup& st, const Plan& plan, int rank) {
     mo.tp = TpSpec{plan.degrees.tp, index_in(st, GroupKind::kTp, rank), TpMode{plan.sp, plan.sp_regather, plan.overlap}};
   if (plan.degrees.cp > 1)
     mo.cp = CpSpec{plan.degrees.cp, index_in(st, GroupKind::kCp, rank), plan.cp_algo, plan.cp_zigzag, plan.overlap};
-  if (plan.degrees.ep > 1) mo.ep = EpSpec{plan.degrees.ep, index_in(st, GroupKind::kEp, rank)};
+  if (plan.experts_placed())
+    mo.ep = EpSpec{plan.degrees.ep, index_in(st, GroupKind::kEp, rank), plan.degrees.etp, index_in(st, GroupKind::kEtp, rank)};
   return mo;
 }
 
@@ -95,14 +96,22 @@ void apply_context_parallel(Setup& st, const Options& o, int rank, Backend<float
   st.model->set_cp_comm(st.cp.get());
 }
 
-// Expert parallel: the MoE exchanges over the ep group; the experts' gradients reduce over
+// Expert parallel: the MoE exchanges over the ep group (expert tensor parallel: the gathers
+// and reduce-scatters over the etp group); the experts' gradients reduce over
 // edp (the ranks holding the same experts), not dp; ZeRO shards them over it (a group of one
 // included: its calls cost nothing).
 ExpertGrads apply_expert_parallel(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be,
                                   int device) {
-  st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, device);
-  st.ep = std::make_unique<CommGroup<float>>(*st.ep_comm, be, &st.trace.tags);
-  st.model->set_ep_comm(st.ep.get());
+  if (plan.degrees.ep > 1) {
+    st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, device);
+    st.ep = std::make_unique<CommGroup<float>>(*st.ep_comm, be, &st.trace.tags);
+    st.model->set_ep_comm(st.ep.get());
+  }
+  if (plan.degrees.etp > 1) {
+    st.etp_comm = group_comm(st, o, GroupKind::kEtp, "etp", rank, device);
+    st.etp = std::make_unique<CommGroup<float>>(*st.etp_comm, be, &st.trace.tags);
+    st.model->set_etp_comm(st.etp.get());
+  }
   if (plan.degrees.edp > 1 || plan.zero > 0) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, device);
   return ExpertGrads{st.edp_comm.get(), moe_expert_ranges(st.model->layout(), plan.model)};
 }
@@ -112,7 +121,7 @@ void apply_data_parallel(Setup& st, const Options& o, const Plan& plan, int rank
                          const ExpertGrads& experts) {
   st.dp_comm = group_comm(st, o, GroupKind::kDpCp, "dp", rank, device);
   if (plan.zero > 0) {
-    comm::Communicator* edp = plan.degrees.ep > 1 ? st.edp_comm.get() : nullptr;
+    comm::Communicator* edp = plan.experts_placed() ? st.edp_comm.get() : nullptr;
     auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, edp, plan, &st.trace.tags, o.seed);
     st.zero = z.get();
     st.sync = std::move(z);
@@ -147,7 +156,7 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   const meshbench::comm::Degrees& d = plan.degrees;
   if (d.tp > 1) apply_tensor_parallel(st, o, rank, be, device);
   if (d.cp > 1) apply_context_parallel(st, o, rank, be, device);
-  const ExpertGrads experts = d.ep > 1 ? apply_expert_parallel(st, o, plan, rank, be, device) : ExpertGrads{};
+  const ExpertGrads experts = plan.experts_placed() ? apply_expert_parallel(st, o, plan, rank, be, device) : ExpertGrads{};
   st.dp_rank = index_in(st, GroupKind::kDp, rank);  // a rank's data: its dp index's samples (cp ranks share them)
   if (d.dp * d.cp > 1 || plan.zero > 0) apply_data_parallel(st, o, plan, rank, device, experts);
   st.actions = accumulation_schedule(plan.micro_batches);
@@ -167,6 +176,7 @@ std::vector<meshbench::results::GroupInfo> describe_groups(const Setup& st, cons
   if (st.tp) add(meshbench::comm::GroupKind::kTp, "tp");
   if (st.cp) add(meshbench::comm::GroupKind::kCp, "cp");
   if (st.ep) add(meshbench::comm::GroupKind::kEp, "ep");
+  if (st.etp) add(meshbench::comm::GroupKind::kEtp, "etp");
   if (st.edp_comm) add(meshbench::comm::GroupKind::kEdp, "edp");
   if (st.pipe) add(meshbench::comm::GroupKind::kPp, "pp");
   if (st.pipe && st.model->config().tied) add(meshbench::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective

@@ -33,8 +33,8 @@ struct Setup {
   std::unique_ptr<meshbench::comm::RankGrid> grid;
   std::unique_ptr<meshbench::comm::MeshComms> comms;
   Trace trace;
-  std::unique_ptr<RecordingComm> dp_comm, tp_comm, cp_comm, ep_comm, edp_comm;
-  std::unique_ptr<CommGroup<float>> tp, cp, ep;  // tensor, context, expert parallel (degree > 1)
+  std::unique_ptr<RecordingComm> dp_comm, tp_comm, cp_comm, ep_comm, etp_comm, edp_comm;
+  std::unique_ptr<CommGroup<float>> tp, cp, ep, etp;  // tensor, context, expert (tensor) parallel (degree > 1)
   std::unique_ptr<RecordingComm> pp_comm, embedding_comm;  // pipeline parallel
   std::optional<PipeEnv> pipe;
   std::unique_ptr<Gpt<float>> model;

@@ -25,10 +25,11 @@ std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool e
     return AnalyticBytes{"tp", std::string(comm::name(k)), payload, wire_bytes(k, payload, t) * 1.0};
   };
   if (!p.sp) {  // per layer: proj, fcproj forward; qkv, fc input gradients; + embedding, head
-    // A MoE block (etp = 1, whole experts) has no fcproj/fc pair: replicated on the tp ranks it
-    // moves nothing more; with expert parallel each tp rank dispatches a slice of the tokens,
-    // and the slices' output and d(x) (b x s x h each) and d(gates) (b x s x k) are all-reduced.
-    const bool sliced = p.degrees.ep > 1;
+    // A MoE block has no fcproj/fc pair: replicated on the tp ranks (whole experts, ep = 1) it
+    // moves nothing more; with expert (tensor) parallel each tp rank dispatches a slice of the
+    // tokens, and the slices' output and d(x) (b x s x h each) and d(gates) (b x s x k) are
+    // all-reduced.
+    const bool sliced = p.degrees.ep > 1 || p.degrees.etp > 1;
     const uint64_t blocks = (4 * L - (sliced ? 0 : 2 * Lm) + e + h) * act;
     const uint64_t gates = sliced ? Lm * N * static_cast<uint64_t>(c.top_k) * static_cast<uint64_t>(sb) : 0;
     return {row(comm::Collective::kAllReduce, m * (blocks + gates + h * ce))};
@@ -63,10 +64,6 @@ void validate_tensor_parallel(const Plan& p) {
   rule(c.kv_heads, "--kv-heads", "each rank holds whole key/value heads and GQA groups");
   rule(c.ffn, "--ffn", "the MLP width is split over the group");
   if (p.sp && p.degrees.cp < 2) rule(c.seq, "--seq", "with --sp the sequence is split over the group");
-  if (c.experts > 0 && p.degrees.etp != 1)
-    throw UsageError(fmt::format("--experts {} with --mesh tp={}: the experts are not split over tensor parallel in "
-                                 "this build; add etp=1 to the mesh (whole experts, expert grid etp x ep x edp)",
-                                 c.experts, t));
 }
 
 }  // namespace meshbench::parallel

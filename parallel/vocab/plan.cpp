@@ -38,12 +38,6 @@ void resolve_plan(Plan& p, int world, const std::vector<PlanRule>& rules) {
   p.world = world;
   if (p.micro_batches < 1)
     throw UsageError(fmt::format("--micro-batches {}: must be at least 1", p.micro_batches));
-  // Dimensions whose strategies are not in this build, before the degrees are resolved.
-  const comm::MeshSpec& m = p.mesh;
-  if (m.etp > 1)
-    throw UsageError(fmt::format("--mesh etp={}: expert tensor parallel is not available in this build (data, "
-                                 "tensor, context and pipeline parallel: --mesh dp=N,tp=T,cp=C,pp=P)",
-                                 m.etp));
   // The degrees must multiply to the world size (RankGrid names the rule it breaks).
   try {
     p.degrees = comm::RankGrid(world, p.mesh, p.order).degrees();

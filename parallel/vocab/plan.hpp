@@ -51,6 +51,9 @@ struct Plan {
     return int64_t{model.micro_batch} * micro_batches * degrees.dp;
   }
   int64_t global_tokens() const { return global_batch() * model.seq; }
+  // MoE blocks whose experts are placed on the expert grid (ep > 1 or etp > 1): their
+  // gradients reduce over edp, and ZeRO shards them over it.
+  bool experts_placed() const { return model.moe_blocks() > 0 && (degrees.ep > 1 || degrees.etp > 1); }
 };
 
 // A strategy's rules for a plan (its folder's validate_*): throws core::UsageError naming the

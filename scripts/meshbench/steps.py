@@ -134,16 +134,18 @@ def model_info(exe, base_args):
     return doc["model"]
 
 
-def zero_is_degenerate(deg):
+def zero_is_degenerate(deg, moe=False):
     """Whether ZeRO shards nothing under these degrees (tp cp ep dp pp etp edp; edp 0: no whole
-    expert grid). ZeRO shards the dense parameters over dp x cp and, with expert parallel
-    (ep > 1), the experts over edp (their expert data-parallel group); with ep = 1 the experts
-    are part of their unit and shard over dp x cp with the rest. So it is the same memory and
-    work as ZeRO-0 only when dp x cp is one rank and, with ep > 1, edp is one rank too. With
-    ep > 1 and no whole edp (0) the mesh itself is impossible: the binary says why."""
+    expert grid). ZeRO shards the dense parameters over dp x cp and, with the experts placed on
+    the expert grid (ep > 1, or etp > 1 with MoE blocks), the experts over edp (their expert
+    data-parallel group); otherwise the experts are part of their unit and shard over dp x cp
+    with the rest. So it is the same memory and work as ZeRO-0 only when dp x cp is one rank
+    and, with placed experts, edp is one rank too. With placed experts and no whole edp (0)
+    the mesh itself is impossible: the binary says why."""
     if deg["dp"] * deg["cp"] > 1:
         return False
-    return deg["ep"] == 1 or deg["edp"] == 1
+    placed = deg["ep"] > 1 or (moe and deg.get("etp", 1) > 1)
+    return not placed or deg["edp"] == 1
 
 
 def meshes(world, tps, cps, pps):
@@ -265,7 +267,7 @@ def candidates(steps, world, model, order_dims, info=None):
                          "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m,
                          "global_batch": b * dp * m}
                     same = (tp, cp, ep, dp, pp, e_tp if moe else 0, key, zero, sched, vpp, m)
-                    if zero > 0 and zero_is_degenerate(deg):
+                    if zero > 0 and zero_is_degenerate(deg, moe):
                         experts = " and its experts over edp = 1 rank" if ep > 1 else ""
                         c.update(pruned=f"degenerate: ZeRO-{zero} shards over its data-parallel group "
                                         f"dp x cp = 1 rank{experts}: the same memory and work as ZeRO-0",

@@ -33,12 +33,10 @@ s = f["runs"][rid]["step"]
 assert s.attrs["moe_assignments"] == 2 * 2 * 32 * 2, s.attrs["moe_assignments"]
 assert 0 < s.attrs["moe_dropped"] < s.attrs["moe_assignments"]
 PY
-# MoE with tensor parallel needs whole experts (etp=1) and no --sp: exit 2 on every rank, one
-# line naming the rule
-if expect_rc 2 2 step_bench "${tiny[@]}" --mesh tp=2; then
-  grep -q -- "--experts 4 with --mesh tp=2: the experts are not split over tensor parallel in this build; add etp=1" "$WORK/err" \
-    && pass "tp=2 with --experts: exit 2 naming the rule" || fail "tp=2 message: $(cat "$WORK/err")"
-fi
+# MoE with tensor parallel: etp defaults to tp (each expert split over the group: step_etp.sh);
+# etp=1 keeps the experts whole, replicated on the tp ranks.
+run_check "tp=2 (etp=2)" --mesh tp=2
+run_check "tp=2,etp=1" --mesh tp=2,etp=1
 # With --sp each tp rank routes its own rows (mpi.step_seed_systems runs it); capacity, which is
 # in the micro-batch's token order, needs the whole micro-batch: exit 2 naming the rule.
 if expect_rc 2 2 step_bench "${tiny[@]}" --mesh tp=2,etp=1 --sp --capacity-factor 1.0; then

@@ -188,3 +188,13 @@ def test_zero_degenerate_only_when_dense_and_expert_groups_are_one_rank():
         "dp x cp = 1 rank and its experts over edp = 1 rank: the same memory and work as ZeRO-0")
     assert steps.zero_is_degenerate({"tp": 2, "cp": 1, "ep": 1, "dp": 1, "pp": 2, "etp": 1, "edp": 2})
     assert not steps.zero_is_degenerate({"tp": 1, "cp": 2, "ep": 1, "dp": 1, "pp": 2, "etp": 1, "edp": 2})
+
+
+def test_zero_with_expert_tensor_parallel_shards_the_experts_over_edp():
+    # etp > 1 places the experts on the expert grid even at ep = 1: tp4 with etp 2 at dp = 1
+    # shards them over edp = world / (etp ep pp) = 2, so ZeRO is not degenerate; a dense model
+    # (no MoE blocks) has no experts to place, whatever etp says.
+    deg = {"tp": 4, "cp": 1, "ep": 1, "dp": 1, "pp": 1, "etp": 2, "edp": 2}
+    assert not steps.zero_is_degenerate(deg, moe=True)
+    assert steps.zero_is_degenerate(deg, moe=False)
+    assert steps.zero_is_degenerate(dict(deg, edp=1), moe=True)
