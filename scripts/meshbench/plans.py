@@ -69,8 +69,10 @@ def order_dims(order):
     return got + [d for d in DIMS if d not in got]
 
 
-def plan_label(deg, order="", vpp=1, zero=0, schedule="", microbatches=1, sp=False):
-    """The plan as one string; degrees above 1 in rank order ('single' when all are 1)."""
+def plan_label(deg, order="", vpp=1, zero=0, schedule="", microbatches=1, sp=False, keep=False):
+    """The plan as one string; degrees above 1 in rank order ('single' when all are 1). keep:
+    ZeRO-3 kept its gathered units across the micro-batches ('zero3 keep'; the default under a
+    pipeline), so that the two ZeRO-3 choices are two plans."""
     dims = order_dims(order)
     dims += sorted(d for d in deg if d not in dims)
     parts = [" x ".join(f"{d}{deg[d]}" for d in dims if int(deg.get(d, 1) or 1) > 1) or "single"]
@@ -79,7 +81,7 @@ def plan_label(deg, order="", vpp=1, zero=0, schedule="", microbatches=1, sp=Fal
         if int(vpp or 1) > 1:
             parts.append(f"vpp={vpp}")
     if int(zero or 0) > 0:
-        parts.append(f"zero{zero}")
+        parts.append(f"zero{zero}" + (" keep" if int(zero) == 3 and keep else ""))
     if int(microbatches or 1) > 1:
         parts.append(f"m={microbatches}")
     if sp:
@@ -147,7 +149,7 @@ def plan_rows(runs):
         r.update(order=order, schedule=str(a.get("schedule", "")), vpp=int(a.get("vpp", 1) or 1),
                  model=_model(a), nodes=f["nodes"], ranks_per_node=f["ranks_per_node"],
                  plan=plan_label(deg, order, a.get("vpp", 1), r["zero_stage"], a.get("schedule", ""),
-                                 r.get("microbatches"), r.get("sequence_parallel")),
+                                 r.get("microbatches"), r.get("sequence_parallel"), bool(a.get("zero3_keep_params"))),
                  cross_nodes=cross_nodes(run, order))
         if a.get("global_batch") is not None and a.get("seq") is not None:
             r["tokens_per_step"] = int(a["global_batch"]) * int(a["seq"])

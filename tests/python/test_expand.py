@@ -198,3 +198,11 @@ def test_zero_with_expert_tensor_parallel_shards_the_experts_over_edp():
     assert not steps.zero_is_degenerate(deg, moe=True)
     assert steps.zero_is_degenerate(deg, moe=False)
     assert steps.zero_is_degenerate(dict(deg, edp=1), moe=True)
+
+
+def test_plan_label_tells_zero3_keep_from_regather():
+    from meshbench import plans
+    deg = {"pp": 2, "dp": 2}
+    assert plans.plan_label(deg, "", 1, 3, "1f1b", 2, False, True) == "dp2 x pp2 1f1b zero3 keep m=2"
+    assert plans.plan_label(deg, "", 1, 3, "1f1b", 2, False, False) == "dp2 x pp2 1f1b zero3 m=2"
+    assert plans.plan_label(deg, "", 1, 1, "1f1b", 2, False, True) == "dp2 x pp2 1f1b zero1 m=2"
