@@ -14,15 +14,38 @@
 #      --mesh dp=N (a refusal, exit 2, is reported as "not available in this build");
 #   8. tensor and context parallel: step_bench --mesh tp=2 (all-reduce, --sp) and cp=2 (ring,
 #      allgather, ulysses), --check, NCCL on two GPUs or MPI on one.
-# Prints one table (check, configuration, result, detail) and exits 1 if anything failed or
-# could not run in time, 3 if the build failed, and 4 (saying so) when there is no GPU and
-# nothing was checked.
+# Prints one table (check, configuration, result, detail), also written to OUT/table.md with
+# every log and HDF5 file beside it, and exits 1 if anything failed or could not run in time,
+# 3 if the build failed, and 4 (saying so) when there is no GPU and nothing was checked.
+#
+# Usage: scripts/gpu-check.sh [--quick] [--out DIR]
+#   --quick   about 3 minutes: 1-3, 5 with fewer steps, and one checked step per strategy
+#             (dp, tp, tp --sp, cp, pp, ZeRO-1, ep); no collective sweeps (4, 6)
+#   --out DIR where the table, logs and HDF5 files go (default: a fresh results/gpu-check-*;
+#             on the device tool, --out "$OUT" brings them back)
+# The driver version is printed first: the CUDA 13 toolkit needs a driver of version 580 or
+# later, and an older one stops the check (exit 1) before anything is built. Two ranks sharing
+# one GPU (7, 8 on a one-GPU machine) need the Default compute mode; under Exclusive_Process
+# those rows are skipped with a line saying why.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 BUILD=${BUILD:-build-gpu}
 PY=${PY:-python3}
-BUDGET=${GPU_CHECK_S:-540}
-out=$(mktemp -d)
+quick=0
+out=""
+while (($#)); do
+  case $1 in
+    --quick) quick=1 ;;
+    --out) out=${2:?--out needs a folder}; shift ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed 's/^# \{0,1\}//; /^set -uo/d'; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (usage: scripts/gpu-check.sh [--quick] [--out DIR])" >&2; exit 2 ;;
+  esac
+  shift
+done
+if ((quick)); then BUDGET=${GPU_CHECK_S:-300}; else BUDGET=${GPU_CHECK_S:-540}; fi
+[[ -n $out ]] || out="results/gpu-check-$(date +%Y%m%dT%H%M%S)"
+mkdir -p "$out" || { echo "gpu-check: cannot create --out $out" >&2; exit 2; }
+out=$(cd "$out" && pwd)
 rows="$out/rows.tsv"
 : >"$rows"
 failed=0
@@ -63,6 +86,16 @@ if ((ngpu == 0)); then
   exit 4
 fi
 cat "$out/smi.txt"
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 | tr -d ' ')
+echo "gpu-check: driver ${driver:-unknown}; the CUDA 13 toolkit needs 580 or later"
+if [[ -n $driver && ${driver%%.*} =~ ^[0-9]+$ ]] && ((${driver%%.*} < 580)); then
+  echo "gpu-check: STOPPED: driver $driver is older than 580, which CUDA 13 needs; nothing was checked"
+  exit 1
+fi
+mode=$(nvidia-smi --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -1)
+shared_ok=1  # two ranks on one GPU
+[[ $mode == *Exclusive* ]] && shared_ok=0
+echo "gpu-check: compute mode ${mode:-unknown}$( ((shared_ok)) || echo ": two ranks cannot share a GPU; those rows are skipped")"
 counts=(1)
 for ((n = 2; n < ngpu; n *= 2)); do counts+=("$n"); done
 ((ngpu > 1)) && counts+=("$ngpu")
@@ -118,18 +151,20 @@ collectives() {  # RANKS DTYPES MAXSIZE
     [[ $rc == 0 ]] || failed=1
   done
 }
-collectives 1 all 64M
-((ngpu > 1)) && collectives "$ngpu" all 64M
+# n=1 up to 16 MiB: the host fill and check of 64 MiB int8/bf16 points alone took about 2 minutes
+((quick)) || collectives 1 all 16M
+((quick)) || ((ngpu == 1)) || collectives "$ngpu" all 64M
 
 # ---- 5. timed bf16 step: MFU -----------------------------------------------------------------
 rc=0
-limited 180 mpiexec -n 1 "$BIN/step_bench" --device cuda --dtype bf16 --model medium --steps 10 \
-  --warmup 3 -O "$out/step_cuda.h5" >"$out/step_timed.txt" 2>&1 || rc=$?
+((quick)) && timed_steps=(--steps 4 --warmup 2) || timed_steps=(--steps 10 --warmup 3)
+limited 180 mpiexec -n 1 "$BIN/step_bench" --device cuda --dtype bf16 --model medium "${timed_steps[@]}" \
+  -O "$out/step_cuda.h5" >"$out/step_timed.txt" 2>&1 || rc=$?
 verdict "step_bench timed" "n=1, bf16, medium" "$rc" "$out/step_timed.txt" \
   "$(grep -m1 -o 'MFU [0-9.]*% of the measured[^;]*; datasheet MFU [^ ]*' "$out/step_timed.txt")"
 
 for n in "${counts[@]}"; do
-  ((n == 1 || n == ngpu)) || collectives "$n" float 4M
+  ((quick || n == 1 || n == ngpu)) || collectives "$n" float 4M
 done
 
 # ---- 7. the data-parallel step at N ranks ----------------------------------------------------
@@ -146,7 +181,9 @@ fi
 
 # One GPU: two ranks share it over MPI (host staging), which still runs the device buffers,
 # the stream ordering before each reduction and the check against the single-rank reference.
-if ((ngpu == 1)); then
+if ((ngpu == 1 && !shared_ok)); then
+  row "step_bench dp=2" "n=2 on 1 GPU" "skipped" "compute mode $mode: two ranks cannot share the GPU"
+elif ((ngpu == 1)); then
   rc=0
   limited 180 mpiexec -n 2 "$BIN/step_bench" --device cuda --dtype fp32 --model tiny \
     --mesh dp=2 --backend mpi --check --steps 3 --warmup 1 >"$out/step_dp.txt" 2>&1 || rc=$?
@@ -156,9 +193,18 @@ fi
 # ---- 8. tensor and context parallel: TP linears, vocabulary-parallel loss, SP, CP attention --
 par_n=2  # two GPUs over NCCL, or two ranks sharing one GPU over MPI
 ((ngpu > 1)) && par_be=nccl || par_be=mpi
-for plan in "tp=2" "tp=2 --sp" "cp=2" "cp=2 --cp-algo allgather" "cp=2 --cp-algo ulysses"; do
+plans=("tp=2" "tp=2 --sp" "cp=2" "cp=2 --cp-algo allgather" "cp=2 --cp-algo ulysses")
+# --quick: one checked step per strategy instead (data, tensor, sequence, context and pipeline
+# parallel, ZeRO-1, expert parallel)
+((quick)) && plans=("dp=2" "tp=2" "tp=2 --sp" "cp=2" "pp=2 --micro-batches 2" "dp=2 --zero 1"
+                    "ep=2 --experts 4 --top-k 2")
+for plan in "${plans[@]}"; do
   rc=0
   tag=${plan// /_}
+  if ((ngpu == 1 && !shared_ok)); then
+    row "step_bench $plan" "n=$par_n on 1 GPU" "skipped" "compute mode $mode: two ranks cannot share the GPU"
+    continue
+  fi
   # shellcheck disable=SC2086
   limited 180 mpiexec -n "$par_n" "$BIN/step_bench" --device cuda --dtype fp32 --layers 2 --hidden 64 --heads 4 \
     --kv-heads 4 --seq 32 --vocab 250 --micro-batch 2 --mesh $plan --backend "$par_be" --check --steps 3 \
@@ -192,14 +238,15 @@ for line in (open(rc_path) if os.path.exists(rc_path) else []):
     rows.append([c + "_bench", f"n={n}, nccl", "ok" if ok else f"FAIL (exit {rc})", detail])
 w = [max(len(r[i]) for r in rows + [["check", "configuration", "result", "detail"]]) for i in range(4)]
 line = lambda r: "| " + " | ".join(x.ljust(w[i]) for i, x in enumerate(r)) + " |"
-print(line(["check", "configuration", "result", "detail"]))
-print("|" + "|".join("-" * (x + 2) for x in w) + "|")
-for r in rows:
-    print(line(r))
-bad = [r for r in rows if not (r[2] == "ok" or r[2] == "not available")]
+table = [line(["check", "configuration", "result", "detail"]), "|" + "|".join("-" * (x + 2) for x in w) + "|"]
+table += [line(r) for r in rows]
+print("\n".join(table))
+with open(os.path.join(out, "table.md"), "w") as f:
+    f.write("\n".join(table) + "\n")
+bad = [r for r in rows if not (r[2] in ("ok", "not available", "skipped"))]
 print(f"gpu-check: {len(rows)} rows, {len(bad)} failed or not run")
 sys.exit(1 if bad else 0)
 PY
 table_rc=$?
-echo "gpu-check: finished in ${SECONDS} s (budget ${BUDGET} s)"
+echo "gpu-check: finished in ${SECONDS} s (budget ${BUDGET} s); table, logs and HDF5 files in $out"
 [[ $failed == 0 && $table_rc == 0 ]] || exit 1

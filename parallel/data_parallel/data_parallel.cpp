@@ -134,6 +134,7 @@ void DataParallel<S>::poll() {
 
 template <typename S>
 void DataParallel<S>::progress_loop() {
+  model_.backend().bind_thread();  // NCCL and CUDA-aware MPI tests touch the rank's GPU
   while (!stop_) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -35,6 +35,9 @@ class Backend {
   virtual compute::MemKind mem() const = 0;          // where its buffers live
   virtual void* stream() const { return nullptr; }   // opaque compute stream (comm order_after)
   virtual void synchronize() {}                      // wait for every queued op
+  // Called first on any other thread that touches the backend's memory or streams (CUDA: the
+  // backend's device for that thread, or the thread's CUDA calls open a context on GPU 0).
+  virtual void bind_thread() {}
 
   // Memory: zero-filled allocations, host<->backend copies (download blocks until the data
   // is on the host), fills and copies inside the backend.

@@ -11,18 +11,20 @@ namespace meshbench::parallel {
 ExportedStep run_export_step(Gpt<float>& model, const int32_t* tokens, const int32_t* targets,
                              const AdamWConfig& adam) {
   const GptConfig& c = model.config();
-  const size_t N = static_cast<size_t>(c.tokens()), P = static_cast<size_t>(model.layout().total());
+  const size_t N = static_cast<size_t>(c.tokens());
   ExportedStep s;
   s.tokens.assign(tokens, tokens + N);
   s.targets.assign(targets, targets + N);
-  s.params_before.assign(model.params(), model.params() + P);
+  // Through the backend: on --device cuda the parameters and gradients live on the GPU (the
+  // logits are downloaded by forward itself).
+  s.params_before = model.download_params();
   s.logits.resize(N * static_cast<size_t>(c.vocab));
   model.zero_grad();
   s.loss = model.forward(tokens, targets, s.logits.data());
   model.backward();
-  s.grads.assign(model.grads(), model.grads() + P);
+  s.grads = model.download_grads();
   model.update(adam, 1);
-  s.params_after.assign(model.params(), model.params() + P);
+  s.params_after = model.download_params();
   return s;
 }
 

@@ -92,14 +92,14 @@ Threads set_threads(const Options& o, const comm::Topology& topo, int rank) {
   return t;
 }
 
-void make_compute(Compute& cp, const Options& o, const comm::Topology& topo, int rank) {
+void make_compute(Compute& cp, const Options& o, int local_rank) {
   cp.gpu = o.device == "cuda";
   cp.prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
   cp.backend = &cpu_backend<float>();
   if (!cp.gpu) return;
   std::string why;
   if (!cuda::available(&why)) throw core::UsageError(fmt::format("--device cuda: no usable GPU ({})", why));
-  cp.device = topo.ranks[static_cast<size_t>(rank)].local_rank % compute::device_count();
+  cp.device = local_rank % compute::device_count();
   cp.gpu_backend = cuda::make_backend(cp.prec, cp.device);
   cp.gpu_name = cuda::device_name(cp.device);
   cp.backend = cp.gpu_backend.get();
@@ -207,10 +207,13 @@ void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog&
   {
     comm::WatchScope scope(wd.active, "set-up (topology, groups, model; collective)", 0, "world");
     l.topo = comm::discover_topology(MPI_COMM_WORLD, o.device);
+    // The GPU from the real host's local rank: --ranks-per-node renumbers local ranks to
+    // emulate nodes, and two ranks of one host must not share a GPU (NCCL refuses duplicates).
+    const int gpu_local_rank = l.topo.ranks[static_cast<size_t>(rank)].local_rank;
     if (o.ranks_per_node > 0) comm::emulate_nodes(l.topo, o.ranks_per_node);
     l.threads = set_threads(o, l.topo, rank);
     if (l.threads.oversubscribed) l.topo.oversubscribed = true;  // the run's `oversubscribed` covers threads too
-    make_compute(l.cp, o, l.topo, rank);
+    make_compute(l.cp, o, gpu_local_rank);
     check_memory(o, plan, l.cp, l.topo, rank);
     l.st.watch = wd.active;
     make_setup(l.st, o, plan, rank, *l.cp.backend, l.cp.device);

@@ -64,7 +64,9 @@ struct Compute {
   std::string gpu_name = "none";
   Precision prec = Precision::kFp32;
 };
-void make_compute(Compute& cp, const Options& o, const comm::Topology& topo, int rank);
+// --device cuda: GPU local_rank % devices, local_rank the rank's place on its real host (not
+// --ranks-per-node's emulated one).
+void make_compute(Compute& cp, const Options& o, int local_rank);
 
 // Before the model is allocated: the plan's analytic memory (plan_memory, what --plan-only
 // prints) against what each rank can have, the ranks of a host sharing its memory (or each

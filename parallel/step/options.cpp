@@ -11,6 +11,7 @@
 
 #include "core/cli.hpp"
 #include "core/error.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "results/output_path.hpp"
 #include "step/rules.hpp"
@@ -291,6 +292,10 @@ Plan plan_of(const Options& o, int world) {
   if (p.zero == 3 && p.degrees.pp > 1 && !o.regather) p.keep_params = true;
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
+  if (o.device == "cuda" && p.degrees.cp > 1 && p.model.head_size() > cuda::kChunkMaxHeadSize)
+    throw UsageError(fmt::format("--device cuda with --mesh cp={}: head size {} (--hidden {} / --heads {}) is above "
+                                 "the CUDA chunk attention's {}", p.degrees.cp, p.model.head_size(), p.model.hidden,
+                                 p.model.heads, cuda::kChunkMaxHeadSize));
   if (!o.export_dir.empty() && o.zero > 0)
     throw UsageError(fmt::format("--export with --zero {}: exports the plain single-rank step (drop --zero)", o.zero));
   if (!o.export_dir.empty() && world > 1)

@@ -32,6 +32,7 @@ namespace meshbench::parallel::cuda {
 namespace {
 
 constexpr const char* kG = "-";  // check macros: no communicator group here
+static_assert(kChunkMaxHs == kChunkMaxHeadSize, "the plan's rule (cuda_backend.hpp) must match the kernel");
 
 class CudaBackend final : public Backend<float> {
  public:
@@ -43,6 +44,8 @@ class CudaBackend final : public Backend<float> {
     // Default math: fp32 GEMMs stay fp32 (no TF32); bf16 inputs take the tensor cores.
     MB_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), kG);
   }
+  void bind_thread() override { MB_CHECK_CUDA(cudaSetDevice(device_), kG); }
+
   ~CudaBackend() override {
     (void)cudaStreamSynchronize(stream_);
     for (auto& m : mirrors_) (void)cudaFree(m.bf16);
@@ -151,20 +154,24 @@ class CudaBackend final : public Backend<float> {
   }
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                          const float* b, int N, int C) override {
+    if (N <= 0) return;
     k_layernorm_fwd<<<N, row_threads(C), 0, stream_>>>(out, mean, rstd, inp, w, b, C);
     MB_CHECK_LAUNCH(k_layernorm_fwd, kG);
   }
   void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
                           const float* w, const float* mean, const float* rstd, int N,
                           int C) override {
+    if (N <= 0) return;
     k_layernorm_bwd<<<N, row_threads(C), 0, stream_>>>(dinp, dw, db, dout, inp, w, mean, rstd, C);
     MB_CHECK_LAUNCH(k_layernorm_bwd, kG);
   }
   void gelu_forward(float* out, const float* inp, int64_t N) override {
+    if (N <= 0) return;  // a rank whose experts received no rows (hot-expert routing)
     k_gelu_fwd<<<blocks_for(size_t(N)), 256, 0, stream_>>>(out, inp, size_t(N));
     MB_CHECK_LAUNCH(k_gelu_fwd, kG);
   }
   void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) override {
+    if (N <= 0) return;
     k_gelu_bwd<<<blocks_for(size_t(N)), 256, 0, stream_>>>(dinp, inp, dout, size_t(N));
     MB_CHECK_LAUNCH(k_gelu_bwd, kG);
   }
@@ -238,6 +245,7 @@ class CudaBackend final : public Backend<float> {
     MB_CHECK_LAUNCH(k_add_2d, kG);
   }
   void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
+    if (N <= 0 || C <= 0) return;
     k_bias_residual_add<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, x, bias, N, C);
     MB_CHECK_LAUNCH(k_bias_residual_add, kG);
     written(out, sizeof(float) * size_t(N) * C);
@@ -261,11 +269,13 @@ class CudaBackend final : public Backend<float> {
   // The MoE routing ops (moe_kernels.cuh); the expert GEMMs are matmul_forward/backward.
   void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
                         int k, bool assigned) override {
+    if (N <= 0) return;
     k_moe_topk_fwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(idx, gates, probs, logits, N, E, k, assigned);
     MB_CHECK_LAUNCH(k_moe_topk_fwd, kG);
   }
   void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
                          const float* gates, const int32_t* idx, int N, int E, int k) override {
+    if (N <= 0) return;
     k_moe_topk_bwd<<<blocks_for(size_t(N), 128), 128, 0, stream_>>>(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
     MB_CHECK_LAUNCH(k_moe_topk_bwd, kG);
   }
@@ -275,15 +285,18 @@ class CudaBackend final : public Backend<float> {
     MB_CHECK_LAUNCH(k_moe_plan, kG);
   }
   void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    if (N <= 0) return;  // an expert-parallel rank that received no rows
     k_moe_permute_fwd<<<blocks_for(size_t(N) * k * C), 256, 0, stream_>>>(xp, x, slot, N, C, k);
     MB_CHECK_LAUNCH(k_moe_permute_fwd, kG);
   }
   void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    if (N <= 0) return;
     k_moe_permute_bwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(dx, dxp, slot, N, C, k);
     MB_CHECK_LAUNCH(k_moe_permute_bwd, kG);
   }
   void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
                              int C, int k) override {
+    if (N <= 0) return;
     k_moe_unpermute_fwd<<<blocks_for(size_t(N) * C), 256, 0, stream_>>>(out, yp, gates, slot, N, C, k);
     MB_CHECK_LAUNCH(k_moe_unpermute_fwd, kG);
   }

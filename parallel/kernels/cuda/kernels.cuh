@@ -235,7 +235,7 @@ __global__ void k_ce_finish(float* probs, float* losses, const float* sumexp, co
 // Context-parallel attention between chunks (layers.hpp), one thread per (b, h, query row):
 // a streaming softmax over the visible keys, then the log-sum-exp merge into o / lse. Plain
 // and slow (no tiling): the CPU path is the reference; hs <= kChunkMaxHs.
-constexpr int kChunkMaxHs = 256;
+constexpr int kChunkMaxHs = 256;  // cuda_backend.hpp's kChunkMaxHeadSize (backend_cuda.cu asserts it)
 __global__ void k_attn_chunk_fwd(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
                                  const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
                                  int k0, bool first, float scale) {
