@@ -1,5 +1,5 @@
 """tests/python/conftest.py: the package scripts/meshbench on sys.path, the entry points
-(scripts/sweep, report, plot) loaded as modules (cli), and the stand-in programs (fakes.py).
+(scripts/sweep, report, plot, calibrate) loaded as modules (cli), and the stand-in programs (fakes.py).
 
 Run: python3 -m pytest -q tests/python (ctest: python.unit). The tests need Debian's h5py, numpy
 and matplotlib, not a build; the few that read the real binaries' names take MB_BIN (default
@@ -33,7 +33,7 @@ def load_cli(name):
 
 @pytest.fixture(scope="session")
 def cli():
-    return {n: load_cli(n) for n in ("sweep", "report", "plot")}
+    return {n: load_cli(n) for n in ("sweep", "report", "plot", "calibrate")}
 
 
 @pytest.fixture

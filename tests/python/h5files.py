@@ -132,3 +132,36 @@ def pipeline_file(path, schedule="gpipe", run_id="pp"):
         s["activation_slots"] = np.array([(r, 0, h, h * 1048576.0, 1.0 + i * 1e-3) for r in (0, 1)
                                           for i, h in enumerate((1, 2, 1, 0))], SLOT_T)
         s["pipeline"] = np.array([(0, 2, 2097152.0, 0.25, 1 / 3), (1, 2, 2097152.0, 0.4, 1 / 3)], PIPE_T)
+
+
+FULL_ROW_T = np.dtype(ROW_T.descr + [("iters", "<i4"), ("warmup_calls", "<i4"), ("warmup_converged", "i1"),
+                                     ("t_median_max", "<f8"), ("t_median_avg", "<f8"), ("t_median_min", "<f8"),
+                                     ("t_median_rank0", "<f8"), ("invalid", "<i4")])
+
+
+def timed_collective_file(path, sizes, times, collective="all_reduce", tag="shm", run_id="c1", ranks=2,
+                          placement="out-of-place", timing="isolated", wrong=None, routing=None, dtype="float"):
+    """One world run of `collective` at `sizes` (bytes) whose slowest rank's median (t_median_max)
+    is `times` (s), in the summary layout of today's binaries (the adaptive warm-up columns);
+    t_median (the headline, here as under --rank-stat avg) and the other rank statistics are
+    0.9x it, so a fit that read them would be off. wrong: wrong elements per size."""
+    redop = b"none" if collective in ("all_gather", "all_to_all", "sendrecv", "all_to_allv") else b"sum"
+    with h5py.File(path, "a") as f:
+        run = f.create_group(f"runs/{run_id}")
+        run_attrs(run, binary=f"{collective}_bench", tag=tag, world_size=ranks, timing=timing)
+        if routing:
+            run.attrs["routing"] = routing
+        run["topology/groups"] = np.array([(b"world", 0, ranks, b"0,1", 1, b"intra")], GROUPS_T)
+        g = run.create_group(f"collectives/{collective}/{dtype}-{redop.decode()}-{placement}-world")
+        for k, v in {"collective": collective, "placement": placement, "group": "world", "warmup": -1,
+                     "rank_stat": "avg"}.items():
+            g.attrs[k] = v
+        rows, srows = [], []
+        for i, (b, t) in enumerate(zip(sizes, times)):
+            w = 0 if wrong is None else wrong[i]
+            rows.append((b, b // 4, dtype.encode(), redop, placement == "in-place", -1, t * 0.9, t * 0.9, t, t * 1.1,
+                         t * 3, b / t / 1e9, b / t / 1e9, w, 0, 20, 100, 1, t, t * 0.9, t * 0.9, t * 0.9, 0))
+            srows.append((b, b // 4, b, b, b * ranks))
+        g["summary"] = np.array(rows, FULL_ROW_T)
+        g["sizes"] = np.array(srows, SIZES_T)
+        g["samples"] = np.tile(np.asarray(times, dtype=float)[:, None, None], (1, 3, ranks))

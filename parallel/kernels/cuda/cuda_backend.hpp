@@ -46,7 +46,9 @@ double datasheet_peak(const std::string& device_name, Precision p);
 std::vector<ParityRow> layer_parity(Precision p, unsigned seed);
 
 // cuBLAS GEMM FLOP/s on C (M,N) = A (M,K) B (N,K)^T with operands already in the GEMM's
-// input type: only the GEMM is timed (no conversion), best of at least 3 calls over 0.3 s.
+// input type: only the GEMMs are timed (no conversion), each timing a batch of back-to-back
+// calls of about 2 ms between CUDA events (so launch latency does not count), best of at
+// least 3 batches over 0.3 s.
 double measure_gemm_peak(int M, int N, int K, Precision p, int device = 0);
 
 }  // namespace meshbench::parallel::cuda
