@@ -162,9 +162,13 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
       t_prev = t;
     }
     run.sample_slots(t_prev);
+    // A device backend queues its ops: each phase ends when its work has run (synchronized
+    // boundaries, issue 30 defect 5), so the backward's GPU time is not charged to the next phase.
+    const bool device = env.model.backend().mem() == compute::MemKind::kDevice;
     for (const Action& a : actions) {
       const double t0 = t_prev;
       const char* phase = run.run(a, adam_t);
+      if (device) env.model.backend().synchronize();
       t_prev = core::now_seconds();
       tr.phase(phase, t0, t_prev);
     }

@@ -86,7 +86,11 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
-      {"strategy", strategy_name(plan)}, {"cp_algo", cp_algo_name(plan.cp_algo)},
+      {"strategy", strategy_name(plan)},
+      {"device_timing", gpu ? "synchronized boundaries: each phase ends after a stream synchronize, and a blocking "
+                              "collective on device memory after its communicator's stream is synchronized; "
+                              "non-blocking ones are stamped when a test or wait first sees them done (no CUDA events)"
+                            : "host clock: the CPU backend runs each op inside its call"}, {"cp_algo", cp_algo_name(plan.cp_algo)},
       {"cp_split", plan.cp_zigzag ? "zigzag" : "contiguous"},
       {"megatron_activation_bytes", megatron_activation_bytes_per_layer(plan) * c.layers},
       {"megatron_activation_formula", "L " + megatron_activation_formula(plan)},

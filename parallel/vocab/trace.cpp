@@ -86,13 +86,16 @@ bool RecordingComm::alone(View s, View r) {
 }
 
 template <typename F>
-void RecordingComm::blocking(Collective c, uint64_t bytes, F&& call, double wire) {
+void RecordingComm::blocking(Collective c, uint64_t bytes, compute::MemKind mem, F&& call, double wire) {
   if (inner_->size() == 1) {  // a group of one: nothing to record (alone() did the copy, or the call does)
     call();
     return;
   }
   const double t0 = core::now_seconds();
   call();
+  // A device communicator (NCCL) returns once the call is queued on its stream: wait for it,
+  // so that busy and exposed time are the transfer's (issue 30, defect 5).
+  if (trace_.on && mem == compute::MemKind::kDevice) inner_->synchronize();
   const double t1 = core::now_seconds();
   if (!trace_.on) return;
   const int n = inner_->size();
@@ -118,32 +121,32 @@ std::unique_ptr<comm::Request> RecordingComm::posted(Collective c, uint64_t byte
 
 void RecordingComm::all_reduce(View s, View r, comm::RedOp op) {
   if (alone(s, r)) return;
-  blocking(Collective::kAllReduce, r.bytes(), [&] { inner_->all_reduce(s, r, op); });
+  blocking(Collective::kAllReduce, r.bytes(), r.mem, [&] { inner_->all_reduce(s, r, op); });
 }
 void RecordingComm::all_gather(View s, View r) {
   if (alone(s, r)) return;
-  blocking(Collective::kAllGather, r.bytes(), [&] { inner_->all_gather(s, r); });
+  blocking(Collective::kAllGather, r.bytes(), r.mem, [&] { inner_->all_gather(s, r); });
 }
 void RecordingComm::reduce_scatter(View s, View r, comm::RedOp op) {
   if (alone(s, r)) return;
-  blocking(Collective::kReduceScatter, s.bytes(), [&] { inner_->reduce_scatter(s, r, op); });
+  blocking(Collective::kReduceScatter, s.bytes(), s.mem, [&] { inner_->reduce_scatter(s, r, op); });
 }
 void RecordingComm::all_to_all(View s, View r) {
   if (alone(s, r)) return;
-  blocking(Collective::kAllToAll, s.bytes(), [&] { inner_->all_to_all(s, r); });
+  blocking(Collective::kAllToAll, s.bytes(), s.mem, [&] { inner_->all_to_all(s, r); });
 }
 void RecordingComm::all_to_allv(View s, const comm::PeerBlocks& sb, View r, const comm::PeerBlocks& rb) {
   if (alone(s.slice(sb.displs.at(0), sb.counts.at(0)), r.slice(rb.displs.at(0), rb.counts.at(0)))) return;
   const std::size_t elt = comm::size_of(s.dtype);
-  blocking(Collective::kAllToAllV, sb.total() * elt, [&] { inner_->all_to_allv(s, sb, r, rb); },
+  blocking(Collective::kAllToAllV, sb.total() * elt, s.mem, [&] { inner_->all_to_allv(s, sb, r, rb); },
            static_cast<double>(comm::sent_to_peers(sb, inner_->rank()) * elt));
 }
 void RecordingComm::broadcast(View s, View r, int root) {
   if (alone(s, r)) return;
-  blocking(Collective::kBroadcast, r.bytes(), [&] { inner_->broadcast(s, r, root); });
+  blocking(Collective::kBroadcast, r.bytes(), r.mem, [&] { inner_->broadcast(s, r, root); });
 }
 void RecordingComm::sendrecv(View s, int to, View r, int from) {
-  blocking(Collective::kSendRecv, s.bytes(), [&] { inner_->sendrecv(s, to, r, from); });
+  blocking(Collective::kSendRecv, s.bytes(), s.mem, [&] { inner_->sendrecv(s, to, r, from); });
 }
 std::unique_ptr<comm::Request> RecordingComm::iall_reduce(View s, View r, comm::RedOp op) {
   if (alone(s, r)) return std::make_unique<DoneRequest>();

@@ -90,9 +90,11 @@ struct Trace {
 double wire_bytes(comm::Collective c, uint64_t payload, int n);
 
 // Records every call of `inner` into `trace` under dimension `dim` and group `group_id`.
-// Blocking calls are timed around the call; non-blocking ones from posting to the moment a
-// test() or wait() first sees them complete (t_start = t_post: MPI cannot say when the
-// transfer began), with the moment a wait() began to block. A group of one rank issues no
+// Blocking calls are timed around the call (on device memory the inner communicator's stream
+// is synchronized before the end is stamped, so the time covers the transfer, not only its
+// enqueue); non-blocking ones from posting to the moment a test() or wait() first sees them
+// complete (t_start = t_post: MPI cannot say when the transfer began), with the moment a
+// wait() began to block. A group of one rank issues no
 // call and records nothing: its collectives are the identity (a copy out of place).
 class RecordingComm final : public comm::Communicator {
  public:
@@ -135,9 +137,9 @@ class RecordingComm final : public comm::Communicator {
   // here); false leaves device memory to the inner call (which blocking()/posted() then do
   // not record).
   bool alone(comm::View s, comm::View r);
-  // `wire` < 0: wire_bytes(c, bytes, n).
+  // `wire` < 0: wire_bytes(c, bytes, n). `mem`: where the call's buffers live.
   template <typename F>
-  void blocking(comm::Collective c, uint64_t bytes, F&& call, double wire = -1);
+  void blocking(comm::Collective c, uint64_t bytes, compute::MemKind mem, F&& call, double wire = -1);
   std::unique_ptr<comm::Request> posted(comm::Collective c, uint64_t bytes,
                                         std::unique_ptr<comm::Request> inner, double t_post, char p2p = 0,
                                         int peer = -1, int tag = -1);

@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -340,6 +341,34 @@ TEST(NcclOrder, RecordingCommCountsTheBytesAnAllToAllVSends) {
   EXPECT_EQ(e.bytes, (3u + 7u + 5u) * kF);
   EXPECT_DOUBLE_EQ(e.wire_bytes, static_cast<double>((3 + 5) * kF)) << "rank 1's own block is not sent";
   EXPECT_EQ(mc::name(e.kind), "all_to_allv");
+}
+
+// Issue 30, defect 5: a blocking collective on device memory returns once NCCL has queued it;
+// RecordingComm waits for the communicator's stream before stamping the end, so the recorded
+// busy time is the transfer's and not the enqueue's. With the trace off nothing waits.
+TEST(NcclOrder, RecordingCommTimesADeviceCollectiveToItsEnd) {
+  Fixture f(0, 2);
+  meshbench::parallel::Trace trace;
+  trace.on = true;
+  const void* stream = f.stream;
+  meshbench::parallel::RecordingComm rec(std::move(f.comm), trace, "tp", 0);
+  std::vector<float> a(8);
+  mc::View v{a.data(), 8, mc::DType::kFloat, MemKind::kDevice};
+  g.clear();
+  rec.all_reduce(v, v, mc::RedOp::kSum);
+  const std::vector<std::string> got = names(g.calls);
+  const auto ar = std::find(got.begin(), got.end(), "allReduce");
+  ASSERT_NE(ar, got.end());
+  bool waited = false;  // a synchronize of the NCCL stream after the all-reduce was queued
+  for (size_t i = static_cast<size_t>(ar - got.begin()); i < g.calls.size(); ++i)
+    waited = waited || (g.calls[i].fn == "streamSynchronize" && g.calls[i].stream == stream);
+  EXPECT_TRUE(waited) << "the NCCL stream was not synchronized after the all-reduce was queued";
+  trace.on = false;
+  g.clear();
+  rec.all_reduce(v, v, mc::RedOp::kSum);
+  const std::vector<std::string> off = names(g.calls);
+  EXPECT_EQ(std::count(off.begin(), off.end(), std::string("streamSynchronize")), 0)
+      << "with the trace off a blocking call must not wait";
 }
 #endif
 
