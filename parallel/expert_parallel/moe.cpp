@@ -53,7 +53,10 @@ MoeMemory moe_memory(const GptConfig& whole, int64_t sb, const EpSpec& ep, int t
   // the received rows' places (RL int32); expert tensor parallel runs h, hg on T x RL rows of
   // F/T (the same size) and adds the gathered x, y (T RL, C).
   const int64_t epx = ep.size > 1 ? RL : 0, etx = T > 1 ? T * RL : 0;
-  m.activation_bytes = L * ((N * E + N * k + E + 2 * R * C + 2 * RL * F + 2 * epx * C + 2 * etx * C - 2 * Nd * Ft) * sb +
+  // (each entry starts 16-element aligned, as the activation layout places it)
+  const auto a16 = [](int64_t x) { return (x + 15) / 16 * 16; };
+  m.activation_bytes = L * ((a16(N * E) + a16(N * k) + a16(E) + 2 * a16(R * C) + 2 * a16(RL * F) +
+                             2 * a16(epx * C) + 2 * a16(etx * C) - 2 * a16(Nd * Ft)) * sb +
                             moe_routing_ints(c, ep) * 4);
   // dlogits (N,E), dgates (N,k), dyp (R,C), dh (R,F), dxr (N,C), dprobs, zero bias, dbias (E)
   // (expert parallel: received rows and d(local rows) (RL,C), the counts 2E)

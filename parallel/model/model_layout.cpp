@@ -187,8 +187,13 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   m.optimizer = 2 * P * sb;
   // per layer: ln1, res2, ln2, res3 and 4 norm statistics on n rows; qkv, atty, 2 x fch, att
   // on all N rows; SP keeping its gathers: ln1 and ln2 gathered (N x C each)
-  const int64_t act_layer = 4 * n * C + 4 * n + N * QKV + N * Ca + 2 * N * F + att + (keep ? 2 * N * C : 0);
-  m.activations = (L * act_layer + 2 * n * C + 2 * n + (keep ? N * C : 0) + N * V + N) * sb;
+  // (each activation entry starts 16-element aligned, as the layout places it: an entry of x
+  // elements takes a16(x) but the last, the losses)
+  const auto a16 = [](int64_t x) { return (x + 15) / 16 * 16; };
+  const int64_t act_layer = 4 * a16(n * C) + 4 * a16(n) + a16(N * QKV) + a16(N * Ca) + 2 * a16(N * F) + a16(att) +
+                            (keep ? 2 * a16(N * C) : 0);
+  m.activations =
+      (L * act_layer + 2 * a16(n * C) + 2 * a16(n) + (keep ? a16(N * C) : 0) + a16(N * V) + N) * sb;
   m.buffers = (n * C + N * C + N * Ca + N * QKV + datt + N * F + cp_buf) * sb + 2 * N * 4;
   if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
   if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers

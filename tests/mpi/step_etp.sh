@@ -10,9 +10,10 @@ source "$(dirname "$0")/compose_lib.bash"
 RUN_TIMEOUT=170
 tiny=(--layers 2 --hidden 32 --heads 2 --kv-heads 2 --seq 16 --vocab 64 --micro-batch 1 --micro-batches 2
       --steps 1 --warmup 0 --threads 1 --check --experts 4 --top-k 2 --aux-loss-coef 0.05)
-compose_case "etp=2 alone (dp=2, edp=1)" 2 etp,dp -- "${tiny[@]}" --mesh etp=2
-compose_case "tp=2 (etp defaults to tp)" 2 tp,etp -- "${tiny[@]}" --mesh tp=2
-compose_case "tp=2 --sp, etp=2" 2 tp,etp -- "${tiny[@]}" --mesh tp=2 --sp
+mem=(--memory-exact params,grads,optimizer,activations,buffers)
+compose_case "etp=2 alone (dp=2, edp=1)" 2 etp,dp "${mem[@]}" -- "${tiny[@]}" --mesh etp=2
+compose_case "tp=2 (etp defaults to tp)" 2 tp,etp "${mem[@]}" -- "${tiny[@]}" --mesh tp=2
+compose_case "tp=2 --sp, etp=2" 2 tp,etp "${mem[@]}" -- "${tiny[@]}" --mesh tp=2 --sp
 compose_case "tp=2 x ep=2, etp=2, ZeRO-1" 4 tp,etp,ep:all_to_allv,dp:reduce_scatter,dp:all_gather \
   --memory-exact params,grads,optimizer -- "${tiny[@]}" --mesh tp=2,ep=2 --zero 1
 for order in tp-cp-ep-dp-pp ep-tp-dp-pp; do

@@ -17,6 +17,7 @@ tiny=(--layers 2 --hidden 32 --heads 2 --kv-heads 2 --seq 16 --vocab 64 --micro-
       --steps 1 --warmup 0 --threads 1 --check)
 moe=(--experts 4 --top-k 2 --aux-loss-coef 0.05)
 state=(--memory-exact params,grads,optimizer,activations)
+all=(--memory-exact params,grads,optimizer,activations,buffers)
 for order in tp-cp-ep-dp-pp cp-tp-dp-ep-pp; do
   compose_case "Llama-3-like tp=2 x pp=2 x dp=2, SP, ZeRO-1, order $order" 8 \
     tp,pp,dp:reduce_scatter,dp:all_gather,embedding "${state[@]}" -- \
@@ -24,12 +25,12 @@ for order in tp-cp-ep-dp-pp cp-tp-dp-ep-pp; do
   compose_case "Llama-3-like tp=2 x cp=2 x pp=2, SP, ZeRO-1 over dp x cp, order $order" 8 \
     tp,cp,pp,dp:reduce_scatter,dp:all_gather,embedding "${state[@]}" -- \
     "${tiny[@]}" --mesh tp=2,cp=2,pp=2 --sp --zero 1 --order "$order"
-  compose_case "Mixtral-like tp=2 x ep=2 (etp=1) x dp=2, SP, order $order" 4 tp,ep:all_to_allv,dp,edp -- \
+  compose_case "Mixtral-like tp=2 x ep=2 (etp=1) x dp=2, SP, order $order" 4 tp,ep:all_to_allv,dp,edp "${all[@]}" -- \
     "${tiny[@]}" "${moe[@]}" --mesh tp=2,etp=1,ep=2 --sp --order "$order"
   compose_case "GPT-4-like tp=2 x pp=2 x ep=2 (etp=1) x dp=2, order $order" 8 tp,pp,ep:all_to_allv,dp,edp,embedding \
-    --memory-exact params,grads,optimizer -- \
+    "${all[@]}" -- \
     "${tiny[@]}" "${moe[@]}" --mesh tp=2,etp=1,pp=2,ep=2 --order "$order"
-  compose_case "Gemini-like tp=2 x cp=2 x dp=2, MoE, order $order" 8 tp,cp,dp -- \
+  compose_case "Gemini-like tp=2 x cp=2 x dp=2, MoE, order $order" 8 tp,cp,dp "${all[@]}" -- \
     "${tiny[@]}" "${moe[@]}" --mesh tp=2,etp=1,cp=2,dp=2 --order "$order"
 done
 # DeepSeek-V3-like under two orders with pp slowest (the expert grid's rule: with pp not last,
