@@ -66,6 +66,21 @@ class StepRun {
     return "forward";
   }
 
+  // A send followed by a receive in the list: one exchange (PipeExchange::send_then_recv),
+  // its span the receive's phase and tags (the send is posted, not waited for).
+  static bool pairs(const Action& a, const Action& b) {
+    const bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient;
+    const bool recv = b.kind == ActionKind::kRecvActivation || b.kind == ActionKind::kRecvGradient;
+    return send && recv;
+  }
+  const char* run_pair(const Action& s, const Action& r) {
+    tr_.tags.micro = r.micro;
+    tr_.tags.chunk = r.chunk;
+    tr_.tags.phase = r.kind == ActionKind::kRecvActivation ? 'F' : 'B';
+    pipe_->send_then_recv(s, r);
+    return r.kind == ActionKind::kRecvActivation ? "forward" : "backward";
+  }
+
   // The pipeline's activations held, sampled after each pass.
   void sample_slots(double t) {
     if (tr_.on && env_.pipe)
@@ -165,9 +180,11 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
     // A device backend queues its ops: each phase ends when its work has run (synchronized
     // boundaries, issue 30 defect 5), so the backward's GPU time is not charged to the next phase.
     const bool device = env.model.backend().mem() == compute::MemKind::kDevice;
-    for (const Action& a : actions) {
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action& a = actions[i];
       const double t0 = t_prev;
-      const char* phase = run.run(a, adam_t);
+      const bool pair = env.pipe && i + 1 < actions.size() && StepRun<S>::pairs(a, actions[i + 1]);
+      const char* phase = pair ? run.run_pair(a, actions[++i]) : run.run(a, adam_t);
       if (device) env.model.backend().synchronize();
       t_prev = core::now_seconds();
       tr.phase(phase, t0, t_prev);

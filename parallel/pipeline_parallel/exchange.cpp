@@ -18,20 +18,59 @@ PipeExchange<S>::PipeExchange(Gpt<S>& model, const PipeEnv& pipe)
 }
 
 template <typename S>
+typename PipeExchange<S>::Msg PipeExchange<S>::incoming(const Action& a) {
+  const int vs = pipe_.virtual_stage(a.chunk);
+  if (a.kind == ActionKind::kRecvActivation) return {model_.stage_input(a.chunk, a.micro), pipe_.tag(a.micro, vs - 1, false)};
+  return {dout_.data(), pipe_.tag(a.micro, vs, true)};
+}
+
+template <typename S>
+typename PipeExchange<S>::Msg PipeExchange<S>::outgoing(const Action& a) {
+  const int vs = pipe_.virtual_stage(a.chunk);
+  if (a.kind == ActionKind::kSendActivation)
+    return {const_cast<S*>(model_.stage_output(a.chunk, a.micro)), pipe_.tag(a.micro, vs, false)};
+  if (din_ == nullptr) throw std::logic_error("pipeline schedule: a gradient send without its backward");
+  return {din_, pipe_.tag(a.micro, vs - 1, true)};
+}
+
+template <typename S>
+void PipeExchange<S>::keep(const Action& a, std::unique_ptr<comm::Request> req) {
+  if (a.kind == ActionKind::kSendActivation) {
+    act_sends_[{a.chunk, a.micro}] = std::move(req);
+    return;
+  }
+  for (auto& g : grad_sends_)
+    if (g.buf.data() == din_) g.req = std::move(req);
+  din_ = nullptr;
+}
+
+template <typename S>
 void PipeExchange<S>::recv_activation(const Action& a) {
-  S* in = model_.stage_input(a.chunk, a.micro);
-  recv(in, a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk) - 1, false));
+  const Msg m = incoming(a);
+  recv(m.p, a.peer, m.tag);
 }
 
 template <typename S>
 void PipeExchange<S>::send_activation(const Action& a) {
-  const S* out = model_.stage_output(a.chunk, a.micro);
-  act_sends_[{a.chunk, a.micro}] = send(out, a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk), false));
+  const Msg m = outgoing(a);
+  keep(a, send(m.p, a.peer, m.tag));
 }
 
 template <typename S>
 void PipeExchange<S>::recv_gradient(const Action& a) {
-  recv(dout_.data(), a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk), true));
+  const Msg m = incoming(a);
+  recv(m.p, a.peer, m.tag);
+}
+
+template <typename S>
+void PipeExchange<S>::send_then_recv(const Action& s, const Action& r) {
+  const Msg out = outgoing(s), in = incoming(r);
+  // the send reads what the compute stream wrote; the receive's buffer (a fresh slot zeroed on
+  // the compute stream, or dout_ still read by the last backward) is free only after it too
+  pipe_.pp->order_after(model_.backend().stream());
+  auto [sq, rq] = pipe_.pp->isend_irecv(view(out.p), s.peer, out.tag, view(in.p), r.peer, in.tag);
+  keep(s, std::move(sq));
+  rq->wait();
 }
 
 template <typename S>
@@ -49,10 +88,8 @@ void PipeExchange<S>::backward(const Action& a, S scale, bool sync) {
 
 template <typename S>
 void PipeExchange<S>::send_gradient(const Action& a) {
-  if (din_ == nullptr) throw std::logic_error("pipeline schedule: a gradient send without its backward");
-  for (auto& g : grad_sends_)
-    if (g.buf.data() == din_) g.req = send(din_, a.peer, pipe_.tag(a.micro, pipe_.virtual_stage(a.chunk) - 1, true));
-  din_ = nullptr;
+  const Msg m = outgoing(a);
+  keep(a, send(m.p, a.peer, m.tag));
 }
 
 template <typename S>
@@ -70,6 +107,9 @@ comm::View PipeExchange<S>::view(const S* p) const {
 
 template <typename S>
 void PipeExchange<S>::recv(S* p, int from, int tag) {
+  // Ordered after the compute stream (issue 30, defect 2): a fresh slot is zero-filled there,
+  // and dout_ may still be read by the previous backward's queued work.
+  pipe_.pp->order_after(model_.backend().stream());
   pipe_.pp->irecv(view(p), from, tag)->wait();
 }
 

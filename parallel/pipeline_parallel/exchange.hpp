@@ -54,6 +54,12 @@ class PipeExchange {
   // tensor parallel (sequence parallel's norms) after it.
   void backward(const Action& a, S scale, bool sync);
   void send_gradient(const Action& a);
+  // A send immediately followed in the schedule by a receive (the only runs of
+  // point-to-point actions the schedules have): posted as one exchange (NCCL: one group),
+  // then the receive waited for. Single ungrouped NCCL calls of two stages facing each other
+  // (1F1B: stage 0 sends a1 then receives g0, stage 1 sends g0 then receives a1) deadlock
+  // once the message exceeds NCCL's buffers.
+  void send_then_recv(const Action& send, const Action& recv);
   void drain();  // waits for every posted send
 
  private:
@@ -61,6 +67,14 @@ class PipeExchange {
     BackendArray<S, S> buf;
     std::unique_ptr<comm::Request> req;
   };
+  // One message: its buffer and tag (PipeEnv::tag).
+  struct Msg {
+    S* p;
+    int tag;
+  };
+  Msg outgoing(const Action& a);  // a send's buffer (a gradient send: the last backward's)
+  Msg incoming(const Action& a);  // a receive's buffer
+  void keep(const Action& a, std::unique_ptr<comm::Request> req);  // a posted send, until done
   comm::View view(const S* p) const;
   void recv(S* p, int from, int tag);
   std::unique_ptr<comm::Request> send(const S* p, int to, int tag);

@@ -292,6 +292,10 @@ Plan plan_of(const Options& o, int world) {
   if (p.zero == 3 && p.degrees.pp > 1 && !o.regather) p.keep_params = true;
   if (o.backend == "nccl" && o.device != "cuda")
     throw UsageError("--backend nccl: needs --device cuda (NCCL reduces device buffers)");
+  if (o.backend == "nccl" && p.degrees.pp > 1 && p.schedule == PipeSchedule::kInterleaved)
+    throw UsageError("--schedule interleaved with --backend nccl: NCCL pairs point-to-point calls in posting order, and "
+                     "the interleaved lists post some receives after sends their peer waits behind, which deadlocks "
+                     "once a message exceeds NCCL's buffers; use --schedule 1f1b or gpipe, or --backend mpi");
   if (o.device == "cuda" && p.degrees.cp > 1 && p.model.head_size() > cuda::kChunkMaxHeadSize)
     throw UsageError(fmt::format("--device cuda with --mesh cp={}: head size {} (--hidden {} / --heads {}) is above "
                                  "the CUDA chunk attention's {}", p.degrees.cp, p.model.head_size(), p.model.hidden,

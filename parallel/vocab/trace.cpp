@@ -178,5 +178,12 @@ std::unique_ptr<comm::Request> RecordingComm::irecv(View r, int from, int tag) {
   const double t = core::now_seconds();
   return posted(Collective::kSendRecv, r.bytes(), inner_->irecv(r, from, tag), t, 'r', from, tag);
 }
+std::pair<std::unique_ptr<comm::Request>, std::unique_ptr<comm::Request>> RecordingComm::isend_irecv(
+    View s, int to, int send_tag, View r, int from, int recv_tag) {
+  const double t = core::now_seconds();
+  auto [sq, rq] = inner_->isend_irecv(s, to, send_tag, r, from, recv_tag);
+  auto send = posted(Collective::kSendRecv, s.bytes(), std::move(sq), t, 's', to, send_tag);
+  return {std::move(send), posted(Collective::kSendRecv, r.bytes(), std::move(rq), t, 'r', from, recv_tag)};
+}
 
 }  // namespace meshbench::parallel

@@ -121,6 +121,9 @@ class RecordingComm final : public comm::Communicator {
   std::unique_ptr<comm::Request> iall_reduce(comm::View s, comm::View r, comm::RedOp op) override;
   std::unique_ptr<comm::Request> iall_gather(comm::View s, comm::View r) override;
   std::unique_ptr<comm::Request> isendrecv(comm::View s, int to, comm::View r, int from, int tag) override;
+  std::pair<std::unique_ptr<comm::Request>, std::unique_ptr<comm::Request>> isend_irecv(comm::View s, int to, int send_tag,
+                                                                                      comm::View r, int from,
+                                                                                      int recv_tag) override;
   std::unique_ptr<comm::Request> ireduce_scatter(comm::View s, comm::View r, comm::RedOp op) override;
   std::unique_ptr<comm::Request> isend(comm::View s, int to, int tag) override;
   std::unique_ptr<comm::Request> irecv(comm::View r, int from, int tag) override;

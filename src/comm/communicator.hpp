@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <utility>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -97,6 +98,16 @@ class Communicator {
   // untouched until the request completes; a device send reads only after order_after().
   virtual std::unique_ptr<Request> isend(View send, int to, int tag) = 0;
   virtual std::unique_ptr<Request> irecv(View recv, int from, int tag) = 0;
+  // A send and a receive posted as one exchange, each with its own peer and tag (pipeline
+  // parallel's "send the activation, receive the gradient"): MPI an isend and an irecv; NCCL
+  // one group, so that neither waits behind the other on the stream (single ungrouped
+  // ncclSend/ncclRecv of two stages facing each other deadlock once the message exceeds
+  // NCCL's buffers). Returns {the send's request, the receive's}.
+  virtual std::pair<std::unique_ptr<Request>, std::unique_ptr<Request>> isend_irecv(View send, int to, int send_tag,
+                                                                                  View recv, int from, int recv_tag) {
+    auto s = isend(send, to, send_tag);
+    return {std::move(s), irecv(recv, from, recv_tag)};
+  }
   // A ring step, non-blocking: `send` to rank `to` while receiving `recv` from rank `from`
   // (MPI_Isend + MPI_Irecv with `tag`; NCCL a grouped send and receive on its stream).
   virtual std::unique_ptr<Request> isendrecv(View send, int to, View recv, int from, int tag) = 0;

@@ -218,6 +218,14 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_NCCL(ncclSend(send.data, send.count, nccl_type(send.dtype), to, comm_, stream_), group_.c_str());
     return std::make_unique<NcclRequest>(stream_, group_);
   }
+  std::pair<std::unique_ptr<Request>, std::unique_ptr<Request>> isend_irecv(View send, int to, int, View recv,
+                                                                          int from, int) override {
+    MB_CHECK_NCCL(ncclGroupStart(), group_.c_str());
+    MB_CHECK_NCCL(ncclSend(send.data, send.count, nccl_type(send.dtype), to, comm_, stream_), group_.c_str());
+    MB_CHECK_NCCL(ncclRecv(recv.data, recv.count, nccl_type(recv.dtype), from, comm_, stream_), group_.c_str());
+    MB_CHECK_NCCL(ncclGroupEnd(), group_.c_str());
+    return {std::make_unique<NcclRequest>(stream_, group_), std::make_unique<NcclRequest>(stream_, group_)};
+  }
   std::unique_ptr<Request> irecv(View recv, int from, int) override {
     MB_CHECK_NCCL(ncclRecv(recv.data, recv.count, nccl_type(recv.dtype), from, comm_, stream_), group_.c_str());
     return std::make_unique<NcclRequest>(stream_, group_);

@@ -92,6 +92,13 @@ class WatchedCommunicator final : public Communicator {
     WatchScope s(&w_, "irecv", recv.bytes(), group_.c_str());
     return std::make_unique<WatchedRequest>(in_->irecv(recv, from, tag), w_, "recv wait", recv.bytes(), group_.c_str());
   }
+  std::pair<std::unique_ptr<Request>, std::unique_ptr<Request>> isend_irecv(View send, int to, int send_tag, View recv,
+                                                                          int from, int recv_tag) override {
+    WatchScope s(&w_, "isend_irecv", send.bytes(), group_.c_str());
+    auto [sq, rq] = in_->isend_irecv(send, to, send_tag, recv, from, recv_tag);
+    return {std::make_unique<WatchedRequest>(std::move(sq), w_, "send wait", send.bytes(), group_.c_str()),
+            std::make_unique<WatchedRequest>(std::move(rq), w_, "recv wait", recv.bytes(), group_.c_str())};
+  }
   void order_after(void* producer) override { in_->order_after(producer); }
   void all_to_allv(View send, const PeerBlocks& sb, View recv, const PeerBlocks& rb) override {
     WatchScope s(&w_, "all_to_allv", sb.total() * size_of(send.dtype), group_.c_str());

@@ -289,6 +289,27 @@ TEST(NcclOrder, SendRecvIsOneGroup) {
   EXPECT_EQ(g.calls[2].b, b.data());
 }
 
+// Issue 30, defect 3: a pipeline's send-then-receive is one group on the stream (two stages
+// facing each other each post a send then a receive; ungrouped, each send waits for the
+// other's receive behind it), with each op's own peer, and two requests behind it.
+TEST(NcclOrder, PipelineSendThenReceiveIsOneGroup) {
+  Fixture f(1, 2);
+  std::vector<float> a(6), b(6);
+  mc::View s{a.data(), 6, mc::DType::kFloat, MemKind::kDevice}, r{b.data(), 6, mc::DType::kFloat, MemKind::kDevice};
+  auto [sq, rq] = f.comm->isend_irecv(s, 0, 7, r, 0, 4);
+  ASSERT_TRUE(sq && rq);
+  const std::vector<std::string> got = names(g.calls);
+  ASSERT_GE(got.size(), 4u);
+  EXPECT_EQ((std::vector<std::string>(got.begin(), got.begin() + 4)),
+            (std::vector<std::string>{"groupStart", "send", "recv", "groupEnd"}));
+  EXPECT_EQ(g.calls[1].a, a.data());
+  EXPECT_EQ(g.calls[2].b, b.data());
+  EXPECT_EQ(g.calls[1].stream, f.stream);
+  EXPECT_EQ(g.calls[2].stream, f.stream);
+  rq->wait();
+  sq->wait();
+}
+
 // All-to-all-v: one group, a send and a recv per peer with a non-empty block, at the
 // displacements given; empty blocks post nothing (both sides skip them).
 TEST(NcclOrder, AllToAllVIsGroupedSendRecvAtTheDisplacements) {
