@@ -1,6 +1,6 @@
-"""meshbench: the Python side of the suite. scripts/sweep, scripts/report and scripts/plot are
-thin entry points (their flags and a call); what they do lives here, shared with
-torch_step_bench.py, and is unit-tested by tests/python (pytest).
+"""meshbench: the Python side of the suite. scripts/sweep, scripts/report, scripts/plot and
+scripts/calibrate are thin entry points (their flags and a call); what they do lives here,
+shared with torch_step_bench.py, and is unit-tested by tests/python (pytest).
 
 Reading results (no I/O but reading HDF5; no printing):
   reader             the one reader of meshbench HDF5 files (docs/results.md): plain tables
@@ -37,6 +37,11 @@ scripts/plot:
   plot_collectives   busbw.png, latency.png, heat maps
   plot_steps         memory.png, steps.png, scaling.png
   plot_timeline      --timeline
+
+scripts/calibrate (docs/predict.md):
+  calibrate          the command (run), its --help text, the calibration file (write, read)
+  fit                piecewise Hockney fits (numpy), their held-out error, predict()
+  plot_fits          --plot: fits.png, fit-errors.png
 
 Not a plotting or reporting library for other programs. Standard library, h5py, numpy and
 matplotlib only (Debian's /usr/bin/python3; h5py is imported on first read and matplotlib on

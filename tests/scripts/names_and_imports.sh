@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The scripts as a user runs them: a sweep whose --bin lacks mesh_info exits 2 naming it, an
-# unknown binary is refused with mesh_info's own list, and report/plot/sweep import
+# unknown binary is refused with mesh_info's own list, and report/plot/sweep/calibrate import
 # scripts/meshbench from any working directory. (The package's unit tests, formerly
 # reader_unit.py here, are tests/python: ctest python.unit.)
 . "$(dirname "$0")/lib.bash"
@@ -21,8 +21,8 @@ pass "unknown binary refused with mesh_info's list"
 
 # Imports work from any working directory (the scripts put scripts/ on sys.path themselves).
 cd /
-for s in report plot sweep; do
+for s in report plot sweep calibrate; do
   py "$MB_SRC/scripts/$s" --help > /dev/null || fail "$s --help from / failed"
 done
 py "$MB_SRC/scripts/torch_step_bench.py" --help > /dev/null || fail "torch_step_bench.py --help from / failed"
-pass "report, plot, sweep, torch_step_bench.py import scripts/meshbench from /"
+pass "report, plot, sweep, calibrate, torch_step_bench.py import scripts/meshbench from /"

@@ -96,10 +96,11 @@ __global__ void k_layernorm_fwd(float* out, float* mean, float* rstd, const floa
     rstd[n] = r;
   }
 }
-// dinp +=, dw +=, db += (atomics across rows).
-__global__ void k_layernorm_bwd(float* dinp, float* dw, float* db, const float* dout,
-                                const float* inp, const float* w, const float* mean,
-                                const float* rstd, int C) {
+// dinp += (one block per row); dw and db are column sums over the rows, reduced by
+// k_layernorm_wb_partial and k_col_reduce (issue 30, defect 7: no longer N x C atomics onto C
+// addresses).
+__global__ void k_layernorm_bwd(float* dinp, const float* dout, const float* inp, const float* w,
+                                const float* mean, const float* rstd, int C) {
   const size_t n = blockIdx.x;
   const float* x = inp + n * C;
   const float* d = dout + n * C;
@@ -113,10 +114,61 @@ __global__ void k_layernorm_bwd(float* dinp, float* dw, float* db, const float* 
   const float dnorm_mean = block_sum(a) / C, dnorm_norm_mean = block_sum(bsum) / C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float norm = (x[c] - m) * r, dn = w[c] * d[c];
-    atomicAdd(&db[c], d[c]);
-    atomicAdd(&dw[c], norm * d[c]);
     dinp[n * C + c] += (dn - dnorm_mean - norm * dnorm_norm_mean) * r;
   }
+}
+// Column sums over tiles of rows (issue 30, defect 7): block (32, 8), grid (ceil(C/32),
+// tiles); block (x, t) sums rows [t rows, (t+1) rows) of columns [32 x, 32 x + 32), the 8 rows
+// of threads striding the tile and meeting in shared memory, into partial (tiles, C).
+// k_col_reduce then adds the tiles into dst in tile order: the same sum on every run.
+__global__ void k_col_partial(float* partial, const float* a, int N, int C, int rows) {
+  __shared__ float sh[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x, lo = blockIdx.y * rows, hi = min(N, lo + rows);
+  float s = 0;
+  if (c < C)
+    for (int n = lo + threadIdx.y; n < hi; n += 8) s += a[size_t(n) * C + c];
+  sh[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0;
+    for (int y = 0; y < 8; ++y) t += sh[y][threadIdx.x];
+    partial[size_t(blockIdx.y) * C + c] = t;
+  }
+}
+// The layernorm's weight and bias gradients over a tile of rows: sums of norm x dout and of
+// dout, norm = (inp - mean) x rstd; as k_col_partial.
+__global__ void k_layernorm_wb_partial(float* pw, float* pb, const float* dout, const float* inp,
+                                       const float* mean, const float* rstd, int N, int C, int rows) {
+  __shared__ float sw[8][33], sb[8][33];
+  const int c = blockIdx.x * 32 + threadIdx.x, lo = blockIdx.y * rows, hi = min(N, lo + rows);
+  float w = 0, b = 0;
+  if (c < C)
+    for (int n = lo + threadIdx.y; n < hi; n += 8) {
+      const size_t i = size_t(n) * C + c;
+      const float d = dout[i];
+      w += (inp[i] - mean[n]) * rstd[n] * d;
+      b += d;
+    }
+  sw[threadIdx.y][threadIdx.x] = w;
+  sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float tw = 0, tb = 0;
+    for (int y = 0; y < 8; ++y) {
+      tw += sw[y][threadIdx.x];
+      tb += sb[y][threadIdx.x];
+    }
+    pw[size_t(blockIdx.y) * C + c] = tw;
+    pb[size_t(blockIdx.y) * C + c] = tb;
+  }
+}
+// dst (C) += the tiles' partial sums, in tile order.
+__global__ void k_col_reduce(float* dst, const float* partial, int tiles, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float s = 0;
+  for (int t = 0; t < tiles; ++t) s += partial[size_t(t) * C + c];
+  dst[c] += s;
 }
 // out (N, OC) = bias, or += bias.
 __global__ void k_bias_rows(float* out, const float* bias, int N, int OC, bool accumulate) {
@@ -124,14 +176,6 @@ __global__ void k_bias_rows(float* out, const float* bias, int N, int OC, bool a
   if (i >= size_t(N) * OC) return;
   const float b = bias ? bias[i % OC] : 0.f;
   out[i] = accumulate ? out[i] + b : b;
-}
-// dbias (OC) += column sums of dout (N, OC).
-__global__ void k_bias_grad(float* dbias, const float* dout, int N, int OC) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= OC) return;
-  float s = 0;
-  for (int n = 0; n < N; ++n) s += dout[size_t(n) * OC + j];
-  dbias[j] += s;
 }
 __device__ float gelu_tanh(float x, float* dlocal) {
   const float k = 0.7978845608028654f, cube = 0.044715f * x * x * x, th = tanhf(k * (x + cube));
