@@ -55,7 +55,10 @@ double parity_tolerance(const std::string& op, Precision p) {
       {"moe_unpermute_backward.dyp", {1e-6, 1e-6}},
       {"moe_unpermute_backward.dgates", {1e-5, 1e-5}},
       {"scale", {1e-6, 1e-6}},
-      {"loss", {1e-5, 2.5e-5}},                        // 8.23e-6
+      // loss: 8.23e-6 over seeds 1-8; on gpu-check's own shapes and seeds (tiny seed 4, tiny
+      // kv-heads 2 seed 1234: Emulation.Bf16ToleranceCoversTheGpuCheckShapes) 5.19e-6 and
+      // 2.74e-6; 4e-5 leaves about 5x over the worst (it was 2.5e-5, 3x: thin, issue 30)
+      {"loss", {1e-5, 4e-5}},
       {"logits", {1e-5, 1e-2}},                         // 3.14e-3
       {"grads", {1e-4, 1.2e-2}},                        // 3.98e-3
       {"updated_params", {1e-5, 1e-5}},
