@@ -155,8 +155,9 @@ class EmulatedBackend final : public Backend<float> {
                          int hs) override {
     const AttentionShape s{B, T, NH, KVH, hs};
     const std::vector<float> q = staged(qkv, numel(s, Array::kQkv));
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) run(attention_forward_gemms(s, b, h)[0], q.data(), q.data(), att);
+    // the CUDA backend's strided batches (operands.hpp), entry by entry in batch order
+    for (const GemmBatch& g : attention_batches(s, false, 0))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), q.data(), q.data(), att);
     for (int64_t r = 0; r < int64_t(B) * NH * T; ++r) {  // k_causal_softmax
       float* p = att + r * T;
       const int t = int(r % T);
@@ -166,16 +167,16 @@ class EmulatedBackend final : public Backend<float> {
       for (int j = 0; j < T; ++j) p[j] = j <= t ? std::exp(p[j] - mx) / sum : 0.f;
     }
     const std::vector<float> a = staged(att, numel(s, Array::kAtt));
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) run(attention_forward_gemms(s, b, h)[1], a.data(), q.data(), out);
+    for (const GemmBatch& g : attention_batches(s, false, 1))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), a.data(), q.data(), out);
   }
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                           const float* att, int B, int T, int NH, int KVH, int hs) override {
     const AttentionShape s{B, T, NH, KVH, hs};
     std::memset(dqkv, 0, sizeof(float) * static_cast<size_t>(numel(s, Array::kDqkv)));
     const std::vector<float> dy = staged(dout, numel(s, Array::kDout)), q = staged(qkv, numel(s, Array::kQkv));
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) run(attention_backward_gemms(s, b, h)[0], dy.data(), q.data(), datt);
+    for (const GemmBatch& g : attention_batches(s, true, 0))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), dy.data(), q.data(), datt);
     for (int64_t r = 0; r < int64_t(B) * NH * T; ++r) {  // k_softmax_bwd
       const float* p = att + r * T;
       float* d = datt + r * T;
@@ -185,13 +186,13 @@ class EmulatedBackend final : public Backend<float> {
       for (int j = 0; j < T; ++j) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.f;
     }
     const std::vector<float> ds = staged(datt, numel(s, Array::kDatt)), a = staged(att, numel(s, Array::kAtt));
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) {
-        const auto g = attention_backward_gemms(s, b, h);
-        run(g[1], ds.data(), q.data(), dqkv);
-        run(g[2], ds.data(), q.data(), dqkv);
-        run(g[3], a.data(), dy.data(), dqkv);
-      }
+    // the CUDA backend's order: per (b, j), the dQ, dK and dV batches over the KV groups
+    const auto b1 = attention_batches(s, true, 1), b2 = attention_batches(s, true, 2), b3 = attention_batches(s, true, 3);
+    for (size_t k = 0; k < b1.size(); ++k) {
+      for (int i = 0; i < b1[k].count; ++i) run(batch_entry(b1[k], i), ds.data(), q.data(), dqkv);
+      for (int i = 0; i < b2[k].count; ++i) run(batch_entry(b2[k], i), ds.data(), q.data(), dqkv);
+      for (int i = 0; i < b3[k].count; ++i) run(batch_entry(b3[k], i), a.data(), dy.data(), dqkv);
+    }
   }
 
  private:

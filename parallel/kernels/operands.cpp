@@ -2,6 +2,7 @@
 #include "kernels/operands.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace meshbench::parallel {
 
@@ -98,6 +99,53 @@ bool plan_consistent(const GemmPlan& g) {
   };
   return ok(g.a, g.ta ? g.K : g.M, g.ta ? g.M : g.K) && ok(g.b, g.tb ? g.N : g.K, g.tb ? g.K : g.N) &&
          ok(g.c, g.M, g.N);
+}
+
+GemmPlan batch_entry(const GemmBatch& g, int i) {
+  GemmPlan p = g.first;
+  p.a.offset += i * g.sa;
+  p.b.offset += i * g.sb;
+  p.c.offset += i * g.sc;
+  return p;
+}
+
+namespace {
+bool same_but_offsets(const GemmPlan& x, const GemmPlan& y) {
+  auto same = [](const View& u, const View& v) {
+    return u.array == v.array && u.rows == v.rows && u.cols == v.cols && u.ld == v.ld;
+  };
+  return x.ta == y.ta && x.tb == y.tb && x.M == y.M && x.N == y.N && x.K == y.K && x.alpha == y.alpha &&
+         x.beta == y.beta && same(x.a, y.a) && same(x.b, y.b) && same(x.c, y.c);
+}
+}  // namespace
+
+std::vector<GemmBatch> attention_batches(const AttentionShape& s, bool backward, int which) {
+  const int G = s.NH / s.KVH;  // query heads per KV group
+  auto plan = [&](int b, int h) {
+    return backward ? attention_backward_gemms(s, b, h)[static_cast<size_t>(which)]
+                    : attention_forward_gemms(s, b, h)[static_cast<size_t>(which)];
+  };
+  std::vector<GemmBatch> out;
+  for (int b = 0; b < s.B; ++b)
+    for (int j = 0; j < G; ++j) {
+      GemmBatch g;
+      g.first = plan(b, j);
+      g.count = s.KVH;
+      if (s.KVH > 1) {
+        const GemmPlan second = plan(b, G + j);
+        g.sa = second.a.offset - g.first.a.offset;
+        g.sb = second.b.offset - g.first.b.offset;
+        g.sc = second.c.offset - g.first.c.offset;
+      }
+      for (int k = 0; k < s.KVH; ++k) {  // every entry is the per-head plan it stands for
+        const GemmPlan want = plan(b, k * G + j), got = batch_entry(g, k);
+        if (!same_but_offsets(want, got) || want.a.offset != got.a.offset || want.b.offset != got.b.offset ||
+            want.c.offset != got.c.offset)
+          throw std::logic_error("attention_batches: the per-head GEMMs are not strided over the KV groups");
+      }
+      out.push_back(g);
+    }
+  return out;
 }
 
 }  // namespace meshbench::parallel

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace meshbench::parallel {
 
@@ -62,6 +63,25 @@ std::array<GemmPlan, 2> matmul_backward_gemms(const MatmulShape& s);
 // [3] dV += att^T dout. Heads of one KV group accumulate into the same dK, dV.
 std::array<GemmPlan, 2> attention_forward_gemms(const AttentionShape& s, int b, int h);
 std::array<GemmPlan, 4> attention_backward_gemms(const AttentionShape& s, int b, int h);
+
+// A strided batch of GEMMs (cublasGemmStridedBatched): `count` plans, the i-th `first` with
+// its a, b and c offsets advanced by i times sa, sb, sc.
+struct GemmBatch {
+  GemmPlan first;
+  int count = 1;
+  int64_t sa = 0, sb = 0, sc = 0;
+};
+GemmPlan batch_entry(const GemmBatch& g, int i);
+
+// The attention's GEMM `which` (attention_forward_gemms' when !backward, else
+// attention_backward_gemms') for every (b, h), as strided batches over the KV heads: for each
+// sample b and index j inside a KV group, one batch over the groups g (query head
+// h = g NH/KVH + j), so B x NH/KVH calls instead of B x NH (issue 30, defect 6: 6 B NH tiny
+// GEMMs per layer made the GPU attention launch-bound). Batching over groups, not over a
+// group's query heads, keeps every entry's dK and dV in its own KV head (no two entries of a
+// batch accumulate into the same block), and each KV head still accumulates its query heads
+// j = 0, 1, ... in order. Throws std::logic_error if the per-head plans are not strided in g.
+std::vector<GemmBatch> attention_batches(const AttentionShape& s, bool backward, int which);
 
 // The stored extent of an operand is consistent with the GEMM (rows and cols match op(A),
 // op(B), C for M, N, K; ld >= cols; offset >= 0). The unit test checks this for every plan.

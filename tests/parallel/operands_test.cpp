@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,4 +74,39 @@ TEST(Operands, MatmulPlansStayInsideTheirArrays) {
       for (const auto& g : matmul_backward_gemms(s)) expect_inside(g, size, where);
     }
   }
+}
+
+// Issue 30, defect 6: the attention's strided batches stand for exactly the per-head GEMMs,
+// B x NH/KVH batches of KVH entries, and no two entries of one batch write overlapping blocks
+// (the dK and dV of a batch are in distinct KV heads). The emulation backend runs these very
+// batches, entry by entry, in the Emulation.* parity tests.
+TEST(Operands, AttentionBatchesStandForEveryHeadOnce) {
+  auto key = [](const GemmPlan& g) {
+    return std::to_string(int(g.a.array)) + ":" + std::to_string(g.a.offset) + "/" + std::to_string(int(g.b.array)) +
+           ":" + std::to_string(g.b.offset) + "/" + std::to_string(int(g.c.array)) + ":" + std::to_string(g.c.offset) +
+           "/" + std::to_string(g.M) + "," + std::to_string(g.N) + "," + std::to_string(g.K) + "," +
+           std::to_string(g.beta);
+  };
+  for (const AttentionShape& s : attention_shapes())
+    for (int backward = 0; backward < 2; ++backward)
+      for (int which = 0; which < (backward ? 4 : 2); ++which) {
+        std::multiset<std::string> want, got;
+        for (int b = 0; b < s.B; ++b)
+          for (int h = 0; h < s.NH; ++h)
+            want.insert(key(backward ? attention_backward_gemms(s, b, h)[size_t(which)]
+                                     : attention_forward_gemms(s, b, h)[size_t(which)]));
+        const std::vector<GemmBatch> batches = attention_batches(s, backward != 0, which);
+        EXPECT_EQ(batches.size(), size_t(s.B) * size_t(s.NH / s.KVH));
+        for (const GemmBatch& g : batches) {
+          EXPECT_EQ(g.count, s.KVH);
+          for (int i = 0; i < g.count; ++i) got.insert(key(batch_entry(g, i)));
+          if (g.count > 1) {  // the written blocks of consecutive entries do not overlap
+            const int64_t block = int64_t(g.first.c.rows - 1) * g.first.c.ld + g.first.c.cols;
+            EXPECT_TRUE(g.sc >= block || g.sc >= g.first.c.cols) << "entries write overlapping blocks";
+            EXPECT_NE(g.sc, 0);
+          }
+        }
+        EXPECT_EQ(got, want) << "B=" << s.B << " NH=" << s.NH << " KVH=" << s.KVH << " backward=" << backward
+                             << " which=" << which;
+      }
 }

@@ -359,13 +359,12 @@ class CudaBackend final : public Backend<float> {
                          int hs) override {
     const AttentionShape s{B, T, NH, KVH, hs};
     Operands x = operands({{Array::kQkv, qkv}, {Array::kAtt, att}, {Array::kOut, out}}, s, Array::kAtt);
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) gemm(attention_forward_gemms(s, b, h)[0], x);
+    // strided batches over the KV groups (operands.hpp attention_batches): B NH/KVH cuBLAS calls
+    for (const GemmBatch& g : attention_batches(s, false, 0)) gemm_batched(g, x);
     k_causal_softmax<<<unsigned(B) * NH * T, row_threads(T), 0, stream_>>>(att, T);
     MB_CHECK_LAUNCH(k_causal_softmax, kG);
     stage(x, Array::kAtt, att, numel(s, Array::kAtt));  // P, once, for all heads
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) gemm(attention_forward_gemms(s, b, h)[1], x);
+    for (const GemmBatch& g : attention_batches(s, false, 1)) gemm_batched(g, x);
   }
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                           const float* att, int B, int T, int NH, int KVH, int hs) override {
@@ -373,19 +372,18 @@ class CudaBackend final : public Backend<float> {
     MB_CHECK_CUDA(cudaMemsetAsync(dqkv, 0, sizeof(float) * size_t(numel(s, Array::kDqkv)), stream_), kG);
     Operands x = operands({{Array::kDout, dout}, {Array::kQkv, qkv}, {Array::kDatt, datt},
                            {Array::kAtt, att}, {Array::kDqkv, dqkv}}, s, Array::kDatt, Array::kAtt);
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) gemm(attention_backward_gemms(s, b, h)[0], x);
+    for (const GemmBatch& g : attention_batches(s, true, 0)) gemm_batched(g, x);
     k_softmax_bwd<<<unsigned(B) * NH * T, row_threads(T), 0, stream_>>>(datt, att, T);
     MB_CHECK_LAUNCH(k_softmax_bwd, kG);
     stage(x, Array::kDatt, datt, numel(s, Array::kDatt));
     stage(x, Array::kAtt, att, numel(s, Array::kAtt));
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) {
-        const auto g = attention_backward_gemms(s, b, h);
-        gemm(g[1], x);
-        gemm(g[2], x);
-        gemm(g[3], x);
-      }
+    // per (b, j): dQ, dK, dV, each a batch over the KV groups (every entry its own KV head)
+    const auto b1 = attention_batches(s, true, 1), b2 = attention_batches(s, true, 2), b3 = attention_batches(s, true, 3);
+    for (size_t k = 0; k < b1.size(); ++k) {
+      gemm_batched(b1[k], x);
+      gemm_batched(b2[k], x);
+      gemm_batched(b3[k], x);
+    }
   }
 
   // Best cuBLAS rate (FLOP/s) of C (M,N) = A (M,K) B (N,K)^T on this backend's precision:
@@ -488,6 +486,25 @@ class CudaBackend final : public Backend<float> {
   }
   void gemm(const GemmPlan& g, const Operands& x) {
     cublas(g, x.in[int(g.a.array)], x.in[int(g.b.array)], x.out[int(g.c.array)]);
+  }
+  // A strided batch: one cuBLAS call for all its entries (one plain GEMM when count is 1).
+  void gemm_batched(const GemmBatch& gb, const Operands& x) {
+    if (gb.count == 1) return gemm(gb.first, x);
+    const GemmPlan& g = gb.first;
+    const cublasOperation_t opA = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opB = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    float* c = x.out[int(g.c.array)] + g.c.offset;
+    if (p_ == Precision::kFp32) {
+      const float* a = static_cast<const float*>(x.in[int(g.a.array)]) + g.a.offset;
+      const float* b = static_cast<const float*>(x.in[int(g.b.array)]) + g.b.offset;
+      MB_CHECK_CUBLAS(cublasSgemmStridedBatched(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, g.b.ld, gb.sb, a,
+                                                g.a.ld, gb.sa, &g.beta, c, g.c.ld, gb.sc, gb.count), kG);
+      return;
+    }
+    const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(x.in[int(g.a.array)]) + g.a.offset;
+    const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(x.in[int(g.b.array)]) + g.b.offset;
+    MB_CHECK_CUBLAS(cublasGemmStridedBatchedEx(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, CUDA_R_16BF, g.b.ld, gb.sb,
+                                               a, CUDA_R_16BF, g.a.ld, gb.sa, &g.beta, c, CUDA_R_32F, g.c.ld, gb.sc,
+                                               gb.count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), kG);
   }
   // Row-major C = alpha op(A) op(B) + beta C on column-major cuBLAS: it computes
   // C^T (N,M) = op(B)^T op(A)^T, so B comes first and the sizes swap. A, B are the arrays'
