@@ -9,13 +9,6 @@
 
 namespace meshbench::parallel {
 
-namespace {
-template <typename S>
-comm::DType dtype_of() {
-  return sizeof(S) == 8 ? comm::DType::kDouble : comm::DType::kFloat;
-}
-}  // namespace
-
 int64_t ExpertGrads::elements() const {
   int64_t n = 0;
   for (const auto& [lo, hi] : ranges) n += hi - lo;
@@ -113,13 +106,13 @@ void DataParallel<S>::post(size_t b) {
   for (const auto& [elo, ehi] : experts_.ranges) {
     if (ehi <= lo || elo >= k.hi) continue;
     if (elo > lo) {
-      comm::View v{g + lo, static_cast<size_t>(elo - lo), dtype_of<S>(), be.mem()};
+      comm::View v{g + lo, static_cast<size_t>(elo - lo), comm::dtype_of<S>(), be.mem()};
       k.reqs.push_back(dp_.iall_reduce(v, v, comm::RedOp::kSum));
     }
     lo = std::max(lo, ehi);
   }
   if (lo < k.hi) {
-    comm::View v{g + lo, static_cast<size_t>(k.hi - lo), dtype_of<S>(), be.mem()};
+    comm::View v{g + lo, static_cast<size_t>(k.hi - lo), comm::dtype_of<S>(), be.mem()};
     k.reqs.push_back(dp_.iall_reduce(v, v, comm::RedOp::kSum));
   }
 }
@@ -164,7 +157,7 @@ void DataParallel<S>::finish() {
   Backend<S>& be = model_.backend();
   experts_.edp->order_after(be.stream());
   for (const auto& [lo, hi] : experts_.ranges) {
-    comm::View v{model_.grads() + lo, static_cast<size_t>(hi - lo), dtype_of<S>(), be.mem()};
+    comm::View v{model_.grads() + lo, static_cast<size_t>(hi - lo), comm::dtype_of<S>(), be.mem()};
     experts_.edp->all_reduce(v, v, comm::RedOp::kSum);
   }
   experts_.edp->synchronize();

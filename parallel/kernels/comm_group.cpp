@@ -9,7 +9,7 @@ CommGroup<S>::CommGroup(comm::Communicator& comm, Backend<S>& be, TraceTags* tag
 
 template <typename S>
 comm::View CommGroup<S>::view(const S* p, int64_t n) const {
-  return {const_cast<S*>(p), static_cast<std::size_t>(n), std::is_same_v<S, float> ? comm::DType::kFloat : comm::DType::kDouble,
+  return {const_cast<S*>(p), static_cast<std::size_t>(n), comm::dtype_of<S>(),
           be_.mem()};
 }
 

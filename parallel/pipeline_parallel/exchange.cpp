@@ -4,13 +4,6 @@
 
 namespace meshbench::parallel {
 
-namespace {
-template <typename S>
-comm::DType dtype_of() {
-  return sizeof(S) == 8 ? comm::DType::kDouble : comm::DType::kFloat;
-}
-}  // namespace
-
 template <typename S>
 PipeExchange<S>::PipeExchange(Gpt<S>& model, const PipeEnv& pipe)
     : model_(model), pipe_(pipe), n_(int64_t{model.tp_dims().rows} * model.config().hidden) {
@@ -102,7 +95,7 @@ void PipeExchange<S>::drain() {
 
 template <typename S>
 comm::View PipeExchange<S>::view(const S* p) const {
-  return comm::View{const_cast<S*>(p), static_cast<size_t>(n_), dtype_of<S>(), model_.backend().mem()};
+  return comm::View{const_cast<S*>(p), static_cast<size_t>(n_), comm::dtype_of<S>(), model_.backend().mem()};
 }
 
 template <typename S>
@@ -134,7 +127,7 @@ template <typename S>
 void reduce_tied_embedding(Gpt<S>& model, const PipeEnv& pipe) {
   for (const auto& e : model.layout().entries())
     if (e.name == "wte") {
-      comm::View v{model.grads_at(e.offset), static_cast<size_t>(e.numel), dtype_of<S>(), model.backend().mem()};
+      comm::View v{model.grads_at(e.offset), static_cast<size_t>(e.numel), comm::dtype_of<S>(), model.backend().mem()};
       pipe.embedding->order_after(model.backend().stream());
       pipe.embedding->all_reduce(v, v, comm::RedOp::kSum);
     }

@@ -25,7 +25,7 @@ GptOptions zero_model_options(int stage, int d, int edp) {
 
 template <typename S>
 comm::View Zero<S>::view(S* p, int64_t n) const {
-  return {p, static_cast<size_t>(n), sizeof(S) == 8 ? comm::DType::kDouble : comm::DType::kFloat,
+  return {p, static_cast<size_t>(n), comm::dtype_of<S>(),
           model_.backend().mem()};
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <type_traits>
 
 #include "compute/device.hpp"
 
@@ -15,6 +16,13 @@ namespace meshbench::comm {
 
 enum class DType { kFloat, kDouble, kInt32, kInt8, kBf16, kHalf };
 enum class RedOp { kSum, kProd, kMin, kMax, kAvg };
+
+// The element type of a float or double buffer (the step engine's scalar S).
+template <typename S>
+constexpr DType dtype_of() {
+  static_assert(std::is_same_v<S, float> || std::is_same_v<S, double>, "dtype_of: float or double");
+  return std::is_same_v<S, float> ? DType::kFloat : DType::kDouble;
+}
 
 inline constexpr std::array kAllDTypes = {DType::kFloat, DType::kDouble, DType::kInt32,
                                           DType::kInt8,  DType::kBf16,   DType::kHalf};
