@@ -66,7 +66,7 @@ std::vector<AnalyticBytes> moe_split_analytic(const Plan& p, int sb, int moe_lay
   };
   std::vector<AnalyticBytes> a;
   if (sp) {
-    const uint64_t syncs = p.zero == 3 ? m : 1;
+    const uint64_t syncs = static_cast<uint64_t>(p.replicated_grad_syncs());
     const uint64_t grads = syncs * L * static_cast<uint64_t>(moe_sp_sync_elements(c, EpSpec{p.degrees.ep, 0, p.degrees.etp, 0})) * s;
     a.push_back(row("tp", stats + grads, t));
   }

@@ -85,7 +85,7 @@ struct MoeRouting {
   std::vector<int32_t> routed;    // (E) assignments per expert before drops (this rank's rows)
   std::vector<double> routed_all; // (E) the micro-batch's, summed over the token groups (aux)
   std::vector<int32_t> offsets;   // (E+1) rows kept per expert, as prefix sums
-  std::vector<double> prob_sum;   // (E) sum over the N rows of the router probabilities
+  std::vector<double> prob_sum;   // (E) sum over the N rows of the router probabilities (a token split: the micro-batch's, summed over the groups)
   double aux = 0;                 // this block's aux loss term (coef included)
   int64_t dropped = 0;            // assignments dropped by capacity
   // Expert parallel: recv (P x E/P) rows received from source s for local expert j at

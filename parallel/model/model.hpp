@@ -103,10 +103,11 @@ struct GptOptions {
 
 // How the model's MoE blocks split the micro-batch's tokens (moe.hpp): over context
 // parallel's chunks, and under sequence parallel over the tensor-parallel shards too.
-inline MoeTokens moe_tokens(const GptOptions& o) {
-  const int cp = std::max(1, o.cp.size), sp = o.tp.size > 1 && o.tp.mode.sp ? o.tp.size : 1;
-  return MoeTokens{cp * sp, cp, sp > 1};
+inline MoeTokens moe_tokens(const TpSpec& tp, const CpSpec& cp) {
+  const int c = std::max(1, cp.size), s = tp.size > 1 && tp.mode.sp ? tp.size : 1;
+  return MoeTokens{c * s, c, s > 1};
 }
+inline MoeTokens moe_tokens(const GptOptions& o) { return moe_tokens(o.tp, o.cp); }
 
 // Where a unit's parameters and gradients live while the model uses them. acquire(u, phase)
 // comes before the model reads unit u in phase 'F' or 'B', release(u, phase) after it is

@@ -197,10 +197,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   m.buffers = (n * C + N * C + N * Ca + N * QKV + datt + N * F + cp_buf) * sb + 2 * N * 4;
   if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
   if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
-  GptOptions split;  // the MoE blocks' token split (context parallel, sequence parallel)
-  split.tp = tp;
-  split.cp = cp;
-  const MoeMemory moe = moe_memory(c, sb, ep, static_cast<int>(t), moe_tokens(split));  // against the dense MLPs
+  const MoeMemory moe = moe_memory(c, sb, ep, static_cast<int>(t), moe_tokens(tp, cp));  // against the dense MLPs
   m.params += moe.param_elements * sb;
   m.grads += moe.param_elements * sb;
   m.optimizer += 2 * moe.param_elements * sb;

@@ -153,10 +153,11 @@ std::vector<AnalyticBytes> pipeline_analytic(const PipeEnv& pipe, int m, uint64_
 std::vector<AnalyticBytes> pipeline_analytic(const PipeEnv& pipe, const Plan& plan) {
   const GptConfig& c = plan.model;
   const int t = plan.degrees.tp;
-  // one stage boundary's activation: this rank's token rows (b x s / cp, and / tp under sequence
-  // parallel: the stages send their sequence shards) x h
-  const uint64_t rows = uint64_t(c.micro_batch) * uint64_t(c.seq / plan.degrees.cp) / uint64_t(plan.sp ? t : 1);
-  const uint64_t msg = rows * uint64_t(c.hidden) * sizeof(float);
+  // one stage boundary's activation: this rank's token rows (tp_dims: b x s / cp, and / tp under
+  // sequence parallel, the stages sending their sequence shards) x h, as the exchange sends it
+  const TpDims d = tp_dims(c, TpSpec{t, 0, TpMode{plan.sp, plan.sp_regather, plan.overlap}},
+                           CpSpec{plan.degrees.cp, 0, plan.cp_algo, plan.cp_zigzag, plan.overlap});
+  const uint64_t msg = uint64_t(d.rows) * uint64_t(c.hidden) * sizeof(float);
   const uint64_t wte = uint64_t((c.vocab + t - 1) / t) * uint64_t(c.hidden) * sizeof(float);  // this rank's rows
   return pipeline_analytic(pipe, plan.micro_batches, msg, wte);
 }

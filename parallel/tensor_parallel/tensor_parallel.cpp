@@ -37,7 +37,7 @@ std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool e
   const uint64_t r = p.sp_regather ? 1 : 0, a16 = (C + 15) / 16 * 16;
   // Norm gradients once per step (ZeRO-3: per micro-batch, its gradients leave after each):
   // per block ln1, ln2 (weight, bias), then lnf on the head's stage (its range, 16-aligned).
-  const uint64_t syncs = p.zero == 3 ? m : 1;
+  const uint64_t syncs = static_cast<uint64_t>(p.replicated_grad_syncs());
   const uint64_t norms = syncs * (L * (3 * a16 + C) + h * (a16 + C)) * static_cast<uint64_t>(sb);
   // all-gathers per micro-batch: 2 forward + 2 backward (+ 2 re-gathers) per layer, the head's
   // input (+ its re-gather), the embedding's backward; reduce-scatters: 4 per layer, the

@@ -54,6 +54,10 @@ struct Plan {
   // MoE blocks whose experts are placed on the expert grid (ep > 1 or etp > 1): their
   // gradients reduce over edp, and ZeRO shards them over it.
   bool experts_placed() const { return model.moe_blocks() > 0 && (degrees.ep > 1 || degrees.etp > 1); }
+  // How many times a step sums the replicated parameters' gradients over tp (sequence
+  // parallel's norms, the MoE router): once after the last micro-batch, or after every one
+  // when the gradients leave the model each micro-batch (ZeRO-3's reduce-scatter).
+  int replicated_grad_syncs() const { return zero == 3 ? micro_batches : 1; }
 };
 
 // A strategy's rules for a plan (its folder's validate_*): throws core::UsageError naming the

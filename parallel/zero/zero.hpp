@@ -97,7 +97,7 @@ class Zero final : public GradSync<S>, public Residency<S> {
   void inject_fault(double delta) override { fault_ = delta; }
   std::vector<AnalyticBytes> analytic() const override;
   bool sums_tied_embedding_first() const override { return true; }
-  bool reduces_every_micro_batch() const override { return stage_ == 3; }
+  bool reduces_every_micro_batch() const override { return stage_ == 3; }  // Plan::replicated_grad_syncs
 
   // Residency (stages 2 and 3)
   void acquire(int unit, char phase) override;
