@@ -1,24 +1,26 @@
 """meshbench.calibrate: scripts/calibrate's command once its flags are parsed (run): read
 collective result files (meshbench.reader), fit every (collective, backend, dtype, group size,
 node span, fabric tag) with meshbench.fit, print the fit table with each fit's held-out error
-and, where it misses the target, why; write the calibration file (docs/results.md,
+and, where it misses the target, why; with --compute measure this machine's compute rates
+through step_bench (meshbench.compute); write the calibration file (docs/results.md,
 "Calibration files") and with --plot the figures (plot_fits). read() loads a calibration file
 back. HELP is the command's --help text.
 
-Not the step predictor (issue 26's later parts) and not a compute calibration: the file keeps
-an empty `compute` group for those rates.
+Not the step predictor: step_bench --predict reads the file (parallel/predict).
 """
 import datetime
 import json
 import math
 import os
+import shutil
 import sys
 
 import numpy as np
 
-from . import fit, reader, tables
+from . import compute, fit, reader, tables
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READS = (1, 2)  # format_version 1: the collective fits alone (its compute group is empty)
 KIND = "meshbench calibration"
 KEY = ("collective", "backend", "dtype", "group_size", "span", "tag")
 # A key's rows must agree on these (a fit of isolated and pipelined times, of host and staged
@@ -26,7 +28,8 @@ KEY = ("collective", "backend", "dtype", "group_size", "span", "tag")
 SAME = ("timing", "mem", "ranks")
 TIME_STAT = "t_median_max"
 
-HELP = """scripts/calibrate: fit a latency-bandwidth model to collective results and write a calibration file.
+HELP = """scripts/calibrate: fit a latency-bandwidth model to collective results, measure this machine's
+compute rates (--compute), and write a calibration file.
 
 Reads HDF5 files (or folders, searched for *.h5) written by the collective binaries
 (docs/results.md) and, per (collective, backend, dtype, group size, node span, fabric tag),
@@ -47,13 +50,28 @@ bytes of S per second past the latency), residuals and held-out errors), the key
 fit (fewer than 3 sizes) and notes. --out writes the calibration file (docs/results.md,
 "Calibration files"); --plot DIR writes fits.png and fit-errors.png.
 
+--compute measures the compute rates a step model needs (docs/predict.md, "Compute rates"): for
+each mesh of a list (1 rank: --mesh dp=1; at --ranks ranks: tp=2, tp=2 --sp, cp=2, cp=2
+--cp-algo ulysses; the MoE preset at 1 rank and ep=2, routing balanced), it asks
+`step_bench --plan-only --world N ... --op-list` for one rank's op list (every plan before any
+run), runs `[mpiexec -n N] step_bench --model M --steps 3 --warmup 1 --threads 1 ... --profile`
+and reads the compute events of its timed steps: per GEMM shape (part, m, n, k) the median
+seconds per call (/compute/gemm); per (op, phase, part) of rank 0 the seconds per FLOP
+(attention) or per element of the op list (the elementwise ops) (/compute/rates). Collective
+files are optional with --compute (the fits table is then empty). The profiled files and logs
+stay in --compute-dir (default: CAL.compute/ beside --out).
+
   scripts/calibrate --out cal.h5 results/sweep-fabrics-local/
   scripts/calibrate --out cal.h5 shm.h5 tcp.h5 --plot plots
   scripts/calibrate shm.h5 --where placement=out-of-place --max-segments 1   # print only
+  scripts/calibrate --compute --out cal.h5 shm.h5 tcp.h5   # fits and compute rates, one file
+  scripts/calibrate --compute --compute-mesh "2:--mesh tp=2" --compute-mesh "1:--mesh dp=1" --out c.h5
 
-Exit codes: 0 fitted (and written), 2 bad input or usage: a missing or unreadable file, a file
-(or folder) without collective runs, a key whose rows mix timing modes, memory or world sizes,
-nothing left to fit, an existing --out without --force. The message names the file and the rule.
+Exit codes: 0 fitted or measured (and written), 1 a profiled compute run failed (its command and
+log named), 2 bad input or usage: a missing or unreadable file, a file (or folder) without
+collective runs, a key whose rows mix timing modes, memory or world sizes, nothing left to fit,
+an existing --out without --force, a compute mesh step_bench refuses or a step_bench without
+--op-list. The message names the file and the rule.
 """
 
 
@@ -316,8 +334,41 @@ def _strings(rows, col):
     return f"S{width}"
 
 
-def write(path, fits, unfitted, sources, argv, target, max_segments):
-    """The calibration file at path (written beside, then renamed over it)."""
+GEMM_COLS = [("part", "S"), ("m", "<i4"), ("n", "<i4"), ("k", "<i4"), ("flops", "<f8"), ("seconds", "<f8"),
+             ("seconds_min", "<f8"), ("seconds_max", "<f8"), ("calls", "<i4"), ("runs", "<i4"), ("threads", "<i4"),
+             ("roles", "S"), ("source", "S")]
+RATE_COLS = [("op", "S"), ("phase", "S"), ("part", "S"), ("unit", "S"), ("seconds_per_unit", "<f8"),
+             ("units_per_step", "<f8"), ("seconds_per_step", "<f8"), ("calls_per_step", "<f8"), ("source", "S")]
+RATE_POOL_COLS = RATE_COLS + [("runs", "<i4"), ("spread", "<f8")]
+
+
+def _dtype(cols, rows):
+    return np.dtype([(c, _strings(rows or [{c: ""}], c) if t == "S" else t) for c, t in cols])
+
+
+def _arr(rows, dt):
+    return np.array([tuple(r[c].encode() if isinstance(r[c], str) else r[c] for c in dt.names) for r in rows], dtype=dt)
+
+
+def write_compute(f, comp):
+    """The /compute group: gemm, rates (pooled) and rate_runs (every run's), and attributes;
+    comp None: empty tables (no --compute)."""
+    g = f.create_group("compute")
+    comp = comp or {"gemm": [], "rates": [], "rate_runs": [], "attrs": {"measured": 0}}
+    for k, v in comp["attrs"].items():
+        g.attrs[k] = v
+    g.attrs["measured"] = int(bool(comp["gemm"] or comp["rates"]))
+    if not g.attrs["measured"]:
+        g.attrs["note"] = "no compute rates in this file: scripts/calibrate --compute measures them"
+    g.attrs["notes"] = json.dumps(comp.get("notes", []))
+    g["gemm"] = _arr(comp["gemm"], _dtype(GEMM_COLS, comp["gemm"]))
+    g["rates"] = _arr(comp["rates"], _dtype(RATE_POOL_COLS, comp["rates"]))
+    g["rate_runs"] = _arr(comp["rate_runs"], _dtype(RATE_COLS, comp["rate_runs"]))
+
+
+def write(path, fits, unfitted, sources, argv, target, max_segments, comp=None):
+    """The calibration file at path (written beside, then renamed over it); comp: the compute
+    tables and attributes (run), None without --compute."""
     import h5py
     frows = fit_rows(fits)
     keyrows = [dict(zip(KEY, k)) for k, _, _ in unfitted] + frows
@@ -370,59 +421,146 @@ def write(path, fits, unfitted, sources, argv, target, max_segments):
         c["fits"] = arr(frows, fits_t)
         c["points"] = arr(pts, pts_t)
         c["unfitted"] = arr([dict(zip(KEY, k), sizes=n, reason=w) for k, n, w in unfitted], un_t)
-        comp = f.create_group("compute")
-        comp.attrs["reserved"] = ("compute rates (GEMM over shapes, attention, memory-bound ops): issue 26 part B; "
-                                  f"empty in format_version {FORMAT_VERSION}")
+        write_compute(f, comp)
     os.replace(tmp, path)
 
 
 def read(path):
-    """A calibration file as {'attrs', 'fits', 'points', 'unfitted'} (lists of dicts, strings
-    as str); CalibrateError unless it is one of a known format_version."""
+    """A calibration file as {'attrs', 'collective_attrs', 'fits', 'points', 'unfitted',
+    'compute'} (lists of dicts, strings as str); compute: {'attrs', 'gemm', 'rates',
+    'rate_runs'}, its tables empty in format_version 1 (which had none). CalibrateError unless
+    it is a calibration file of a format_version in READS."""
     import h5py
     try:
         with h5py.File(path, "r") as f:
             a = reader.attrs_dict(f, json_keys=("sources", "argv"))
-            if a.get("kind") != KIND or a.get("format_version") != FORMAT_VERSION:
-                raise CalibrateError(f"{path}: not a calibration file of format_version {FORMAT_VERSION} "
-                                     f"(kind {a.get('kind')!r}, format_version {a.get('format_version')!r})")
+            if a.get("kind") != KIND or a.get("format_version") not in READS:
+                raise CalibrateError(f"{path}: not a calibration file of format_version "
+                                     f"{' or '.join(map(str, READS))} (kind {a.get('kind')!r}, format_version "
+                                     f"{a.get('format_version')!r})")
             c = f["collectives"]
+            g = f["compute"]
+            comp = {"attrs": reader.attrs_dict(g, json_keys=("commands", "runs", "notes"))}
+            for t in ("gemm", "rates", "rate_runs"):
+                comp[t] = reader.table(g[t]) if a["format_version"] >= 2 else []
             return {"attrs": a, "collective_attrs": reader.attrs_dict(c), "fits": reader.table(c["fits"]),
                     "points": reader.table(c["points"]), "unfitted": reader.table(c["unfitted"]),
-                    "compute": reader.attrs_dict(f["compute"])}
+                    "compute": comp}
     except OSError as e:
         raise CalibrateError(f"{path}: not a readable HDF5 file ({e})")
     except KeyError as e:
         raise CalibrateError(f"{path}: malformed calibration file: {e!r}")
 
 
+# The options that only --compute reads (scripts/calibrate's parser leaves them None).
+COMPUTE_FLAGS = ("compute_model", "compute_moe_model", "compute_mesh", "threads", "ranks", "steps", "warmup",
+                 "compute_dir", "timeout")
+COMPUTE_DEFAULTS = {"compute_model": compute.DEFAULT_MODEL, "compute_moe_model": compute.DEFAULT_MOE_MODEL,
+                    "compute_mesh": None, "threads": 1, "ranks": 2, "steps": 3, "warmup": 1, "compute_dir": None,
+                    "timeout": 600}
+
+
+def compute_options(args):
+    """The --compute options with their defaults; CalibrateError when one is given without
+    --compute or is out of range, or step_bench (or mpiexec, for a run of several ranks) is
+    not there."""
+    given = [f"--{k.replace('_', '-')}" for k in COMPUTE_FLAGS if getattr(args, k, None) not in (None, [])]
+    if not args.compute:
+        if given:
+            raise CalibrateError(f"{', '.join(given)}: only with --compute")
+        return None
+    o = {k: (getattr(args, k, None) if getattr(args, k, None) not in (None, []) else v)
+         for k, v in COMPUTE_DEFAULTS.items()}
+    for k in ("threads", "ranks", "steps", "timeout"):
+        if o[k] < 1:
+            raise CalibrateError(f"--{k} {o[k]}: at least 1")
+    if o["warmup"] < 0:
+        raise CalibrateError(f"--warmup {o['warmup']}: at least 0")
+    try:
+        o["entries"] = compute.entries(o["compute_model"], o["compute_moe_model"], o["ranks"], o["compute_mesh"])
+    except compute.ComputeError as e:
+        raise CalibrateError(str(e))
+    o["exe"] = os.path.join(os.path.abspath(args.bin), "step_bench")
+    if not os.access(o["exe"], os.X_OK):
+        raise CalibrateError(f"--compute: {o['exe']} is not built (build it, or pass --bin)")
+    o["mpiexec"] = args.mpiexec
+    if any(e["ranks"] > 1 for e in o["entries"]) and shutil.which(args.mpiexec) is None:
+        raise CalibrateError(f"--compute: {args.mpiexec} not found (the runs of several ranks need it; --mpiexec)")
+    return o
+
+
+def measure_compute(o, out):
+    """Run the compute measurement (meshbench.compute), print its progress and tables; returns
+    the compute part of the calibration file. Raises compute.ComputeError or RunFailed."""
+    folder, temporary = (o["compute_dir"], False) if o["compute_dir"] else compute.default_folder(out)
+    print(f"calibrate --compute: {len(o['entries'])} profiled run(s) of step_bench, step files in {folder}"
+          + (" (temporary)" if temporary else ""), flush=True)
+    try:
+        runs = compute.measure(o["entries"], {"exe": o["exe"], "mpiexec": o["mpiexec"], "steps": o["steps"],
+                                              "warmup": o["warmup"], "threads": o["threads"], "folder": folder,
+                                              "timeout": o["timeout"]})
+        gemm, pooled, per_run, notes = compute.reduce_runs(runs, o["threads"])
+    finally:
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+    notes = compute.check_runs(runs, o["threads"]) + notes
+    if temporary:
+        notes.append("the profiled step files were temporary (give --out or --compute-dir to keep them)")
+    print()
+    sys.stdout.write(compute.table_text(gemm, pooled, notes, runs))
+    return {"gemm": gemm, "rates": pooled, "rate_runs": per_run, "notes": notes,
+            "attrs": compute.attrs(runs, o["threads"], o["compute_model"],
+                                   {"steps": o["steps"], "warmup": o["warmup"]})}
+
+
 def run(args, argv):
     """scripts/calibrate after its flags are parsed; returns the exit code (HELP)."""
+    fits, unfitted, rows, sources, notes, ser = [], [], [], [], [], {}
     try:
         target = args.target
         if not 0 < target < 10:
             raise CalibrateError(f"--target {target}: a fraction such as 0.1 (10%)")
         if not 1 <= args.max_segments <= 8:
             raise CalibrateError(f"--max-segments {args.max_segments}: 1 to 8")
+        copts = compute_options(args)
+        if not args.paths and not args.compute:
+            raise CalibrateError("nothing to do: give collective results files or folders to fit, or --compute")
         if args.out and os.path.exists(args.out) and not args.force:
             raise CalibrateError(f"--out {args.out}: exists (a calibration file is never overwritten without --force)")
-        rows, sources, notes = load(args.paths, args.where)
-        ser = series(rows)
-        fits, unfitted = fit_all(ser, args.max_segments)
-        if not fits:
-            raise CalibrateError("nothing to fit: " + "; ".join(f"{key_text(k)}: {w}" for k, _, w in unfitted))
+        if args.paths:
+            rows, sources, notes = load(args.paths, args.where)
+            ser = series(rows)
+            fits, unfitted = fit_all(ser, args.max_segments)
+            if not fits:
+                raise CalibrateError("nothing to fit: " + "; ".join(f"{key_text(k)}: {w}" for k, _, w in unfitted))
     except CalibrateError as e:
         print(f"calibrate: {e}", file=sys.stderr)
         return 2
-    excluded = [(k, b, why) for k, s in ser.items() for b, why in s["excluded"]]
-    sys.stdout.write(f"calibrate: {len(rows)} rows from {len(sources)} file(s), {len(fits)} fits "
-                     f"({sum(len(kf.segs) for kf in fits)} segments); time {TIME_STAT}\n\n")
-    sys.stdout.write(table_text(fits, unfitted, excluded, notes + run_notes(rows), target))
+    if args.paths:
+        excluded = [(k, b, why) for k, s in ser.items() for b, why in s["excluded"]]
+        sys.stdout.write(f"calibrate: {len(rows)} rows from {len(sources)} file(s), {len(fits)} fits "
+                         f"({sum(len(kf.segs) for kf in fits)} segments); time {TIME_STAT}\n\n")
+        sys.stdout.write(table_text(fits, unfitted, excluded, notes + run_notes(rows), target))
+    comp = None
+    if copts is not None:
+        if args.paths:
+            print()
+        try:
+            comp = measure_compute(copts, args.out)
+        except compute.ComputeError as e:
+            print(f"calibrate: {e}", file=sys.stderr)
+            return 2
+        except compute.RunFailed as e:
+            print(f"calibrate: a compute run failed: {e}", file=sys.stderr)
+            return 1
     if args.out:
-        write(args.out, fits, unfitted, sources, argv, target, args.max_segments)
+        write(args.out, fits, unfitted, sources, argv, target, args.max_segments, comp)
         print(f"\ncalibrate: wrote {args.out}")
     if args.plot:
-        from .plot_fits import plot_fits
-        for p in plot_fits(fits, args.plot, target):
-            print(p)
+        if not fits:
+            print("calibrate: --plot: no collective fits to draw")
+        else:
+            from .plot_fits import plot_fits
+            for p in plot_fits(fits, args.plot, target):
+                print(p)
     return 0

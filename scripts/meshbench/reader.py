@@ -235,6 +235,30 @@ def read_steps(path):
     return out
 
 
+def read_events(path):
+    """The step_bench runs of one file that stored step/events (--profile, --trace): one dict
+    per run, {'file', 'run_id', 'status', 'attrs' (step attributes), 'steps' (the timed steps:
+    rows of step_times; the events' `step` counts them from 0), 'events' (step/events as a list
+    of dicts: rank, step, microbatch, chunk, layer, kind ('matmul.fwd', 'all_reduce'), dim ('-'
+    for a compute op), phase, group, bytes, flops, t_start, t_end, name, m, n, k, ...)}. Kept out
+    of read_steps: a profile holds thousands of rows that the step tables never need."""
+    import h5py
+    out = []
+    with h5py.File(path, "r") as f:
+        runs = f.get("runs")
+        if runs is None:
+            return out
+        for run_id, run in runs.items():
+            step = run.get("step")
+            if step is None or "events" not in step:
+                continue
+            shape = step["step_times"].shape if "step_times" in step else (0,)
+            out.append({"file": path, "run_id": run_id, "status": text(run.attrs.get("status", "")),
+                        "attrs": attrs_dict(step), "steps": int(shape[0]) if len(shape) else 0,
+                        "events": table(step["events"])})
+    return out
+
+
 def _load(reader, paths, quiet, who):
     got, bad = [], []
     for p in expand_paths(paths):

@@ -129,3 +129,82 @@ def calls(log):
         return []
     with open(log) as fh:
         return [json.loads(line) for line in fh]
+
+
+# scripts/calibrate --compute's stand-ins. step_bench: --plan-only ... --op-list prints the op
+# list of one rank and step (parts without their role: fwd, bwd); a run with --profile -O FILE
+# writes step/events (names role.part: qkv.fwd) with known times for FAKE_WORLD ranks (the rank
+# count mpiexec gave it). Under --mesh tp=2 the qkv GEMM is
+# 256x48x64 and every op takes twice as long. --mesh bogus=1 is refused; FAKE_NO_OPLIST: a
+# build without --op-list; FAKE_FAIL_RUN: a run exits 3 without a file.
+COMPUTE_STEP_BENCH = r"""
+import json, os, sys
+import h5py, numpy as np
+argv = sys.argv[1:]
+def flag(name, default=None):
+    return argv[argv.index(name) + 1] if name in argv else default
+mesh = flag("--mesh", "dp=1")
+tp = 2 if "tp=2" in mesh else 1
+N = 96 // tp
+GF, GB = 2.0 * 256 * N * 64, 4.0 * 256 * N * 64
+if "--plan-only" in argv:
+    if "bogus" in mesh:
+        print(json.dumps({"valid": False, "error": "unknown mesh dimension 'bogus'"}))
+        sys.exit(2)
+    if os.environ.get("FAKE_NO_OPLIST") or "--op-list" not in argv:
+        print(json.dumps({"valid": True}))
+        sys.exit(0)
+    ops = [{"op": "matmul", "phase": "F", "part": "fwd", "elements": 0, "flops": 2 * GF, "m": 256, "n": N,
+            "k": 64, "calls": 2},
+           {"op": "matmul", "phase": "B", "part": "bwd", "elements": 0, "flops": GB, "m": 256, "n": N, "k": 64,
+            "calls": 1},
+           {"op": "attention", "phase": "F", "part": "", "elements": 0, "flops": 8e6, "calls": 2},
+           {"op": "layernorm", "phase": "F", "part": "", "elements": 49152, "flops": 0, "calls": 3},
+           {"op": "adamw", "phase": "O", "part": "", "elements": 100000, "flops": 0, "calls": 1},
+           {"op": "residual", "phase": "F", "part": "", "elements": 1000, "flops": 0, "calls": 2}]
+    print(json.dumps({"valid": True, "op_list": ops}))
+    sys.exit(0)
+if os.environ.get("FAKE_FAIL_RUN") and tp == 2:
+    sys.exit(3)
+out, steps, world = flag("-O"), int(flag("--steps")), int(os.environ.get("FAKE_WORLD", "1"))
+EV = np.dtype([("rank", "<i4"), ("step", "<i4"), ("kind", "S24"), ("dim", "S16"), ("phase", "S4"),
+               ("flops", "<f8"), ("t_start", "<f8"), ("t_end", "<f8"), ("name", "S32"), ("m", "<i4"), ("n", "<i4"),
+               ("k", "<i4")])
+rows = []
+for r in range(world):
+    for s in range(steps):
+        t = 10.0 * s
+        def ev(kind, phase, dur, flops=0.0, name="", shape=(0, 0, 0), dim="-"):
+            global t
+            rows.append((r, s, kind, dim, phase, flops, t, t + dur * tp, name) + shape)
+            t += dur * tp + 1e-6
+        for _ in range(3):
+            ev("layernorm.fwd", "F", 5e-5)
+        for _ in range(2):
+            ev("matmul.fwd", "F", 1e-4 * (1 + 0.1 * s), GF, "qkv.fwd", (256, N, 64))
+            ev("attention.fwd", "F", 1e-3, 4e6)
+            ev("gelu.fwd", "F", 1e-5)
+            ev("all_reduce", "F", 1e-3, dim="tp")
+        ev("matmul.bwd", "B", 2e-4, GB, "qkv.bwd", (256, N, 64))
+        ev("adamw.opt", "O", 1e-3)
+with h5py.File(out, "w") as f:
+    run = f.create_group("runs/fake-" + mesh.replace("=", ""))
+    run.attrs["status"] = "ok"
+    st = run.create_group("step")
+    st.attrs["threads"] = int(flag("--threads", "1"))
+    st.attrs["device"] = "cpu"
+    st["step_times"] = np.full((steps, world), 0.01)
+    st["events"] = np.array(rows, EV)
+print("step_bench: wrote " + out)
+"""
+
+COMPUTE_MPIEXEC = r"""
+import json, os, sys
+argv = sys.argv[1:]
+if os.environ.get("FAKE_LOG"):
+    with open(os.environ["FAKE_LOG"], "a") as fh:
+        fh.write(json.dumps({"argv": argv, "UCX_TLS": os.environ.get("UCX_TLS")}) + "\n")
+n = argv[argv.index("-n") + 1]
+rest = argv[argv.index("-n") + 2:]
+os.execve(sys.executable, [sys.executable] + rest, {**os.environ, "FAKE_WORLD": n})
+"""

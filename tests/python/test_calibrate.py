@@ -3,12 +3,14 @@ and beta: the fitted line, the breakpoint found, the held-out error, the calibra
 contents, the figures, and the exit code 2 of every bad input."""
 import json
 import math
+import os
 
+import fakes
 import h5files
 import h5py
 import numpy as np
 import pytest
-from meshbench import calibrate, fit
+from meshbench import calibrate, compute, fit
 
 SIZES = [8 * 2 ** i for i in range(25)]              # 8 B .. 128 MiB, every 2x
 ALPHA, BW = 2e-6, 4e9                                # 2 us, 4 GB/s
@@ -153,13 +155,15 @@ def test_calibration_file(cli, capsys, tmp_path, two_fabrics):
     assert (tmp_path / "plots" / "fits.png").stat().st_size > 0 and (tmp_path / "plots" / "fit-errors.png").exists()
 
     with h5py.File(out) as f:
-        assert f.attrs["kind"] == calibrate.KIND and f.attrs["format_version"] == 1
+        assert f.attrs["kind"] == calibrate.KIND and f.attrs["format_version"] == 2
         assert f.attrs["tool"] == "scripts/calibrate" and f.attrs["created"].startswith("20")
         sources = json.loads(f.attrs["sources"])
         assert [(s["file"], s["runs"]) for s in sources] == [(str(two_fabrics[0]), ["ag-in", "ag-out", "ar-shm"]),
                                                              (str(two_fabrics[1]), ["ar-tcp", "sr"])]
         assert "--out" in json.loads(f.attrs["argv"])
-        assert "reserved" in f["compute"].attrs and len(f["compute"]) == 0
+        # Without --compute the compute tables are there, empty, and say so.
+        assert f["compute"].attrs["measured"] == 0 and "--compute" in f["compute"].attrs["note"]
+        assert [len(f["compute"][t]) for t in ("gemm", "rates", "rate_runs")] == [0, 0, 0]
         assert f["collectives"].attrs["key"] == "collective,backend,dtype,group_size,span,tag"
     cal = calibrate.read(str(out))
     fits = {(r["collective"], r["tag"], r["segment"]): r for r in cal["fits"]}
@@ -287,5 +291,233 @@ def test_bad_input_exits_2_naming_the_file_and_rule(cli, capsys, tmp_path, two_f
 def test_read_refuses_what_is_not_a_calibration(tmp_path):
     p = tmp_path / "r.h5"
     h5files.collective_file(str(p))
-    with pytest.raises(calibrate.CalibrateError, match="not a calibration file of format_version 1"):
+    with pytest.raises(calibrate.CalibrateError, match="not a calibration file of format_version 1 or 2"):
         calibrate.read(str(p))
+
+
+# --- scripts/calibrate --compute ------------------------------------------------------------
+
+OPS = {("layernorm", "F", ""): {"op": "layernorm", "phase": "F", "part": "", "elements": 4000, "flops": 0, "calls": 2},
+       ("attention", "B", ""): {"op": "attention", "phase": "B", "part": "", "elements": 0, "flops": 6e6, "calls": 1},
+       ("matmul", "F", "fwd"): {"op": "matmul", "phase": "F", "part": "fwd", "elements": 0, "flops": 2e6,
+                                "m": 100, "n": 100, "k": 100, "calls": 1}}
+
+
+def event(rank, step, kind, t0, dur, flops=0.0, name="", shape=(0, 0, 0), dim="-"):
+    return {"rank": rank, "step": step, "kind": kind, "dim": dim, "phase": {"fwd": "F", "bwd": "B", "opt": "O"}.get(
+        kind.split(".")[-1], "F"), "flops": flops, "t_start": t0, "t_end": t0 + dur, "name": name,
+            "m": shape[0], "n": shape[1], "k": shape[2]}
+
+
+def generated_run(scale, label, ranks=2, steps=2):
+    """Per rank and step: two layernorm.fwd of 1 ms and 3 ms, one attention.bwd of 2 ms (6e6
+    FLOPs), one fc.fwd GEMM (100^3) of 4, 5 ms (step 0, 1), an all_reduce (not compute); every
+    time x scale, rank 1 another 10x slower (the rates read rank 0)."""
+    ev = []
+    for r in range(ranks):
+        f = scale * (10 if r else 1)
+        for s in range(steps):
+            t = 100.0 * s
+            ev += [event(r, s, "layernorm.fwd", t, 1e-3 * f), event(r, s, "layernorm.fwd", t + 1, 3e-3 * f),
+                   event(r, s, "attention.bwd", t + 2, 2e-3 * f, 6e6),
+                   event(r, s, "matmul.fwd", t + 3, (4e-3 + 1e-3 * s) * scale, 2e6, "fc.fwd", (100, 100, 100)),
+                   event(r, s, "all_reduce", t + 4, 1.0, dim="tp")]
+    return {"label": label, "command": f"step_bench {label}", "steps": steps, "events": ev, "op_list": dict(OPS)}
+
+
+def test_compute_rates_from_events_and_the_op_list():
+    gemm, pooled, per_run, notes = compute.reduce_runs([generated_run(1, "a"), generated_run(3, "b", ranks=1),
+                                                        generated_run(2, "c")], threads=1)
+    # The GEMM: every call of every rank and run pooled, the median per call.
+    (g,) = gemm
+    assert (g["part"], g["roles"], g["m"], g["n"], g["k"], g["flops"], g["calls"], g["runs"]) == \
+        ("fwd", "fc", 100, 100, 100, 2e6, 10, 3)
+    # calls: a 4,5,4,5 ms; b 12,15; c 8,10,8,10 -> the median of the 10 is 8 ms
+    assert g["seconds"] == pytest.approx(8e-3) and g["seconds_min"] == pytest.approx(4e-3)
+    assert g["seconds_max"] == pytest.approx(15e-3) and g["source"] == "step_bench a" and g["threads"] == 1
+    # Rank 0 per run: layernorm 4 ms per step over 4000 elements; attention 2 ms over 6e6 FLOPs.
+    runs = {(r["label"], r["op"]): r for r in per_run}
+    ln = runs[("a", "layernorm")]
+    assert (ln["unit"], ln["units_per_step"], ln["calls_per_step"]) == ("element", 4000, 2)
+    assert ln["seconds_per_step"] == pytest.approx(4e-3) and ln["seconds_per_unit"] == pytest.approx(1e-6)
+    at = runs[("b", "attention")]
+    assert (at["unit"], at["phase"], at["units_per_step"]) == ("flop", "B", 6e6)
+    assert at["seconds_per_unit"] == pytest.approx(3 * 2e-3 / 6e6)
+    assert not any(r["op"] == "matmul" for r in per_run)
+    # Pooled: the run of the median rate (scales 1, 3, 2 -> c), with the count and max/min.
+    pool = {r["op"]: r for r in pooled}
+    assert pool["layernorm"]["label"] == "c" and pool["layernorm"]["seconds_per_unit"] == pytest.approx(2e-6)
+    assert (pool["layernorm"]["runs"], pool["layernorm"]["spread"]) == (3, pytest.approx(3.0))
+    assert pool["attention"]["source"] == "step_bench c" and notes == []
+    # Two runs: the lower middle.
+    _, pooled, _, _ = compute.reduce_runs([generated_run(1, "a"), generated_run(3, "b")], threads=1)
+    assert {r["op"]: r["label"] for r in pooled} == {"attention": "a", "layernorm": "a"}
+
+
+def test_compute_notes_where_the_op_list_and_the_run_disagree():
+    run = generated_run(1, "a")
+    run["op_list"] = {("layernorm", "F", ""): dict(OPS[("layernorm", "F", "")], calls=3),
+                      ("attention", "B", ""): dict(OPS[("attention", "B", "")], flops=7e6),
+                      ("gelu", "B", ""): {"op": "gelu", "phase": "B", "part": "", "elements": 10, "calls": 1}}
+    _, pooled, _, notes = compute.reduce_runs([run], threads=1)
+    assert sorted(notes) == [
+        "[a] attention B '': the op list says 7e+06 FLOPs per step, the run's events 6e+06",
+        "[a] gelu B '': in the op list (1 calls) but the run recorded none",
+        "[a] layernorm F '': the op list says 3 calls per step, the run recorded 2",
+        "[a] matmul F 'fwd': the run recorded 1 calls per step, the op list has no entry"]
+    assert [r["op"] for r in pooled] == ["attention", "layernorm"]   # still rated, and the notes say why to doubt
+    run["op_list"] = {}
+    _, pooled, _, notes = compute.reduce_runs([run], threads=1)
+    assert [r["op"] for r in pooled] == ["attention"]   # no element count: the layernorm is not rated
+    assert "[a] layernorm F '': the run recorded 2 calls per step, the op list has no entry: not rated " \
+           "(no element count)" in notes
+
+
+def test_event_names_split_into_role_and_part():
+    # step/events' name is role.part (parallel/metrics/records.cpp); the op list keys on the part.
+    assert [compute.split_name(n) for n in ("qkv.dinput", "attn.proj.bias_residual", "fc.proj.fwd", "fc.fwd", "moe",
+                                            "moe.expert.fc.fwd", "attention.kv.copy", "", "rowdot")] == [
+        ("qkv", "dinput"), ("attn.proj", "bias_residual"), ("fc.proj", "fwd"), ("fc", "fwd"), ("moe", ""),
+        ("moe", "expert.fc.fwd"), ("attention", "kv.copy"), ("", ""), ("", "rowdot")]
+    # Units as the op list counts them: an op whose events carry no FLOPs but whose entry does
+    # (attention's rowdot) is rated per its FLOPs; the same op with elements, per element.
+    ev = [event(0, 0, "attention.bwd", 0.0, 2e-3, 0.0, "attention.rowdot"), event(0, 0, "residual.fwd", 1.0, 1e-3, 0.0,
+                                                                                  "moe")]
+    ops = {("attention", "B", "rowdot"): {"op": "attention", "phase": "B", "part": "rowdot", "flops": 1000,
+                                          "elements": 0, "calls": 1},
+           ("residual", "F", ""): {"op": "residual", "phase": "F", "part": "", "flops": 0, "elements": 500, "calls": 1}}
+    rows, notes = compute.run_rates({"label": "x", "command": "c", "steps": 1, "events": ev, "op_list": ops})
+    assert notes == [] and [(r["op"], r["part"], r["unit"], r["seconds_per_unit"]) for r in rows] == [
+        ("attention", "rowdot", "flop", pytest.approx(2e-6)), ("residual", "", "element", pytest.approx(2e-6))]
+
+
+def test_compute_mesh_entries():
+    e = compute.entries("small", "small-moe", 2)
+    assert [x["label"] for x in e] == [
+        "1: --model small --mesh dp=1", "2: --model small --mesh tp=2", "2: --model small --mesh tp=2 --sp",
+        "2: --model small --mesh cp=2", "2: --model small --mesh cp=2 --cp-algo ulysses",
+        "1: --model small-moe --mesh dp=1 --routing balanced", "2: --model small-moe --mesh ep=2 --routing balanced"]
+    assert len(compute.entries("tiny", "none", 4)) == 5 and compute.entries("tiny", "none", 4)[1]["ranks"] == 4
+    e = compute.entries("tiny", "small-moe", 2, ["--mesh tp=2", "1:--mesh dp=1 --model medium"])
+    assert [(x["ranks"], x["args"]) for x in e] == [(2, ["--model", "tiny", "--mesh", "tp=2"]),
+                                                    (1, ["--model", "tiny", "--mesh", "dp=1", "--model", "medium"])]
+    plan, run = compute.commands(e[0], "/b/step_bench", "mpiexec", 3, 1, 1, "/o/x.h5")
+    assert plan == ["/b/step_bench", "--plan-only", "--world", "2", "--steps", "3", "--warmup", "1", "--threads", "1",
+                    "--model", "tiny", "--mesh", "tp=2", "--op-list"]
+    assert run == ["mpiexec", "-n", "2", "/b/step_bench", "--steps", "3", "--warmup", "1", "--threads", "1",
+                   "--model", "tiny", "--mesh", "tp=2", "--profile", "-O", "/o/x.h5"]
+    assert compute.commands(e[1], "/b/step_bench", "mpiexec", 3, 1, 1, "/o/y.h5")[1][0] == "/b/step_bench"
+
+
+@pytest.fixture
+def compute_bin(tmp_path, monkeypatch):
+    """A --bin folder with the compute stand-in of step_bench, and the stand-in mpiexec on PATH
+    (its calls logged in FAKE_LOG)."""
+    folder = tmp_path / "cbin"
+    folder.mkdir()
+    fakes.write(str(folder), "step_bench", fakes.COMPUTE_STEP_BENCH)
+    tools = tmp_path / "ctools"
+    tools.mkdir()
+    fakes.write(str(tools), "mpiexec", fakes.COMPUTE_MPIEXEC)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "mpiexec.log"))
+    monkeypatch.delenv("UCX_TLS", raising=False)
+    for v in ("FAKE_NO_OPLIST", "FAKE_FAIL_RUN", "MB_MPIEXEC"):
+        monkeypatch.delenv(v, raising=False)
+    return folder
+
+
+MESHES = ["--compute-mesh", "1:--mesh dp=1", "--compute-mesh", "2:--mesh tp=2"]
+
+
+def test_compute_writes_the_rates_into_the_calibration_file(cli, capsys, tmp_path, compute_bin, two_fabrics):
+    out = tmp_path / "cal.h5"
+    rc, text, err = run(cli, capsys, "--compute", "--bin", compute_bin, "--out", out, *MESHES, two_fabrics[0])
+    assert rc == 0, err
+    assert "| all_reduce | mpi | float | 2 | intra | shm | 1/2 |" in text   # the fits, then the compute part
+    assert f"[1/2] {compute_bin}/step_bench --steps 3 --warmup 1 --threads 1 --model small --mesh dp=1 --profile -O " \
+           f"{tmp_path}/cal.compute/compute-1.h5 ... ok" in text
+    assert "[2/2] mpiexec -n 2 " in text
+    assert "| fwd | qkv | 256 | 96 | 64 | 6 | 1 | 110 |" in text
+    assert "| layernorm | F | - | 3.05 ns/element | 0.15 | 4.915e+04 element | 3 | 2 | 2.00x | 1: --model small " \
+           "--mesh dp=1 |" in text
+    assert "[1: --model small --mesh dp=1] gelu F '': the run recorded 2 calls per step, the op list has no entry: " \
+           "not rated (no element count)" in text
+    assert "[1: --model small --mesh dp=1] residual F '': in the op list (2 calls) but the run recorded none" in text
+    # The 2-rank run ran under the shm preset's UCX_TLS.
+    (call,) = fakes.calls(str(tmp_path / "mpiexec.log"))
+    assert call["UCX_TLS"] == "self,sm" and call["argv"][:2] == ["-n", "2"]
+    cal = calibrate.read(str(out))
+    assert cal["attrs"]["format_version"] == 2 and len(cal["fits"]) == 3
+    c = cal["compute"]
+    assert (c["attrs"]["threads"], c["attrs"]["model"], c["attrs"]["backend"], c["attrs"]["measured"]) == \
+        (1, "small", "cpu", 1)
+    assert len(c["attrs"]["commands"]) == 2 and c["attrs"]["commands"][1].startswith("mpiexec -n 2 ")
+    assert [r["run_id"] for r in c["attrs"]["runs"]] == ["fake-dp1", "fake-tp2"]
+    gemm = {(g["part"], g["n"]): g for g in c["gemm"]}
+    assert sorted(gemm) == [("bwd", 48), ("bwd", 96), ("fwd", 48), ("fwd", 96)]
+    assert gemm[("fwd", 96)]["seconds"] == pytest.approx(1.1e-4) and gemm[("fwd", 96)]["calls"] == 6
+    assert gemm[("fwd", 48)]["seconds"] == pytest.approx(2.2e-4) and gemm[("fwd", 48)]["calls"] == 12
+    assert gemm[("bwd", 48)]["flops"] == 4.0 * 256 * 48 * 64 and gemm[("bwd", 48)]["threads"] == 1
+    assert gemm[("bwd", 48)]["roles"] == "qkv"
+    rates = {(r["op"], r["phase"]): r for r in c["rates"]}
+    assert sorted(rates) == [("adamw", "O"), ("attention", "F"), ("layernorm", "F")]
+    assert rates[("layernorm", "F")]["seconds_per_unit"] == pytest.approx(1.5e-4 / 49152)
+    assert rates[("attention", "F")]["unit"] == "flop"
+    assert rates[("attention", "F")]["seconds_per_unit"] == pytest.approx(2e-3 / 8e6)
+    assert rates[("adamw", "O")]["seconds_per_unit"] == pytest.approx(1e-8) and rates[("adamw", "O")]["spread"] == \
+        pytest.approx(2.0)
+    assert len(c["rate_runs"]) == 6 and {r["source"] for r in c["rate_runs"]} == set(c["attrs"]["commands"])
+    assert (tmp_path / "cal.compute" / "compute-2.h5").exists() and (tmp_path / "cal.compute" / "compute-2.log").exists()
+    # Compute alone: no collective files, an empty fits table.
+    rc, text, err = run(cli, capsys, "--compute", "--bin", compute_bin, "--out", tmp_path / "c.h5",
+                        "--compute-mesh", "1:--mesh dp=1", "--threads", "2", "--steps", "2")
+    assert rc == 0, err
+    cal = calibrate.read(str(tmp_path / "c.h5"))
+    assert cal["fits"] == [] and cal["compute"]["attrs"]["threads"] == 2
+    assert cal["compute"]["rates"][0]["calls_per_step"] == 1 and "--steps 2" in cal["compute"]["rates"][0]["source"]
+
+
+def test_format_version_1_still_reads(cli, capsys, tmp_path, two_fabrics):
+    p = tmp_path / "v1.h5"
+    rc, _, _ = run(cli, capsys, two_fabrics[0], "--out", p)
+    assert rc == 0
+    with h5py.File(p, "a") as f:   # what format_version 1 wrote: an empty compute group
+        f.attrs["format_version"] = 1
+        del f["compute"]
+        f.create_group("compute").attrs["reserved"] = "compute rates: issue 26 part B; empty in format_version 1"
+    cal = calibrate.read(str(p))
+    assert cal["attrs"]["format_version"] == 1 and len(cal["fits"]) == 3
+    assert (cal["compute"]["gemm"], cal["compute"]["rates"], cal["compute"]["rate_runs"]) == ([], [], [])
+    with h5py.File(p, "a") as f:
+        f.attrs["format_version"] = 3
+    with pytest.raises(calibrate.CalibrateError, match="format_version 1 or 2 .* format_version 3"):
+        calibrate.read(str(p))
+
+
+def test_compute_bad_input_exits_2_and_a_failed_run_1(cli, capsys, tmp_path, compute_bin, monkeypatch):
+    never = tmp_path / "never.h5"
+    cases = [(["--threads", "2"], "calibrate: --threads: only with --compute"),
+             ([], "calibrate: nothing to do: give collective results files or folders to fit, or --compute"),
+             (["--compute", "--compute-mesh", "0:--mesh dp=1"], "the rank count must be at least 1"),
+             (["--compute", "--compute-mesh", "2:"], "calibrate: --compute-mesh '2:': no step_bench flags"),
+             (["--compute", "--steps", "0"], "calibrate: --steps 0: at least 1"),
+             (["--compute", "--bin", tmp_path], f"calibrate: --compute: {tmp_path}/step_bench is not built"),
+             (["--compute", "--mpiexec", "no-such-mpiexec"], "calibrate: --compute: no-such-mpiexec not found"),
+             (["--compute", "--compute-mesh", "2:--mesh bogus=1"],
+              "refused: unknown mesh dimension 'bogus'")]
+    for argv, message in cases:
+        argv = (["--bin", compute_bin] if "--bin" not in argv else []) + argv
+        rc, _, err = run(cli, capsys, "--out", never, *argv)
+        assert rc == 2 and message in err and len(err.splitlines()) == 1, (argv, err)
+        assert not never.exists()
+    # A build without --op-list: refused before any run, naming what is missing.
+    monkeypatch.setenv("FAKE_NO_OPLIST", "1")
+    rc, out, err = run(cli, capsys, "--compute", "--bin", compute_bin, "--out", never, *MESHES)
+    assert rc == 2 and "its JSON has no op_list" in err and "[1/2]" not in out and not never.exists()
+    monkeypatch.delenv("FAKE_NO_OPLIST")
+    # A run that fails: exit 1, its command and log named, nothing written.
+    monkeypatch.setenv("FAKE_FAIL_RUN", "1")
+    rc, out, err = run(cli, capsys, "--compute", "--bin", compute_bin, "--out", never, *MESHES)
+    assert rc == 1 and "calibrate: a compute run failed: mpiexec -n 2 " in err and "exit 3 (log " in err
+    assert "[1/2]" in out and " ok (" in out and not never.exists()

@@ -22,7 +22,7 @@ import json, sys
 import h5py, numpy as np
 cal, files = sys.argv[1], sys.argv[2:]
 with h5py.File(cal) as f:
-    assert f.attrs["kind"] == "meshbench calibration" and f.attrs["format_version"] == 1, dict(f.attrs)
+    assert f.attrs["kind"] == "meshbench calibration" and f.attrs["format_version"] == 2, dict(f.attrs)
     assert [s["file"] for s in json.loads(f.attrs["sources"])] == files
     fits, pts = f["collectives/fits"][()], f["collectives/points"][()]
     keys = sorted({(r["collective"], r["tag"], r["backend"], r["dtype"], int(r["group_size"]), r["span"]) for r in fits})
