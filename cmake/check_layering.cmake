@@ -26,7 +26,7 @@ set(MB_LAYER_DEPS_results core compute comm)
 
 # parallel/, level by level; a folder may include the folders of every lower level.
 set(MB_PARALLEL_LEVELS vocab kernels "tensor_parallel,context_parallel,expert_parallel" model
-    "pipeline_parallel,data_parallel" zero executor metrics report step)
+    "pipeline_parallel,data_parallel" zero executor metrics report predict step)
 set(MB_PARALLEL_LAYERS "")
 set(_mb_below "")
 foreach(level ${MB_PARALLEL_LEVELS})
@@ -72,7 +72,7 @@ endfunction()
 mb_check_tree(${MB_LAYERING_SRC} "${MB_LAYERS}" MB_LAYER_DEPS_ "src/: core <- compute <- comm <- results")
 if(EXISTS ${MB_LAYERING_PARALLEL})
   mb_check_tree(${MB_LAYERING_PARALLEL} "${MB_PARALLEL_LAYERS}" MB_PARALLEL_DEPS_
-                "parallel/: vocab <- kernels <- tp, cp, ep <- model <- pp, dp <- zero <- executor <- metrics <- report <- step")
+                "parallel/: vocab <- kernels <- tp, cp, ep <- model <- pp, dp <- zero <- executor <- metrics <- report <- predict <- step")
 endif()
 
 # -DMB_LAYERING_PRINT=1: one line per folder of parallel/, "folder: deps...", for the tests.

@@ -106,6 +106,25 @@ struct StepPoint {
   double loss = 0;
 };
 
+// --predict CAL: the step model's prediction of this run (predict/predict.hpp), stored beside
+// the measurement (step/predicted) and printed with it.
+struct PredictedExposed {
+  char dim[16] = {};
+  double seconds = 0;  // per step, the slowest pipeline rank's
+};
+struct PredictedRankRow {
+  int32_t rank = 0;  // pipeline rank (its tp, cp, dp and ep ranks predict alike)
+  double step_time_s = 0, compute_s = 0, bubble_s = 0, exposed_s = 0;
+};
+struct PredictedRecord {
+  bool on = false;
+  double step_time_s = NAN, tokens_per_s = NAN, bubble = NAN;
+  bool extrapolated = false;
+  std::string calibration, fabric, extrapolated_what, notes;
+  std::vector<PredictedExposed> exposed;
+  std::vector<PredictedRankRow> per_rank;
+};
+
 // Everything rank 0 reports at the end of a run (other ranks hold only what they gathered).
 struct StepRecord {
   std::string model, plan, tag;      // one-line descriptions; --tag
@@ -136,6 +155,7 @@ struct StepRecord {
   MoeSummary moe;
   EpImbalance ep;                       // expert parallel (ep > 1)
   StepSummary summary;
+  PredictedRecord predicted;            // --predict
   std::string status = "ok";            // ok, failed, timeout, killed, diverged
   std::string diverged;                 // what was not finite, where
 };

@@ -270,6 +270,10 @@ class Gpt {
  public:
   // The flat elements of the expert segments (GptOptions::expert_segments; 0 without).
   static int64_t expert_segment_elements(const GptConfig& cfg, const GptOptions& opts);
+  // The units (embeddings, each block, head) of a rank with options `opts`: what ZeRO reduces
+  // and gathers, and the step model (predict/) times.
+  static std::vector<Unit> units_of(const GptConfig& cfg, const GptOptions& opts) { return param_table(cfg, opts).units; }
+  static Layout layout_of(const GptConfig& cfg, const GptOptions& opts) { return param_table(cfg, opts).layout; }
  private:
   void build_activations();
   // The gathered column-parallel input of layer l's qkv (which 0) or fc (1), or the head's

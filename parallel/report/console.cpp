@@ -99,6 +99,34 @@ void print_pipeline(const core::Log& out, const StepRecord& r) {
             p.recv_wait_s * 1e3, p.recv_transfer_s * 1e3);
 }
 
+// --predict: the step model's figures beside the measured ones (docs/predict.md), each error
+// pred / measured - 1. Exposed per dimension: the slowest rank's, predicted and measured.
+void print_predicted(const core::Log& out, const StepRecord& r) {
+  const PredictedRecord& p = r.predicted;
+  const StepSummary& s = r.summary;
+  auto err = [](double pred, double meas) {
+    return meas > 0 && std::isfinite(pred) ? fmt::format("{:+.1f}%", 100 * (pred / meas - 1)) : std::string("-");
+  };
+  out.out("  predicted ({}{}{}):\n", p.calibration, p.fabric.empty() ? "" : ", fabric ", p.fabric);
+  out.out("    {:<22} {:>12} {:>12} {:>8}\n", "", "predicted", "measured", "error");
+  out.out("    {:<22} {:>9.3f} ms {:>9.3f} ms {:>8}\n", "step time", p.step_time_s * 1e3, s.step_time_median * 1e3,
+          err(p.step_time_s, s.step_time_median));
+  out.out("    {:<22} {:>12.1f} {:>12.1f} {:>8}\n", "tokens/s", p.tokens_per_s, s.tokens_per_s,
+          err(p.tokens_per_s, s.tokens_per_s));
+  if (!r.pipeline.empty())
+    out.out("    {:<22} {:>11.1f}% {:>11.1f}% {:>8}\n", "bubble", 100 * p.bubble, 100 * s.bubble_measured,
+            err(p.bubble, s.bubble_measured));
+  for (const PredictedExposed& e : p.exposed) {
+    double meas = 0;
+    const std::string cat = std::string("exposed.") + e.dim;
+    for (const SplitRow& x : r.split)
+      if (cat == x.category) meas = std::max(meas, x.seconds);
+    out.out("    {:<22} {:>9.3f} ms {:>9.3f} ms {:>8}\n", cat, e.seconds * 1e3, meas * 1e3, err(e.seconds, meas));
+  }
+  if (p.extrapolated) out.out("    extrapolated: {}\n", p.extrapolated_what);
+  if (!p.notes.empty()) out.out("    model: {}\n", p.notes);
+}
+
 }  // namespace
 
 void print_step_report(const core::Log& out, const StepRecord& r) {
@@ -113,6 +141,7 @@ void print_step_report(const core::Log& out, const StepRecord& r) {
           s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,
           r.ranks, std::isnan(s.mfu_datasheet) ? std::string("n/a") : fmt::format("{:.1f}%", 100 * s.mfu_datasheet));
   out.out("  loss {:.4f} -> {:.4f}\n", s.loss_first, s.loss_last);
+  if (r.predicted.on) print_predicted(out, r);
 }
 
 void print_memory(const core::Log& out, const StepRecord& r) {

@@ -80,6 +80,7 @@ void StepH5::record(const StepRecord& r) {
   write_time_split(r.split);
   write_check(r.check_rows);
   write_summary(r.summary);
+  if (r.predicted.on) write_predicted(r.predicted);
   if (!r.op_profile.empty()) write_op_profile(r.op_profile);
   write_events(r.events);
   if (!r.pipeline.empty()) write_pipeline(r.pipeline, r.slots, r.passes);
@@ -213,6 +214,26 @@ void StepH5::write_pipeline(const std::vector<PipelineRow>& rows, const std::vec
   ps.add("chunk", &PassRow::chunk).add("phase", &PassRow::phase);
   ps.add("t_start", &PassRow::t_start).add("t_end", &PassRow::t_end);
   write_rows(loc, "passes", ps.id(), passes);
+}
+
+void StepH5::write_predicted(const PredictedRecord& p) {
+  H5Id g = results::create_group(impl_->step.get(), "predicted");
+  results::write_attrs(g.get(), nlohmann::ordered_json{{"step_time_s", p.step_time_s},
+                                                       {"tokens_per_s", p.tokens_per_s},
+                                                       {"bubble", p.bubble},
+                                                       {"extrapolated", p.extrapolated ? 1 : 0},
+                                                       {"extrapolated_what", p.extrapolated_what},
+                                                       {"calibration", p.calibration},
+                                                       {"fabric", p.fabric},
+                                                       {"notes", p.notes}});
+  results::Compound<PredictedExposed> e;
+  e.add("dim", &PredictedExposed::dim).add("seconds", &PredictedExposed::seconds);
+  write_rows(g.get(), "exposed", e.id(), p.exposed);
+  results::Compound<PredictedRankRow> r;
+  r.add("rank", &PredictedRankRow::rank).add("step_time_s", &PredictedRankRow::step_time_s);
+  r.add("compute_s", &PredictedRankRow::compute_s).add("bubble_s", &PredictedRankRow::bubble_s);
+  r.add("exposed_s", &PredictedRankRow::exposed_s);
+  write_rows(g.get(), "per_rank", r.id(), p.per_rank);
 }
 
 void StepH5::add_step_attrs(const nlohmann::ordered_json& attrs) {

@@ -49,6 +49,7 @@ class StepH5 final : public StepReporter {
                       const std::vector<PassRow>& passes);
   void write_check(const std::vector<CheckRow>& rows);
   void write_summary(const StepSummary& s);
+  void write_predicted(const PredictedRecord& p);
   void write_op_profile(const std::vector<std::pair<std::string, double>>& op_seconds);
 
   struct Impl;

@@ -148,6 +148,15 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                      "print one JSON object per line"));
   step_env(app.add_option("--world", o.world, "with --plan-only: the world size to plan for (default 1); "
                                     "a real run checks it against the launched ranks"));
+  step_env(app.add_option("--predict", o.predict,
+                          "calibration file (scripts/calibrate): predict the step from the executor's action list "
+                          "(docs/predict.md); with --plan-only a `predicted` object in the JSON, on a real run "
+                          "step/predicted in the results file and the console beside the measurement"));
+  step_env(app.add_option("--predict-fabric", o.predict_fabric,
+                          "with --predict: the collective fits' fabric tag (default: the calibration's only one)"));
+  step_env(app.add_flag("--op-list", o.op_list,
+                        "with --plan-only: add `op_list`, one step's compute ops of pipeline rank 0 per (op, phase, "
+                        "part) with their FLOPs or elements (what scripts/calibrate --compute divides by)"));
   shared_env(app.add_option("--ranks-per-node", o.ranks_per_node, "emulate nodes of this many ranks in the topology record (0: real hosts)"));
 }
 
@@ -185,6 +194,8 @@ void check_options(Options& o) {
   if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
   if (o.world < 0) throw UsageError(fmt::format("--world {}: must be >= 1 (0: the launched ranks)", o.world));
   if (o.plan_stdin && !o.plan_only) throw UsageError("--plan-stdin: reads plans for --plan-only; add --plan-only");
+  if (o.op_list && !o.plan_only) throw UsageError("--op-list: lists the ops of --plan-only; add --plan-only");
+  if (!o.predict_fabric.empty() && o.predict.empty()) throw UsageError("--predict-fabric: selects the fits of --predict CAL; add --predict");
   if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
   mb::comm::parse_order(o.order);
   mb::comm::parse_group_kind(o.group);

@@ -48,6 +48,11 @@ struct Options {
   // (plan_only.hpp); --world: the world size it plans for (a real run: must be mpiexec's).
   bool plan_only = false, plan_stdin = false;
   int world = 0;
+  // --predict CAL: the step model's prediction from a calibration file (predict/); with
+  // --plan-only in the JSON, on a real run beside the measurement. --predict-fabric: the fits'
+  // tag. --op-list (with --plan-only): the step's compute ops per (op, phase, part).
+  std::string predict, predict_fabric;
+  bool op_list = false;
   core::EnvSources env;  // the options set by MESHBENCH_* variables, for error messages
 };
 

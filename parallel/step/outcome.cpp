@@ -1,5 +1,7 @@
 #include "step/outcome.hpp"
 
+#include "results/h5.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -128,6 +130,27 @@ void describe_run(StepRecord& rec, const Options& o, const Setup& st, const RunR
       rec.op_profile.emplace_back(op_name(static_cast<Op>(i)),
                                   st.model->op_seconds()[i] / std::max(1, rec.steps));
   if (r.end.why & kStopDiverged) rec.diverged = r.end.detail;
+  if (r.predicted) {
+    const Prediction& p = *r.predicted;
+    PredictedRecord& q = rec.predicted;
+    q.on = true;
+    q.step_time_s = p.step_time_s;
+    q.tokens_per_s = p.tokens_per_s;
+    q.bubble = p.bubble;
+    q.extrapolated = p.extrapolated;
+    q.calibration = p.calibration;
+    q.fabric = p.fabric;
+    for (const std::string& w : p.extrapolated_what) q.extrapolated_what += (q.extrapolated_what.empty() ? "" : "; ") + w;
+    for (const std::string& n : p.notes) q.notes += (q.notes.empty() ? "" : "; ") + n;
+    for (const auto& [dim, v] : p.exposed_s) {
+      PredictedExposed e;
+      results::put_fixed(e.dim, dim);
+      e.seconds = v;
+      q.exposed.push_back(e);
+    }
+    for (const RankPrediction& x : p.per_rank)
+      q.per_rank.push_back({x.pp_rank, x.step_s, x.compute_s, x.bubble_s, x.exposed_total()});
+  }
 }
 
 }  // namespace

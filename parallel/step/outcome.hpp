@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "comm/topology.hpp"
 #include "core/log.hpp"
 #include "metrics/records.hpp"
+#include "predict/predict.hpp"
 #include "report/reporter.hpp"
 #include "step/launch.hpp"
 #include "step/options.hpp"
@@ -46,6 +48,7 @@ struct RunResult {
   comm::ClockOffset clock;           // this rank's offset from rank 0's clock
   double t_origin = 0;               // the run's origin on rank 0's clock
   std::string run_id;                // the results file's id of the run
+  std::optional<Prediction> predicted;  // --predict
 };
 
 // Collective over the world (the gathers). `reporters`: rank 0's (null elsewhere). Returns the

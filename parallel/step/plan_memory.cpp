@@ -6,6 +6,7 @@
 #include "model/model.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "pipeline_parallel/schedule.hpp"
+#include "predict/predict.hpp"
 #include "step/rules.hpp"
 #include "zero/zero.hpp"
 
@@ -15,17 +16,7 @@ namespace {
 
 constexpr int kScalar = 4;  // fp32 parameters, gradients, moments and activations
 
-// The model options of a rank of this plan (tp/cp/ep rank 0: every rank's sizes are the same).
-GptOptions rank_options(const Plan& plan, int pp_rank) {
-  const comm::Degrees& d = plan.degrees;
-  GptOptions mo = plan.zero > 0 ? zero_model_options(plan.zero, d.dp * d.cp, plan.experts_placed() ? d.edp : 0) : GptOptions{};
-  mo.tp = TpSpec{d.tp, 0, TpMode{plan.sp, plan.sp_regather, plan.overlap}};
-  mo.cp = CpSpec{d.cp, 0, plan.cp_algo, plan.cp_zigzag, plan.overlap};
-  if (plan.experts_placed()) mo.ep = EpSpec{d.ep, 0, d.etp, 0};
-  if (d.pp > 1)
-    mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == d.pp - 1, plan.micro_batches};
-  return mo;
-}
+GptOptions rank_options(const Plan& plan, int pp_rank) { return plan_rank_options(plan, pp_rank); }
 
 MemoryBytes analytic(const GptConfig& c, const GptOptions& mo) {
   return Gpt<float>::memory_analytic(c, kScalar, mo.tp, mo.cp, mo.ep);

@@ -14,6 +14,8 @@
 #include "model/model.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "step/options.hpp"
+#include "metrics/metrics.hpp"
+#include "predict/predict.hpp"
 #include "step/plan_memory.hpp"
 #include "step/rules.hpp"
 
@@ -44,6 +46,31 @@ nlohmann::ordered_json model_json(const GptConfig& c, const std::string& preset)
 }
 
 }  // namespace
+
+nlohmann::ordered_json prediction_json(const Prediction& p) {
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (const RankPrediction& r : p.per_rank) {
+    nlohmann::ordered_json phases;
+    for (size_t i = 0; i < kPhaseNames.size(); ++i) phases[kPhaseNames[i]] = r.phases[i];
+    ranks.push_back({{"pp_rank", r.pp_rank}, {"step_time_s", r.step_s}, {"compute_s", r.compute_s},
+                     {"bubble_s", r.bubble_s}, {"exposed_s", r.exposed}, {"phases", phases}});
+  }
+  return {{"step_time_s", p.step_time_s}, {"tokens_per_s", p.tokens_per_s}, {"exposed_s", p.exposed_s},
+          {"bubble", p.bubble}, {"per_rank", ranks}, {"extrapolated", p.extrapolated},
+          {"extrapolated_what", p.extrapolated_what}, {"notes", p.notes}, {"calibration", p.calibration},
+          {"fabric", p.fabric}};
+}
+
+nlohmann::ordered_json op_list_json(const Plan& plan) {
+  nlohmann::ordered_json v = nlohmann::ordered_json::array();
+  for (const OpTotal& o : step_op_list(plan, 0)) {
+    const bool flops = o.op == Op::kMatmul || o.op == Op::kAttention;
+    v.push_back({{"op", op_name(o.op)}, {"phase", std::string(1, o.phase)}, {"part", o.part},
+                 {"elements", flops ? 0.0 : o.units}, {"flops", flops ? o.units : 0.0},
+                 {"m", o.m}, {"n", o.n}, {"k", o.k}, {"calls", o.calls}});
+  }
+  return v;
+}
 
 nlohmann::ordered_json plan_json(const Plan& plan, const std::string& preset) {
   const GptConfig& c = plan.model;
@@ -86,7 +113,25 @@ int answer(std::vector<char*> args) {
   try {
     o = parse_options(static_cast<int>(args.size()), args.data());
     if (!o) return -1;
-    out = plan_json(make_plan(*o, o->world > 0 ? o->world : 1), o->preset);
+    const Plan plan = make_plan(*o, o->world > 0 ? o->world : 1);
+    out = plan_json(plan, o->preset);
+    if (o->op_list) {
+      out["op_list"] = op_list_json(plan);
+      nlohmann::ordered_json cl = nlohmann::ordered_json::array();
+      for (const CommTotal& c : step_comm_list(plan, 0))
+        cl.push_back({{"dim", c.dim}, {"collective", c.collective}, {"phase", std::string(1, c.phase)},
+                      {"bytes", c.bytes}, {"group", c.group}, {"calls", c.calls}});
+      out["comm_list"] = cl;
+    }
+    if (!o->predict.empty()) {
+      try {
+        out["predicted"] = prediction_json(predict_step(plan, read_calibration(o->predict), o->predict_fabric));
+      } catch (const core::UsageError& e) {  // the plan is valid; the calibration cannot predict it
+        out["predicted"] = {{"error", e.what()}};
+        std::fprintf(stderr, "step_bench: error: %s\n", e.what());
+        rc = core::code(core::ExitCode::kUsage);
+      }
+    }
   } catch (const core::UsageError& e) {
     out = {{"valid", false}, {"error", e.what()}};
     if (o) out["model"] = model_json(o->model, o->preset);  // the options parsed: the plan broke a rule

@@ -20,6 +20,11 @@ bool plan_only_requested(int argc, char** argv);
 // The JSON object of a valid plan (degrees, order, batch, schedule, ZeRO, memory per stage).
 nlohmann::ordered_json plan_json(const Plan& plan, const std::string& preset);
 
+// --predict's object (predict.hpp's Prediction) and --op-list's array, as the JSON carries them.
+struct Prediction;
+nlohmann::ordered_json prediction_json(const Prediction& p);
+nlohmann::ordered_json op_list_json(const Plan& plan);
+
 // Parses argv, makes the plan, prints the JSON; returns the exit code (0 valid, 2 invalid;
 // --plan-stdin: 0, each line's validity is in its JSON).
 int plan_only_main(int argc, char** argv);

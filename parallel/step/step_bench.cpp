@@ -42,6 +42,8 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world);
+  std::optional<Prediction> predicted;  // every rank reads it: a bad file is exit 2 on all
+  if (!o.predict.empty()) predicted = predict_step(plan, read_calibration(o.predict), o.predict_fabric);
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw mb::core::UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
   mb::results::OutputClaim claim;
@@ -58,6 +60,7 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
           l.setup_s[0], l.setup_s[1]);
   const Peak peak = measure_peak(o.model, l.cp.gpu, l.cp.prec, l.cp.device);
   RunResult r;
+  r.predicted = predicted;
   r.datasheet = l.cp.gpu ? cuda::datasheet_peak(l.cp.gpu_name, l.cp.prec) : NAN;
   print_peak(out, l.cp, peak, r.datasheet);
 

@@ -1,0 +1,72 @@
+// A calibration file (scripts/calibrate; docs/results.md "Calibration files") read for the step
+// model: the collectives' piecewise latency-bandwidth fits, and this machine's compute rates
+// (GEMM times per shape, seconds per FLOP or per element of the other op classes). Every
+// lookup that finds nothing throws core::UsageError naming what was asked (exit 2): a
+// prediction never falls back silently to a default. A size outside a fit's measured range
+// is answered from its end segment and flagged extrapolated.
+// Not here: the step model that asks (predict.hpp), the fitting (scripts/meshbench/fit.py).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace meshbench::parallel {
+
+struct FitSegment {
+  uint64_t lo = 0, hi = 0;  // the measured sizes it covers (bytes of S)
+  double alpha = 0, beta = 0;  // s, s/byte
+};
+
+struct CollectiveFit {
+  std::string collective, backend, dtype, span, tag;
+  int group_size = 0;
+  std::vector<FitSegment> segments;  // in size order
+};
+
+struct GemmTime {
+  std::string part;
+  int m = 0, n = 0, k = 0;
+  double flops = 0, seconds = 0;  // per call
+};
+
+// Seconds per unit (a FLOP for attention, an element for the elementwise ops) of one
+// (op, phase, part), measured by scripts/calibrate --compute.
+struct OpRate {
+  std::string op, phase, part, unit;
+  double seconds_per_unit = 0;
+};
+
+// A modelled duration and whether it left a fit's measured range (or, for compute, the
+// measured shapes).
+struct Timing {
+  double seconds = 0;
+  bool extrapolated = false;
+};
+
+struct Calibration {
+  std::string path;
+  std::vector<CollectiveFit> fits;
+  std::vector<GemmTime> gemms;
+  std::vector<OpRate> rates;
+  int threads = 0;  // the compute measurement's --threads (0: not recorded)
+
+  // The fit of (collective, group size) under fabric tag `tag` ("": the calibration's only
+  // tag for that key): t = alpha + beta n from the segment holding n (between segments the
+  // nearer in log size, beyond them the end one, extrapolated). Throws UsageError naming
+  // the collective, group size and fabric when no fit matches or several tags do.
+  Timing collective(const std::string& collective, int group_size, uint64_t bytes, const std::string& tag) const;
+  // A GEMM of `part` (m x k)(k x n): the measured time of that shape, else the nearest
+  // measured shape of that part in FLOPs scaled by the FLOP ratio (extrapolated). Throws
+  // UsageError when the file holds no GEMM of the part.
+  Timing gemm(const std::string& part, int m, int n, int k) const;
+  // Seconds per unit of (op, phase, part). Throws UsageError when the file has no rate for it.
+  double rate(const std::string& op, char phase, const std::string& part) const;
+  bool has_compute() const { return !gemms.empty() || !rates.empty(); }
+};
+
+// Reads a calibration file; throws UsageError (missing, not a calibration file, another
+// format_version, malformed tables) naming the path and what is wrong.
+Calibration read_calibration(const std::string& path);
+
+}  // namespace meshbench::parallel

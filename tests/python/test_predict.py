@@ -1,0 +1,186 @@
+"""step_bench --plan-only --predict CAL (parallel/predict/): the step model on generated
+calibration files with known costs. A pipeline whose only cost is its GEMMs has a known
+critical path (GPipe over two stages); a single rank's step is the sum of its op list; bad
+calibration files are exit 2 naming what is missing; sizes beyond a fit are flagged.
+Needs the build (MB_BIN, default build/bin); skipped without step_bench."""
+import json
+import os
+import subprocess
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("MB_BIN", os.path.join(ROOT, "build", "bin"))
+STEP = os.path.join(BIN, "step_bench")
+pytestmark = pytest.mark.skipif(not os.path.exists(STEP), reason="needs build/bin/step_bench")
+
+NS = 1e-9  # seconds per GEMM FLOP in the generated calibrations
+ELEMENTWISE = ["embedding", "layernorm", "gelu", "residual", "crossentropy", "adamw", "router", "permute", "copy"]
+
+
+def table(rows, fields):
+    """A compound array with fixed-length strings, as scripts/calibrate writes."""
+    dt = []
+    for name, kind in fields:
+        if kind == "S":
+            width = max([len(str(r[name])) for r in rows] + [1])
+            dt.append((name, f"S{width}"))
+        else:
+            dt.append((name, kind))
+    a = np.zeros(len(rows), dtype=dt)
+    for i, r in enumerate(rows):
+        for name, kind in fields:
+            a[i][name] = r[name].encode() if kind == "S" else r[name]
+    return a
+
+
+def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2):
+    """fits: (collective, group_size, tag, [(lo, hi, alpha, beta)]). Every GEMM part costs NS
+    per FLOP (one measured shape each, so every other shape is scaled from it); every other op
+    `rate` seconds per unit."""
+    with h5py.File(path, "w") as f:
+        f.attrs["kind"] = "meshbench calibration"
+        f.attrs["format_version"] = version
+        rows = []
+        for coll, n, tag, segs in fits:
+            for i, (lo, hi, a, b) in enumerate(segs):
+                rows.append(dict(collective=coll, backend="mpi", dtype="float", group_size=n, span="intra", tag=tag,
+                                 segment=i, segments=len(segs), lo=lo, hi=hi, alpha=a, beta=b))
+        f.create_dataset("collectives/fits", data=table(rows, [
+            ("collective", "S"), ("backend", "S"), ("dtype", "S"), ("group_size", "<i4"), ("span", "S"), ("tag", "S"),
+            ("segment", "<i4"), ("segments", "<i4"), ("lo", "<u8"), ("hi", "<u8"), ("alpha", "<f8"), ("beta", "<f8")]))
+        g = f.require_group("compute")
+        gem = [dict(part=p, m=100, n=100, k=100, flops=2e6 * (2 if p == "bwd" else 1),
+                    seconds=2e6 * (2 if p == "bwd" else 1) * NS) for p in gemm_parts]
+        g.create_dataset("gemm", data=table(gem, [("part", "S"), ("m", "<i4"), ("n", "<i4"), ("k", "<i4"),
+                                                  ("flops", "<f8"), ("seconds", "<f8")]))
+        rates = [dict(op=o, phase=ph, part="", unit="element", seconds_per_unit=rate)
+                 for o in ELEMENTWISE for ph in "FBO"]
+        rates += [dict(op="attention", phase=ph, part="", unit="flop", seconds_per_unit=rate) for ph in "FB"]
+        rates.append(dict(op="residual", phase="F", part="bias_residual", unit="element", seconds_per_unit=rate))
+        g.create_dataset("rates", data=table(rates, [("op", "S"), ("phase", "S"), ("part", "S"), ("unit", "S"),
+                                                    ("seconds_per_unit", "<f8")]))
+
+
+FREE = [(c, 2, "shm", [(1, 1 << 30, 0.0, 0.0)]) for c in ("all_reduce", "sendrecv", "all_gather", "reduce_scatter")]
+
+
+def plan(cal, *args, world=1, check=True):
+    p = subprocess.run([STEP, "--plan-only", "--world", str(world), "--predict", str(cal), *args],
+                       capture_output=True, text=True)
+    if check:
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["predicted"]
+    return p
+
+
+def tiny_flops():
+    """The tiny preset's GEMM FLOPs of one block and of the head, forward (docs: --model tiny)."""
+    L, C, F, V, N = 2, 64, 256, 512, 4 * 64
+    block = 2.0 * N * (C * 3 * C + C * C + 2 * C * F)
+    head = 2.0 * N * C * V
+    return block, head
+
+
+def test_gpipe_two_stages_has_the_known_critical_path(tmp_path):
+    # Only GEMMs cost: stage 0 runs block 0 (f0, b0 = 2 f0), stage 1 block 1 and the head
+    # (f1, b1 = 2 f1 > b0). GPipe's critical path: f0, then the last stage's m forwards and m
+    # backwards back to back, then stage 0's last backward: f0 + m (f1 + b1) + b0.
+    cal = tmp_path / "cal.h5"
+    write_cal(cal, FREE)
+    block, head = tiny_flops()
+    f0, f1 = block * NS, (block + head) * NS
+    b0, b1 = 2 * f0, 2 * f1
+    m = 3
+    p = plan(cal, "--model", "tiny", "--mesh", "pp=2", "--micro-batches", str(m), "--schedule", "gpipe", world=2)
+    want = f0 + m * (f1 + b1) + b0
+    assert p["step_time_s"] == pytest.approx(want, rel=1e-9)
+    r0, r1 = p["per_rank"]
+    assert r0["compute_s"] == pytest.approx(m * (f0 + b0), rel=1e-9)
+    assert r1["compute_s"] == pytest.approx(m * (f1 + b1), rel=1e-9)
+    assert r1["bubble_s"] == pytest.approx(f0, rel=1e-9)  # waits for stage 0's first forward
+    # then, at the gradient sync, for stage 0's last backward: the tied embedding's all-reduce
+    assert r1["exposed_s"]["embedding"] == pytest.approx(b0, rel=1e-9)
+    assert r1["step_time_s"] == pytest.approx(want, rel=1e-9)
+    assert r0["bubble_s"] == pytest.approx(want - m * (f0 + b0), rel=1e-9)
+    assert p["bubble"] == pytest.approx((r0["bubble_s"] / want + r1["bubble_s"] / want) / 2, rel=1e-9)
+    assert p["extrapolated"] is True  # every GEMM shape was scaled from the one measured
+    assert p["tokens_per_s"] == pytest.approx(m * 4 * 64 / want, rel=1e-9)
+
+
+def test_one_rank_is_the_sum_of_its_op_list(tmp_path):
+    cal = tmp_path / "cal.h5"
+    write_cal(cal, FREE, rate=1e-9)
+    p = plan(cal, "--model", "tiny", "--micro-batches", "2")
+    ops = json.loads(subprocess.run([STEP, "--plan-only", "--op-list", "--model", "tiny", "--micro-batches", "2"],
+                                    capture_output=True, text=True, check=True).stdout)["op_list"]
+    want = sum((o["flops"] if o["op"] == "matmul" else o["flops"] + o["elements"]) * NS for o in ops)
+    assert p["step_time_s"] == pytest.approx(want, rel=1e-9)
+    assert p["exposed_s"] == {}
+
+
+def test_communication_is_charged_from_the_fits(tmp_path):
+    # tp=2 without SP: per micro-batch and block 2 forward and 2 backward all-reduces of
+    # b x s x h floats, the embedding's 1, the head's 1 (input gradient) + 3 (cross-entropy).
+    cal = tmp_path / "cal.h5"
+    alpha, beta = 5e-6, 1e-9
+    write_cal(cal, [("all_reduce", 2, "shm", [(1, 1 << 30, alpha, beta)])], gemm_parts=("fwd", "dinput", "dweight", "bwd"))
+    p = plan(cal, "--model", "tiny", "--mesh", "tp=2", world=2)
+    act, n = 4 * 64 * 64 * 4, 4 * 64 * 4
+    want = (4 * 2 + 1 + 1) * (alpha + beta * act) + 3 * (alpha + beta * n)
+    assert p["exposed_s"]["tp"] == pytest.approx(want, rel=1e-9)
+
+
+def test_extrapolated_sizes_are_flagged(tmp_path):
+    cal = tmp_path / "cal.h5"
+    write_cal(cal, [("all_reduce", 2, "shm", [(8, 1024, 1e-6, 1e-9)])], gemm_parts=("fwd", "dinput", "dweight", "bwd"))
+    p = plan(cal, "--model", "tiny", "--mesh", "tp=2", world=2)
+    assert p["extrapolated"] is True
+    assert any("all_reduce of 65536 B over 2 ranks" in w for w in p["extrapolated_what"])
+
+
+def test_a_missing_fit_is_exit_2_naming_collective_group_and_fabric(tmp_path):
+    cal = tmp_path / "cal.h5"
+    write_cal(cal, [("all_reduce", 2, "shm", [(1, 1 << 30, 0.0, 0.0)])])
+    p = plan(cal, "--model", "tiny", "--mesh", "pp=2", "--micro-batches", "2", world=2, check=False)
+    assert p.returncode == 2
+    assert "no fit for sendrecv over 2 ranks" in p.stderr
+    assert "sendrecv" in json.loads(p.stdout)["predicted"]["error"]
+    p = plan(cal, "--model", "tiny", "--mesh", "tp=2", "--predict-fabric", "tcp-lo", world=2, check=False)
+    assert p.returncode == 2 and "fabric tag 'tcp-lo'" in p.stderr
+
+
+def test_two_fabrics_need_a_choice(tmp_path):
+    cal = tmp_path / "cal.h5"
+    fits = [("all_reduce", 2, t, [(1, 1 << 30, a, 0.0)]) for t, a in (("shm", 1e-6), ("tcp-lo", 1e-3))]
+    write_cal(cal, fits, gemm_parts=("fwd", "dinput", "dweight", "bwd"))
+    p = plan(cal, "--model", "tiny", "--mesh", "tp=2", world=2, check=False)
+    assert p.returncode == 2 and "--predict-fabric" in p.stderr
+    shm = plan(cal, "--model", "tiny", "--mesh", "tp=2", "--predict-fabric", "shm", world=2)
+    tcp = plan(cal, "--model", "tiny", "--mesh", "tp=2", "--predict-fabric", "tcp-lo", world=2)
+    assert tcp["exposed_s"]["tp"] == pytest.approx(shm["exposed_s"]["tp"] * 1000, rel=1e-9)
+    assert tcp["fabric"] == "tcp-lo"
+
+
+@pytest.mark.parametrize("content", ["missing", "not-hdf5", "other-kind", "version"])
+def test_bad_calibration_files_are_exit_2(tmp_path, content):
+    cal = tmp_path / "cal.h5"
+    if content == "not-hdf5":
+        cal.write_text("hello")
+    elif content == "other-kind":
+        with h5py.File(cal, "w") as f:
+            f.attrs["kind"] = "meshbench results"
+    elif content == "version":
+        write_cal(cal, FREE, version=7)
+    p = plan(cal, "--model", "tiny", world=1, check=False)
+    assert p.returncode == 2, p.stdout
+    assert "--predict" in p.stderr and str(cal) in p.stderr
+
+
+def test_a_missing_compute_rate_is_exit_2(tmp_path):
+    cal = tmp_path / "cal.h5"
+    write_cal(cal, FREE, gemm_parts=("fwd",))
+    p = plan(cal, "--model", "tiny", check=False)
+    assert p.returncode == 2 and "no measured GEMM of part 'bwd'" in p.stderr
