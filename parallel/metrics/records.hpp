@@ -110,7 +110,7 @@ struct StepPoint {
 // the measurement (step/predicted) and printed with it.
 struct PredictedExposed {
   char dim[16] = {};
-  double seconds = 0;  // per step, the slowest pipeline rank's
+  double seconds = 0;  // per step, the mean over ranks
 };
 struct PredictedRankRow {
   int32_t rank = 0;  // pipeline rank (its tp, cp, dp and ep ranks predict alike)

@@ -695,7 +695,7 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
     s.pred.step_s = s.t;
     out.step_time_s = std::max(out.step_time_s, s.t);
     bubble += s.t > 0 ? s.pred.bubble_s / s.t : 0;
-    for (auto& [dim, v] : s.pred.exposed) out.exposed_s[dim] = std::max(out.exposed_s[dim], v);
+    for (auto& [dim, v] : s.pred.exposed) out.exposed_s[dim] += v / P;  // the mean over ranks
     out.per_rank.push_back(s.pred);
   }
   out.bubble = P > 1 ? bubble / P : 0;

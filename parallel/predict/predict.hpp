@@ -89,7 +89,9 @@ struct RankPrediction {
 struct Prediction {
   double step_time_s = 0, tokens_per_s = 0;
   double bubble = 0;  // the mean over pipeline ranks of bubble / step (metrics.hpp's bubble)
-  std::map<std::string, double> exposed_s;  // per dimension, the slowest rank's
+  // per dimension, the mean over ranks (every rank of a pipeline stage predicts alike), as the
+  // report's measured exposed time (the time split's mean over ranks)
+  std::map<std::string, double> exposed_s;
   std::vector<RankPrediction> per_rank;     // one per pipeline rank (tp, cp, dp, ep ranks alike)
   bool extrapolated = false;                // a size or shape beyond the calibration's measured range
   std::vector<std::string> extrapolated_what;

@@ -100,7 +100,8 @@ void print_pipeline(const core::Log& out, const StepRecord& r) {
 }
 
 // --predict: the step model's figures beside the measured ones (docs/predict.md), each error
-// pred / measured - 1. Exposed per dimension: the slowest rank's, predicted and measured.
+// pred / measured - 1. Exposed per dimension: the mean over ranks, predicted and measured (the
+// time split's, as scripts/report shows it).
 void print_predicted(const core::Log& out, const StepRecord& r) {
   const PredictedRecord& p = r.predicted;
   const StepSummary& s = r.summary;
@@ -120,7 +121,7 @@ void print_predicted(const core::Log& out, const StepRecord& r) {
     double meas = 0;
     const std::string cat = std::string("exposed.") + e.dim;
     for (const SplitRow& x : r.split)
-      if (cat == x.category) meas = std::max(meas, x.seconds);
+      if (cat == x.category) meas += x.seconds / r.ranks;
     out.out("    {:<22} {:>9.3f} ms {:>9.3f} ms {:>8}\n", cat, e.seconds * 1e3, meas * 1e3, err(e.seconds, meas));
   }
   if (p.extrapolated) out.out("    extrapolated: {}\n", p.extrapolated_what);

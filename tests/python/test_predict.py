@@ -104,6 +104,7 @@ def test_gpipe_two_stages_has_the_known_critical_path(tmp_path):
     # then, at the gradient sync, for stage 0's last backward: the tied embedding's all-reduce
     assert r1["exposed_s"]["embedding"] == pytest.approx(b0, rel=1e-9)
     assert r1["step_time_s"] == pytest.approx(want, rel=1e-9)
+    assert p["exposed_s"]["embedding"] == pytest.approx(b0 / 2, rel=1e-9)  # the mean over ranks
     assert r0["bubble_s"] == pytest.approx(want - m * (f0 + b0), rel=1e-9)
     assert p["bubble"] == pytest.approx((r0["bubble_s"] / want + r1["bubble_s"] / want) / 2, rel=1e-9)
     assert p["extrapolated"] is True  # every GEMM shape was scaled from the one measured
