@@ -131,19 +131,24 @@ def op_list_of(plan_cmd, timeout=120):
 
 
 def index_op_list(ops, where):
-    """op_list entries -> {(op, phase, part): entry}; ComputeError on a malformed entry or a
-    key listed twice."""
+    """op_list entries -> {(op, phase, part): entry}, entries of one key summed (the GEMMs come
+    one entry per shape: their calls per (m, n, k) are kept in the sum's 'shapes'); ComputeError
+    on a malformed entry."""
     got = {}
     for e in ops:
         if not isinstance(e, dict) or not all(k in e for k in ("op", "phase", "part")):
             raise ComputeError(f"{where}: op_list entry {e!r} lacks op, phase or part")
         key = (str(e["op"]), str(e["phase"]), str(e["part"]))
-        if key in got:
-            raise ComputeError(f"{where}: op_list lists {key} twice")
         for k in ("elements", "flops", "calls"):
             if not isinstance(e.get(k, 0), (int, float)) or e.get(k, 0) < 0:
                 raise ComputeError(f"{where}: op_list entry {key}: {k} {e.get(k)!r} is not a number >= 0")
-        got[key] = e
+        d = got.setdefault(key, {"op": key[0], "phase": key[1], "part": key[2], "elements": 0.0, "flops": 0.0,
+                                 "calls": 0.0, "shapes": {}})
+        for k in ("elements", "flops", "calls"):
+            d[k] += float(e.get(k, 0))
+        if any(e.get(k) for k in ("m", "n", "k")):
+            shape = (int(e.get("m", 0)), int(e.get("n", 0)), int(e.get("k", 0)))
+            d["shapes"][shape] = d["shapes"].get(shape, 0.0) + float(e.get("calls", 0))
     return got
 
 
@@ -303,10 +308,13 @@ def run_rates(run):
     for e in compute_events(run["events"]):
         if e["rank"] != 0:
             continue
-        d = agg.setdefault((e["op"], e["phase"], e["part"]), {"t": 0.0, "calls": 0, "flops": 0.0})
+        d = agg.setdefault((e["op"], e["phase"], e["part"]), {"t": 0.0, "calls": 0, "flops": 0.0, "shapes": {}})
         d["t"] += e["seconds"]
         d["calls"] += 1
         d["flops"] += e["flops"]
+        if e["op"] == GEMM_OP:
+            shape = (e["m"], e["n"], e["k"])
+            d["shapes"][shape] = d["shapes"].get(shape, 0) + 1
     rows, notes = [], []
     for key in sorted(set(agg) | set(ops)):
         op, phase, part = key
@@ -314,7 +322,7 @@ def run_rates(run):
         d, entry = agg.get(key), ops.get(key)
         if d is None:
             if entry.get("calls", 1):
-                notes.append(f"[{label}] {name}: in the op list ({entry.get('calls')} calls) but the run recorded none")
+                notes.append(f"[{label}] {name}: in the op list ({entry.get('calls', 0):g} calls) but the run recorded none")
             continue
         calls, flops = d["calls"] / steps, d["flops"] / steps
         if entry is None:
@@ -326,12 +334,18 @@ def run_rates(run):
             unit, units = "flop", flops
         else:
             if not _close(float(entry.get("calls", calls)), calls):
-                notes.append(f"[{label}] {name}: the op list says {entry.get('calls')} calls per step, the run "
+                notes.append(f"[{label}] {name}: the op list says {entry.get('calls', 0):g} calls per step, the run "
                              f"recorded {calls:g}")
             if flops > 0 and not _close(float(entry.get("flops", 0)), flops):
                 notes.append(f"[{label}] {name}: the op list says {float(entry.get('flops', 0)):g} FLOPs per step, "
                              f"the run's events {flops:g}")
             if op == GEMM_OP:
+                shapes = entry.get("shapes") or {}
+                for shape in sorted(set(shapes) | set(d["shapes"])) if shapes else []:
+                    want, got = shapes.get(shape, 0.0), d["shapes"].get(shape, 0) / steps
+                    if not _close(want, got):
+                        notes.append(f"[{label}] {name} {'x'.join(map(str, shape))}: the op list says {want:g} calls "
+                                     f"per step, the run recorded {got:g}")
                 continue  # the GEMM table's
             unit, units = ("flop", float(entry["flops"])) if entry.get("flops", 0) > 0 else \
                 ("element", float(entry.get("elements", 0)))

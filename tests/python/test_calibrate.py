@@ -521,3 +521,25 @@ def test_compute_bad_input_exits_2_and_a_failed_run_1(cli, capsys, tmp_path, com
     rc, out, err = run(cli, capsys, "--compute", "--bin", compute_bin, "--out", never, *MESHES)
     assert rc == 1 and "calibrate: a compute run failed: mpiexec -n 2 " in err and "exit 3 (log " in err
     assert "[1/2]" in out and " ok (" in out and not never.exists()
+
+
+def test_the_op_lists_gemms_come_per_shape():
+    # step_bench --op-list gives one entry per GEMM shape: they sum per (op, phase, part), and
+    # each shape's calls are checked against the run's.
+    ops = compute.index_op_list([
+        {"op": "matmul", "phase": "F", "part": "fwd", "elements": 0, "flops": 2e6, "m": 100, "n": 100, "k": 100,
+         "calls": 1},
+        {"op": "matmul", "phase": "F", "part": "fwd", "elements": 0, "flops": 4e6, "m": 100, "n": 200, "k": 100,
+         "calls": 1}], "x")
+    (e,) = ops.values()
+    assert (e["flops"], e["calls"], e["shapes"]) == (6e6, 2, {(100, 100, 100): 1, (100, 200, 100): 1})
+    run = {"label": "a", "command": "c", "steps": 1, "op_list": ops,
+           "events": [event(0, 0, "matmul.fwd", 0.0, 1e-3, 2e6, "fc.fwd", (100, 100, 100)),
+                      event(0, 0, "matmul.fwd", 1.0, 1e-3, 4e6, "qkv.fwd", (100, 100, 100))]}
+    rows, notes = compute.run_rates(run)
+    assert rows == [] and notes == ["[a] matmul F 'fwd' 100x100x100: the op list says 1 calls per step, the run "
+                                    "recorded 2",
+                                    "[a] matmul F 'fwd' 100x200x100: the op list says 1 calls per step, the run "
+                                    "recorded 0"]
+    with pytest.raises(compute.ComputeError, match="calls -1 is not a number >= 0"):
+        compute.index_op_list([{"op": "gelu", "phase": "F", "part": "", "calls": -1}], "x")
