@@ -28,6 +28,11 @@ report"; docs/metrics.md; docs/report.md):
   cross_nodes          the dimensions whose groups span more than one node (topology/groups
                        span inter or mixed), in rank order, e.g. "dp,pp"; "none"; "?" without
                        topology
+  pred.step_time, pred.tokens_per_s, pred.bubble, pred.exposed.<dim>, pred.extrapolated,
+  pred.calibration, pred.fabric, pred.extrapolated_what
+                       a run given --predict CAL.h5: step/predicted as step_bench stored it
+                       (seconds, tokens/s, the bubble share, exposed seconds per step per
+                       dimension; extrapolated 0/1); absent for a run without it
   _step_samples        (not an output column) each timed step's slowest rank, seconds
 
 plan_groups(rows) gathers the rounds of each plan (the runs with the same PLAN_KEY and tag) and
@@ -139,6 +144,22 @@ def cross_nodes(run, order):
     return ",".join(sorted(dims, key=lambda d: (rank.get(d, len(rank)), d))) or "none"
 
 
+def predicted_columns(pred):
+    """The pred.* columns of a run's step/predicted (reader.read_predicted), as stored."""
+    a = pred["attrs"]
+
+    def num(k):
+        v = a.get(k)
+        return float(v) if isinstance(v, (int, float)) else math.nan
+    out = {"pred.step_time": num("step_time_s"), "pred.tokens_per_s": num("tokens_per_s"),
+           "pred.bubble": num("bubble"), "pred.extrapolated": int(a.get("extrapolated", 0) or 0),
+           "pred.calibration": str(a.get("calibration", "")), "pred.fabric": str(a.get("fabric", "")),
+           "pred.extrapolated_what": str(a.get("extrapolated_what", ""))}
+    for e in pred["exposed"]:
+        out[f"pred.exposed.{e['dim']}"] = float(e["seconds"])
+    return out
+
+
 def plan_rows(runs):
     """reader.step_table(runs), each row with the plan columns (module docstring)."""
     rows = reader.step_table(runs)
@@ -178,6 +199,8 @@ def plan_rows(runs):
                 r[f"mem_worst.{c}"] = parts.get(c, 0.0)
             r["mem_worst.total"] = sum(parts.values())
             r["mem_worst_analytic.total"] = sum(analytic.get(c, math.nan) for c in reader.MEMORY_PARTS)
+        if run.get("predicted") is not None:
+            r.update(predicted_columns(run["predicted"]))
         st = run["step_times"]
         if st.ndim == 2 and st.shape[0] and st.shape[1]:
             r["_step_samples"] = [float(x) for x in st.max(axis=1)]
@@ -246,7 +269,8 @@ def plan_groups(rows):
     (how many have numbers), 'step', 'tokens', 'mfu' (spread.Measure or None), the time.*
     columns as the mean over rounds of each run's means over ranks (so they still add up),
     'status' ('ok' or the rounds' other statuses), 'check' (fail if any round failed),
-    'bubble_worst' and 'mem_peak' (the largest over rounds, with the rank), 'straggler'
+    'bubble_worst' and 'mem_peak' (the largest over rounds, with the rank), 'bubble_mean' (the
+    median over the rounds with numbers of each run's bubble_mean), 'straggler'
     (the rounds' straggler ranks), 'cross_nodes', 'separable' (False when its tokens/s interval
     overlaps the next group's; None for the last and for groups without numbers)."""
     by = {}
@@ -276,6 +300,9 @@ def plan_groups(rows):
         g["status"] = "ok" if not statuses else ",".join(statuses)
         checks = {str(r.get("check") or "") for r in rs}
         g["check"] = "fail" if "fail" in checks else ("pass" if checks == {"pass"} else ",".join(sorted(checks - {""})))
+        bm = [r["bubble_mean"] for r in ok if isinstance(r.get("bubble_mean"), (int, float))]
+        if bm:
+            g["bubble_mean"] = spread.median(bm)
         bw = [r for r in rs if r.get("bubble_worst") is not None]
         if bw:
             w = max(bw, key=lambda r: r["bubble_worst"])

@@ -205,7 +205,8 @@ def read_steps(path):
     'time_split' (lists; time_split: rank, category, seconds per timed step; empty in files
     written before it existed); pipeline runs also 'pipeline' (a row per rank: stored
     activations, bubble), 'activation_slots' and 'passes' (forwards F, backwards B, sends S,
-    receives R per rank and step)."""
+    receives R per rank and step); 'predicted' (read_predicted: step/predicted of a run given
+    --predict, else None)."""
     import h5py
     import numpy as np
     out = []
@@ -231,8 +232,22 @@ def read_steps(path):
             for k in ("comm", "memory", "check", "time_split", "pipeline", "activation_slots", "passes"):
                 r[k] = table(step[k]) if k in step else []
             r["spans"] = group_spans(run)[1]
+            r["predicted"] = read_predicted(step)
             out.append(r)
     return out
+
+
+def read_predicted(step):
+    """A step run's step/predicted group (step_bench --predict CAL.h5: the model's prediction
+    stored beside the measurement; docs/results.md) as {'attrs': its attributes (step_time_s,
+    tokens_per_s, bubble, extrapolated, calibration, fabric), 'exposed': [{dim, seconds}],
+    'per_rank': [{rank, step_time_s, compute_s, bubble_s, exposed_s}]}; None when the run was
+    not given --predict."""
+    g = step.get("predicted")
+    if g is None:
+        return None
+    return {"attrs": attrs_dict(g), "exposed": table(g["exposed"]) if "exposed" in g else [],
+            "per_rank": table(g["per_rank"]) if "per_rank" in g else []}
 
 
 def read_events(path):

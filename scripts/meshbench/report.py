@@ -11,6 +11,7 @@ from .regression import parse_threshold, regression
 from .report_collectives import collective_text, order_violations
 from .report_format import to_csv, to_json
 from .report_plans import plan_groups_json, plan_markdown, rank_groups, step_compare
+from .report_predicted import has_predictions, predicted_text
 from .report_steps import (sort_steps, step_all_columns, step_columns, step_markdown, step_notes, tp_table,
                            zero_side_by_side)
 from .tables import apply_filters, parse_filter
@@ -35,8 +36,12 @@ spread, whether a plan is separable from the next, exposed communication per dim
 the bubble from step/time_split, the worst stage's bubble, the peak memory over ranks, the
 straggler, the dimensions whose groups cross nodes and the check (scripts/meshbench/plans.py;
 docs/report.md "Reading the report"). Given a sweep folder, its failed step points
-(points/*.json) are rows with their status. --compare on step runs pairs the same plans under
-A and B. --baseline OLD judges PATHS against OLD by exit code (regression mode).
+(points/*.json) are rows with their status. Runs made with step_bench --predict CAL.h5 add a
+predicted against measured table: per plan the predicted and measured step time, tokens/s,
+bubble (pipelines) and exposed communication per dimension, with the error predicted /
+measured - 1, extrapolated predictions marked * (--table predicted: that table alone, also as
+CSV/JSON). --compare on step runs pairs the same plans under A and B. --baseline OLD judges
+PATHS against OLD by exit code (regression mode).
 
   scripts/report results/1234/                     # every run in that folder, Markdown
   scripts/report a.h5 b.h5 --format csv            # machine-readable, full precision, seconds/bytes
@@ -49,6 +54,7 @@ A and B. --baseline OLD judges PATHS against OLD by exit code (regression mode).
   scripts/report sweep/                            # plans: best tokens/s first, failed points too
   scripts/report sweep/ --compare tag=shm tag=tcp  # the same plans on two fabrics
   scripts/report sweep/ --table plans -f csv       # the plan ranking: median, spread, rounds
+  scripts/report sweep/ --table predicted          # runs made with --predict: predicted against measured
   scripts/report new/ --baseline old/ --threshold 5%   # regression: exit 1 on a real slowdown
 
 Exit codes: 0 ok, 1 no rows matched / unreadable file, 2 bad usage. With --baseline: 0 no match
@@ -60,9 +66,23 @@ match, an unreadable file; the message says which), 2 bad usage (a bad --thresho
 def step_text(args, steps):
     """(rows shown, text) of the step runs: --compare, the plan table when the runs differ in
     plan or a plan has several rounds (--table plans: that table as CSV/JSON), the ZeRO stages
-    side by side when they differ only in that, else one row per run."""
+    side by side when they differ only in that, else one row per run; in Markdown, runs made
+    with --predict add the predicted against measured table (--table predicted: that alone)."""
     if args.compare:
         return step_compare(args, steps)
+    if args.table == "predicted":
+        if not has_predictions(steps):
+            raise ValueError("--table predicted: none of the step runs holds a prediction (step/predicted: run "
+                             "step_bench with --predict CAL.h5)")
+        return steps, predicted_text(steps, args.format, args.columns.split(",") if args.columns else None)
+    rows, text = step_text_tables(args, steps)
+    if args.format == "md" and has_predictions(steps):
+        text += "\n" + predicted_text(steps, "md")
+    return rows, text
+
+
+def step_text_tables(args, steps):
+    """step_text without the predicted table."""
     if args.table == "plans":
         groups = plan_groups_json(rank_groups(steps))
         if args.format == "md":
@@ -118,7 +138,7 @@ def tables_text(args, rows, steps):
     ValueError on bad usage."""
     if args.expect_order or args.table == "collectives":
         steps = []
-    if args.table in ("steps", "plans"):
+    if args.table in ("steps", "plans", "predicted"):
         rows = []
     rows = apply_filters(rows, args.where)
     steps = apply_filters(steps, args.where)

@@ -165,3 +165,35 @@ def timed_collective_file(path, sizes, times, collective="all_reduce", tag="shm"
         g["summary"] = np.array(rows, FULL_ROW_T)
         g["sizes"] = np.array(srows, SIZES_T)
         g["samples"] = np.tile(np.asarray(times, dtype=float)[:, None, None], (1, 3, ranks))
+
+
+PRED_EXPOSED_T = np.dtype([("dim", "S16"), ("seconds", "<f8")])
+PRED_RANK_T = np.dtype([("rank", "<i4"), ("step_time_s", "<f8"), ("compute_s", "<f8"), ("bubble_s", "<f8"),
+                        ("exposed_s", "<f8")])
+
+
+def predicted(path, run_id, step_time, tokens, bubble=0.0, exposed=None, extrapolated=0, what="",
+              calibration="cal.h5", bubble_measured=None):
+    """step/predicted of a run (step_bench --predict; parallel/report/step_h5.cpp's layout):
+    the attributes, `exposed` {dim: seconds} and one per_rank row per rank of step_times;
+    bubble_measured: also write it into the run's summary (the column pipeline runs carry)."""
+    with h5py.File(path, "a") as f:
+        s = f[f"runs/{run_id}/step"]
+        g = s.create_group("predicted")
+        for k, v in {"step_time_s": step_time, "tokens_per_s": tokens, "bubble": bubble,
+                     "extrapolated": extrapolated, "extrapolated_what": what, "calibration": calibration,
+                     "fabric": "shm", "notes": ""}.items():
+            g.attrs[k] = v
+        g["exposed"] = np.array([(d.encode(), t) for d, t in (exposed or {}).items()], PRED_EXPOSED_T)
+        ranks = s["step_times"].shape[1]
+        g["per_rank"] = np.array([(r, step_time, step_time / 2, bubble * step_time, 0.0) for r in range(ranks)],
+                                 PRED_RANK_T)
+        if bubble_measured is not None:
+            old = s["summary"][()]
+            dt = np.dtype([(c, old.dtype[c]) for c in old.dtype.names] + [("bubble_measured", "<f8")])
+            new = np.zeros(old.shape, dt)
+            for c in old.dtype.names:
+                new[c] = old[c]
+            new["bubble_measured"] = bubble_measured
+            del s["summary"]
+            s["summary"] = new

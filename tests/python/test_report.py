@@ -206,3 +206,72 @@ def test_collective_rounds_measure(fabrics):
     m = regression.collective_measures(rows)
     assert [(k[-1], v[1].med, v[1].lo, v[1].hi) for k, v in m.items()] == [(8, 1e-6, 1.0, 5.0), (1024, 3e-6, 7.0, 11.0)]
     assert not math.isnan(m[next(iter(m))][1].lo)
+
+
+# --- predicted against measured (step_bench --predict) ------------------------------------
+def predicted_files(tmp_path):
+    """dp2 in 2 rounds (each measured 0.25 s, 1000 tokens/s; exposed dp = the split's mean over
+    ranks, (0.05 + 0.10) / 2 = 0.075 s) predicted 0.3 s, 800 tokens/s, exposed dp 0.06 s and tp
+    0 (extrapolated); a pp=2 GPipe run (0.25 s, 1000 tokens/s, bubble_measured 0.25) predicted
+    0.2 s, 1250 tokens/s, bubble 0.3, exposed pp 0.2 ms; a tp2 run without a prediction."""
+    for i in (0, 1):
+        p = str(tmp_path / f"dp{i}.h5")
+        h5files.step_file(p, run_id=f"dp.{i}", start=f"2026-12-01T00:0{i}:00Z")
+        h5files.predicted(p, f"dp.{i}", 0.3, 800.0, exposed={"dp": 0.06, "tp": 0.0}, extrapolated=1,
+                          what="all_reduce over 2 ranks at 512M (measured up to 16M)")
+    pp = str(tmp_path / "pp.h5")
+    h5files.pipeline_file(pp)
+    h5files.predicted(pp, "pp", 0.2, 1250.0, bubble=0.3, exposed={"pp": 0.0002}, bubble_measured=0.25)
+    h5files.plan_round(str(tmp_path / "tp.h5"), "tp2", "tp", 0.2, 640.0, "2026-12-01T00:05:00Z")
+    return tmp_path
+
+
+def test_predicted_against_measured(cli, capsys, tmp_path):
+    folder = predicted_files(tmp_path)
+    rc, out, _ = run(cli, capsys, folder)
+    assert rc == 0
+    block = out[out.index("Predicted against measured"):]
+    # Plans in the plan table's order (dp2 and pp2 tie at 1000 tokens/s: by name); tp2 has no
+    # prediction; numbers to the plan table's precision (its step time's spread); a quantity
+    # one side lacks reads '-'; the extrapolated prediction is marked.
+    assert block.splitlines()[2:12] == [
+        "| # | plan | quantity | predicted | measured | error |",
+        "|---:|---|---|---:|---:|---:|",
+        "| 1 | dp2 m=2 | step time (ms) | 300 * | 250 | +20.0% |",
+        "|   |   | tokens/s | 800 * | 1,000 | -20.0% |",
+        "|   |   | exposed dp (ms) | 60 * | 75 | -20.0% |",
+        "| 2 | pp2 gpipe m=2 | step time (ms) | 200 | 250 | -20.0% |",
+        "|   |   | tokens/s | 1,250 | 1,000 | +25.0% |",
+        "|   |   | bubble | 30.0% | 25.0% | +20.0% |",
+        "|   |   | exposed dp (ms) | - | 75 | - |",
+        "|   |   | exposed pp (ms) | 0 | - | - |"]
+    assert "tp2" not in block.split("\n\n")[1]
+    assert ("- #1 dp2 m=2: * extrapolated (beyond the calibration's measured sizes or shapes): all_reduce over 2 "
+            "ranks at 512M (measured up to 16M)") in block
+    # --table predicted: the rows alone, as CSV with full precision.
+    rc, out, _ = run(cli, capsys, folder, "--table", "predicted", "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rc == 0 and [(r["position"], r["quantity"]) for r in rows] == [
+        ("1", "step time"), ("1", "tokens/s"), ("1", "exposed dp"), ("2", "step time"), ("2", "tokens/s"),
+        ("2", "bubble"), ("2", "exposed dp"), ("2", "exposed pp")]
+    dp = {r["quantity"]: r for r in rows if r["position"] == "1"}
+    assert float(dp["exposed dp"]["measured"]) == pytest.approx(0.075)
+    assert float(dp["exposed dp"]["error"]) == pytest.approx(-0.2)
+    assert (dp["step time"]["extrapolated"], dp["step time"]["runs"], dp["step time"]["calibration"]) == \
+        ("1", "2", "cal.h5")
+    assert dp["step time"]["unit"] == "s" and float(dp["step time"]["predicted"]) == 0.3
+    assert float(rows[5]["predicted"]) == 0.3 and float(rows[5]["measured"]) == 0.25
+    # The step rows carry the pred.* columns as stored; a run without --predict has none.
+    runs, _ = reader.load_steps([str(folder)])
+    by = {r["run_id"]: r for r in plans.plan_rows(runs)}
+    assert by["dp.0"]["pred.exposed.dp"] == 0.06 and by["dp.0"]["pred.extrapolated"] == 1
+    assert by["pp"]["pred.bubble"] == 0.3 and by["pp"]["bubble_mean"] == 0.25
+    assert "pred.step_time" not in by["tp"] and [r["predicted"] for r in runs if r["run_id"] == "tp"] == [None]
+
+
+def test_predicted_table_needs_a_prediction(cli, capsys, tmp_path):
+    h5files.step_file(str(tmp_path / "s.h5"))
+    rc, out, err = run(cli, capsys, tmp_path / "s.h5", "--table", "predicted")
+    assert rc == 2 and "--table predicted: none of the step runs holds a prediction" in err
+    rc, out, _ = run(cli, capsys, tmp_path / "s.h5")
+    assert rc == 0 and "Predicted against measured" not in out
