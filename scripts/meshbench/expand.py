@@ -12,7 +12,7 @@ import itertools
 import os
 import re
 
-from . import steps as mb_steps
+from . import predict_ranking, steps as mb_steps
 from .sweep_config import KEYS, DEFAULTS, SIZE_RE, SweepError, as_list, check_mesh_ranks, parse_mesh, rounds_of
 
 
@@ -20,7 +20,9 @@ def step_points(cfg, where, bins, ranks, pairs, bin_dir, names, pruned, batches)
     """A [steps] table's points: every plan step_bench --plan-only accepts at each rank count,
     for each (backend, fabric) pair; the refused, degenerate, too-large plans and those that
     cannot reach the global batch go to `pruned`; each rank count's global batch rule to
-    `batches` ({"ranks", "global_batch", "global_batch_rule"})."""
+    `batches` ({"ranks", "global_batch", "global_batch_rule"}). With [steps] predict the valid
+    plans are ranked by predicted tokens/s and only the chosen ones (top, spread:
+    predict_ranking.select) become points; the batch then holds the whole "ranking"."""
     if bins != ["step"]:
         raise SweepError(f"{where}: a [steps] table runs step_bench only (binaries = [\"step\"]), got {bins}")
     exe = os.path.join(bin_dir, "step_bench")
@@ -36,13 +38,23 @@ def step_points(cfg, where, bins, ranks, pairs, bin_dir, names, pruned, batches)
                                                       names["order_dims"], info)
         except mb_steps.StepsError as e:
             raise SweepError(f"{where}: {e}")
-        batches.append({"where": where, "ranks": r} | info)
+        batch = {"where": where, "ranks": r} | info
+        st = cfg["steps"]
+        if st.get("predict"):
+            top = st.get("top")
+            ranked, valid = predict_ranking.select(valid, top, st.get("spread", 3) if top is not None else 0)
+            batch.update(predict=st["predict"], ranking=[
+                {"id": c["id"], "mesh": c["mesh"], "pred_rank": c["pred_rank"], "selected": c["selected"],
+                 "tokens": predict_ranking.predicted_tokens(c), "predicted": c["plan"].get("predicted")}
+                for c in ranked])
+        batches.append(batch)
         pruned += [p | {"id": f"step-r{r}-{p['id']}", "ranks": r} for p in refused]
         for (be, fb), c in itertools.product(pairs, valid):
             mesh = {"degrees": c["degrees"], "group": "world", "text": c["mesh"], "order": c["order"]}
             points.append({"id": f"step-r{r}-{be}-{fb}-{c['id']}", "binary": "step", "ranks": r, "backend": be,
                            "fabric": fb, "mesh": mesh, "kind": "other", "plan_args": c["args"], "plan": c["plan"],
                            "global_batch": c["global_batch"], "rounds": rounds_of(cfg, "step", where),
+                           "pred_rank": c.get("pred_rank"), "selected": c.get("selected"),
                            "cfg": {k: cfg.get(k) for k in KEYS if k in cfg and k != "steps"}})
     return points
 

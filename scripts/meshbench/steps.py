@@ -40,6 +40,11 @@ running points (scripts/sweep).
   orders = ["tp-cp-ep-dp-pp"]      # "auto": every order, one per distinct rank layout
   memory_per_rank = "80G"          # prune plans whose worst rank's analytic total exceeds it
   max_plans = 2000                 # refuse to ask about more candidates than this
+  predict = "cal.h5"               # step_bench --predict: rank the valid plans by predicted
+                                   # tokens/s, run top + spread of them (predict_ranking.py)
+  predict_fabric = "shm"           # --predict-fabric: the calibration's fits of that tag
+  top = 5                          # with predict: run the 5 best (default: every valid plan)
+  spread = 3                       # and 3 more spread over the rest of the ranking (default 3)
 """
 import itertools
 import json
@@ -51,7 +56,7 @@ import subprocess
 from . import tables
 
 STEP_KEYS = {"model", "tp", "cp", "ep", "pp", "etp", "zero", "schedule", "vpp", "micro_batches",
-             "global_batch", "orders", "memory_per_rank", "max_plans"}
+             "global_batch", "orders", "memory_per_rank", "max_plans", "predict", "predict_fabric", "top", "spread"}
 SCHEDULES = ["gpipe", "1f1b", "interleaved"]
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 
@@ -315,6 +320,46 @@ def _memory_reason(mem, limit):
 CATEGORIES = ["global batch", "degenerate", "refused", "memory"]
 
 
+def predict_args(steps):
+    """The step_bench flags of [steps] predict (and predict_fabric): ["--predict", CAL, ...],
+    [] without; StepsError for a missing calibration file, top/spread/predict_fabric without
+    predict, or a top/spread that is not a count."""
+    path = steps.get("predict")
+    if not path:
+        given = [k for k in ("predict_fabric", "top", "spread") if steps.get(k) is not None]
+        if given:
+            raise StepsError(f"[steps] {', '.join(given)}: only with predict (a calibration file: --predict CAL.h5)")
+        return []
+    if steps.get("spread") is not None and steps.get("top") is None:
+        raise StepsError("[steps] spread: only with top (without top every valid plan runs)")
+    if not isinstance(path, str):
+        raise StepsError(f"[steps] predict: want a calibration file's path, got {path!r}")
+    if not os.path.isfile(path):
+        raise StepsError(f"[steps] predict: {path}: no such calibration file (scripts/calibrate --out writes one)")
+    for k in ("top", "spread"):
+        v = steps.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise StepsError(f"[steps] {k}: want a count >= 0, got {v!r}")
+    args = ["--predict", os.path.abspath(path)]
+    if steps.get("predict_fabric"):
+        args += ["--predict-fabric", str(steps["predict_fabric"])]
+    return args
+
+
+def check_prediction(c, doc, pred_args):
+    """StepsError when step_bench --plan-only --predict gave a valid plan no prediction: the
+    calibration lacks a fit or a rate the plan needs (its message), or the build has no
+    --predict; a prediction is never skipped silently."""
+    p = doc.get("predicted")
+    if not isinstance(p, dict):
+        raise StepsError(f"step_bench --plan-only {' '.join(pred_args)} gave plan {c['id']} no prediction (does this "
+                         "build know --predict?)")
+    if p.get("error"):
+        raise StepsError(f"plan {c['id']}: {p['error']}")
+    if not isinstance(p.get("tokens_per_s"), (int, float)):
+        raise StepsError(f"plan {c['id']}: its prediction has no tokens_per_s: {json.dumps(p)[:200]}")
+
+
 def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
     """(valid, pruned) for one world size. valid: candidates with 'id', 'mesh', 'args' (the
     flags besides the sweep's own args, --mesh and --order) and the binary's JSON ('plan');
@@ -334,13 +379,14 @@ def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
             limit = tables.parse_size(steps["memory_per_rank"])
         except ValueError:
             raise StepsError(f"[steps] memory_per_rank = {steps['memory_per_rank']!r} is not a size like 80G")
+    pred = predict_args(steps)
     for c in cands:
         c["id"] = plan_id(c)
         c["mesh"] = mesh_text(c)
-        c["args"] = model_args[:2 if steps.get("model") else 0] + plan_args(c)
+        c["args"] = model_args[:2 if steps.get("model") else 0] + plan_args(c) + pred
 
     asked = [c for c in cands if "pruned" not in c]
-    docs = plan_only(exe, world, model_args, [["--mesh", c["mesh"], "--order", c["order"]] + plan_args(c)
+    docs = plan_only(exe, world, model_args, [["--mesh", c["mesh"], "--order", c["order"]] + plan_args(c) + pred
                                               for c in asked]) if asked else []
     answers = {id(c): d for c, d in zip(asked, docs)}
     valid, pruned = [], []
@@ -349,11 +395,15 @@ def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
         if doc is None:
             pruned.append(c | {"reason": c.pop("pruned")})
         elif not doc.get("valid"):
+            if pred and "--predict" in str(doc.get("error", "")):
+                raise StepsError(f"plan {c['id']}: {doc.get('error')}")
             pruned.append(c | {"reason": doc.get("error", "refused"), "category": "refused"})
         elif limit is not None and doc["memory"]["total"] > limit:
             pruned.append(c | {"reason": _memory_reason(doc["memory"], limit), "category": "memory",
                                "plan": doc})
         else:
+            if pred:
+                check_prediction(c, doc, pred)
             valid.append(c | {"plan": doc})
     return valid, pruned
 

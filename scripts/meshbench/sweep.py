@@ -7,9 +7,9 @@ import re
 import shlex
 import sys
 
-from . import names as mb_names, steps as mb_steps
+from . import names as mb_names, predict_ranking, steps as mb_steps
 from .expand import expand, print_batches, print_pruned
-from .launch import STATUS_DONE, launch, rounds_status, shell_line
+from .launch import STATUS_DONE, launch, result_path, rounds_status, shell_line
 from .rounds import run_local
 from .slurm import run_plan_entry, run_slurm
 from .sweep_config import (ROOT, SweepError, apply_step_flags, fabric_presets, load_doc, steps_doc)
@@ -34,6 +34,7 @@ one job array per round, round k+1's arrays starting after round k's (--dependen
   scripts/sweep sweep.toml --slurm-single                 # one batch job runs every round in turn
   scripts/sweep examples/steps-local.toml                 # a step sweep: every valid plan at 4 ranks
   scripts/sweep --steps --world 4 --model small --memory-per-rank 8G --dry-run   # the same from flags
+  scripts/sweep --steps --world 2 --model small --predict cal.h5 --top 5 --spread 3   # predict, run 8, correlate
 
 Sweep file keys (top level = defaults; each [[sweep]] table overrides them and adds its points):
   name, binaries, ranks, fabrics, backends, mem, meshes ([{mesh="tp=2,dp=2", group="tp"}] or
@@ -52,6 +53,15 @@ with their counts, <out>/pruned.txt and <out>/plans.json keep them; the valid on
 --dry-run prints each point's command as it runs: the launcher (mpiexec -n N, srun, or
 scripts/netns-fabric exec -n N), the fabric's variables and the binary; pasted into a shell it
 runs that point's next round.
+Predict, then run: `--predict CAL.h5` (a calibration file: scripts/calibrate, docs/predict.md) asks
+`step_bench --plan-only ... --predict CAL.h5` for every valid plan's predicted step, ranks the plans
+by predicted tokens/s and prints the ranking; `--top N` runs the N best and `--spread K` (default
+3) more spread evenly over the rest of the ranking, the worst included (without --top: every valid
+plan); each run gets --predict CAL.h5 too (step/predicted beside its measurement). At the end the
+sweep prints predicted against measured tokens/s per run plan and Spearman's rank correlation
+between them (<out>/prediction.json; the ranking: <out>/ranking.json); --dry-run prints the ranking
+and the chosen plans' commands. A plan the calibration cannot predict (a missing fit or rate) is
+exit 2 with step_bench's message; --predict-fabric TAG picks the fits of one fabric tag.
 The names a sweep file may use (binaries, mesh dimensions, group kinds) are the binaries' own:
 `<bin>/mesh_info --list-json` (scripts/meshbench/names.py); without a built mesh_info the sweep
 exits 2 saying so. Result files are read with scripts/meshbench/reader.py. Each point's rounds
@@ -105,6 +115,7 @@ def dry_run(points, pruned, batches, args, presets):
     launcher with the point's ranks (or scripts/netns-fabric exec), the fabric's variables
     (env -u for preset variables of this shell it must not see), the binary."""
     print_batches(batches)
+    predict_ranking.print_rankings(batches)
     for i, pt in enumerate(points, 1):
         sts = rounds_status(args.out, pt)
         due = [k for k, st in enumerate(sts, 1) if st != STATUS_DONE]
@@ -161,9 +172,20 @@ def run(args, usage_error):
     if pruned or any(p["binary"] == "step" and p.get("plan_args") is not None for p in points):
         mb_steps.write_pruned(args.out, [p for p in points if p.get("plan_args") is not None], pruned, batches)
         print_batches(batches)
+        predict_ranking.print_rankings(batches)
         counts = f" ({mb_steps.prune_counts(pruned)})" if pruned else ""
         print(f"sweep: {len(points)} step points, {len(pruned)} plans pruned{counts} "
               f"({os.path.join(args.out, 'pruned.txt')})")
+    predicting = any(p.get("pred_rank") is not None for p in points)
+    if predicting:
+        predict_ranking.write_rankings(args.out, batches)
     if args.slurm or args.slurm_single:
-        return run_slurm(points, args, presets, doc)
-    return run_local(points, args, presets, doc)
+        rc = run_slurm(points, args, presets, doc)
+    else:
+        rc = run_local(points, args, presets, doc)
+    if predicting:
+        comp = predict_ranking.comparison(
+            points, lambda p: [result_path(args.out, p, k) for k in range(1, p["rounds"] + 1)])
+        print(predict_ranking.comparison_text(comp), end="")
+        predict_ranking.write_comparison(args.out, comp)
+    return rc

@@ -157,12 +157,14 @@ def apply_step_flags(doc, args):
     """--world, --model, --memory-per-rank and the degree flags override every [steps] table."""
     tables = [doc["steps"]] if isinstance(doc.get("steps"), dict) else []
     tables += [s["steps"] for s in doc.get("sweep") or [] if isinstance(s, dict) and isinstance(s.get("steps"), dict)]
-    flags = {"memory_per_rank": args.memory_per_rank, "model": args.model}
+    flags = {"memory_per_rank": args.memory_per_rank, "model": args.model, "predict": args.predict,
+             "predict_fabric": args.predict_fabric, "top": args.top, "spread": args.spread}
     for key in ("tp", "cp", "ep", "pp", "zero", "vpp", "micro_batches", "schedule", "orders", "global_batch"):
         v = getattr(args, key)
         flags[key] = _list_flag(v) if v is not None else None
     if (any(v is not None for v in flags.values()) or args.world) and not tables:
-        raise SweepError("--world, --model, --memory-per-rank and the degree flags apply to step sweeps ([steps] or --steps)")
+        raise SweepError("--world, --model, --memory-per-rank, --predict, --top, --spread and the degree flags apply "
+                         "to step sweeps ([steps] or --steps)")
     for t in tables:
         # The flag wins over the table's other way of fixing the batch.
         if flags["global_batch"] is not None:

@@ -4,7 +4,11 @@ without MPI, Slurm or a build, with answers the test knows:
 
   mesh_info    --list-json: the names below (NAMES)
   step_bench   --plan-only [--plan-stdin]: a model with micro_batch 1; refuses tp=4 ("tp=4
-               exceeds the 2 heads"); memory total 4000 / (tp pp) + 1000 (ZeRO-0) or 500
+               exceeds the 2 heads"); memory total 4000 / (tp pp) + 1000 (ZeRO-0) or 500;
+               with --predict CAL a `predicted` object, tokens/s 1000 + 300 tp - 200 pp + 50
+               ZeRO - 10 m (a CAL path holding "nofit": {"error": ...}, as a calibration
+               without the fit a plan needs; "nopredict": refused as by a build without
+               --predict)
   mpiexec      records its argv (one JSON line per call in $FAKE_LOG) and writes the -O file
                with one run of status ok; exits 3 without a file when the command line holds
                a word listed in $FAKE_FAIL; sleeps $FAKE_SLEEP seconds first when set
@@ -51,11 +55,24 @@ def answer(args):
             deg[k] = int(v)
     if deg["tp"] == 4:
         return {"valid": False, "error": "tp=4 exceeds the 2 heads", "model": MODEL}
+    if "nopredict" in (flag(args, "--predict") or ""):
+        return {"valid": False, "error": "The following arguments were not expected: " + flag(args, "--predict")
+                + " --predict"}
     zero = int(flag(args, "--zero", "0"))
     total = 4000 // (deg["tp"] * deg["pp"]) + (1000 if zero == 0 else 500)
     mem = {"total": total, "pp_rank": 0, "params": total, "grads": 0, "optimizer": 0, "activations": 0,
            "buffers": 0}
-    return {"valid": True, "memory": mem, "model": MODEL, "degrees": deg}
+    out = {"valid": True, "memory": mem, "model": MODEL, "degrees": deg}
+    cal = flag(args, "--predict")
+    if cal is not None:
+        m = int(flag(args, "--micro-batches", "1"))
+        if "nofit" in cal:
+            out["predicted"] = {"error": "--predict " + cal + ": no fit for all_reduce over 2 ranks (any fabric)"}
+        else:
+            tok = 1000.0 + 300 * deg["tp"] - 200 * deg["pp"] + 50 * zero - 10 * m
+            out["predicted"] = {"step_time_s": 1000.0 / tok, "tokens_per_s": tok, "exposed_s": {}, "bubble": 0.0,
+                                "per_rank": [], "extrapolated": deg["tp"] == 2, "calibration": cal}
+    return out
 
 if "--plan-stdin" in argv:
     for line in sys.stdin:

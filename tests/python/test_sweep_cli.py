@@ -37,8 +37,8 @@ def env(tmp_path, fake_bin, fake_tools, monkeypatch):
     ('binaries = ["allreduce"]\n', [], "sweep: sweep file: unknown binary 'allreduce'"),
     ('ranks = [2]\n', ["--rounds", "0"], "sweep: --rounds must be at least 1, got 0"),
     ('ranks = [2]\n', ["--only", "^zzz"], "sweep: --only '^zzz' matches no point"),
-    ('ranks = [2]\n', ["--world", "4"], "sweep: --world, --model, --memory-per-rank and the degree flags apply to "
-                                        "step sweeps ([steps] or --steps)"),
+    ('ranks = [2]\n', ["--world", "4"], "sweep: --world, --model, --memory-per-rank, --predict, --top, --spread and "
+                                        "the degree flags apply to step sweeps ([steps] or --steps)"),
     ('binaries = ["step"]\nranks = [4]\n[steps]\ntp = [4]\npp = [1]\nzero = [0]\n', [],
      "sweep: every one of the 1 step plans was pruned (reasons above)"),
 ])
