@@ -100,7 +100,8 @@ def commands(entry, exe, mpiexec, steps, warmup, threads, path):
     """(the plan-only command, the profiled run's command) of one entry."""
     base = ["--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads)] + entry["args"]
     plan = [exe, "--plan-only", "--world", str(entry["ranks"])] + base + ["--op-list"]
-    run = ([mpiexec, "-n", str(entry["ranks"])] if entry["ranks"] > 1 else []) + [exe] + base + ["--profile", "-O", path]
+    launcher = [mpiexec, "-n", str(entry["ranks"])] if entry["ranks"] > 1 else []
+    run = launcher + [exe] + base + ["--profile", "-O", path]
     return plan, run
 
 
@@ -322,7 +323,8 @@ def run_rates(run):
         d, entry = agg.get(key), ops.get(key)
         if d is None:
             if entry.get("calls", 1):
-                notes.append(f"[{label}] {name}: in the op list ({entry.get('calls', 0):g} calls) but the run recorded none")
+                notes.append(f"[{label}] {name}: in the op list ({entry.get('calls', 0):g} calls) but the run "
+                             "recorded none")
             continue
         calls, flops = d["calls"] / steps, d["flops"] / steps
         if entry is None:
@@ -450,7 +452,8 @@ def table_text(gemm, pooled, notes, runs):
            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for g in gemm:
         gf = g["flops"] / g["seconds"] / 1e9 if g["seconds"] > 0 else float("nan")
-        out.append(f"| {g['part'] or '-'} | {g['roles'] or '-'} | {g['m']} | {g['n']} | {g['k']} | {g['calls']} | {g['runs']} | "
+        out.append(f"| {g['part'] or '-'} | {g['roles'] or '-'} | {g['m']} | {g['n']} | {g['k']} | {g['calls']} | "
+                   f"{g['runs']} | "
                    f"{g['seconds'] * 1e6:.4g} | {gf:.3g} | {g['seconds_min'] * 1e6:.3g}-{g['seconds_max'] * 1e6:.3g} |")
     out += ["", "| op | phase | part | rate | per step (ms) | units per step | calls per step | runs | spread | run |",
             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]

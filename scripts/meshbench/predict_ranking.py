@@ -165,7 +165,8 @@ def comparison_text(comp):
                  "| pred # | measured # | point | run as | predicted tokens/s | measured tokens/s | error |\n"
                  "|---:|---:|---|---|---:|---:|---:|\n")
         for r in c["rows"]:
-            err = "-" if r["predicted"] is None or not r["measured"] else f"{100 * (r['predicted'] / r['measured'] - 1):+.1f}%"
+            err = "-" if r["predicted"] is None or not r["measured"] else \
+                f"{100 * (r['predicted'] / r['measured'] - 1):+.1f}%"
             mr = r.get("measured_rank")
             text += (f"| {r['pred_rank']} | {'-' if mr is None else f'{mr:g}'} | {r['id']} | {r['selected']} | "
                      f"{_tok(r['predicted'])} | {_tok(r['measured'])} | {err} |\n")

@@ -468,7 +468,8 @@ def test_compute_writes_the_rates_into_the_calibration_file(cli, capsys, tmp_pat
     assert rates[("adamw", "O")]["seconds_per_unit"] == pytest.approx(1e-8) and rates[("adamw", "O")]["spread"] == \
         pytest.approx(2.0)
     assert len(c["rate_runs"]) == 6 and {r["source"] for r in c["rate_runs"]} == set(c["attrs"]["commands"])
-    assert (tmp_path / "cal.compute" / "compute-2.h5").exists() and (tmp_path / "cal.compute" / "compute-2.log").exists()
+    assert (tmp_path / "cal.compute" / "compute-2.h5").exists()
+    assert (tmp_path / "cal.compute" / "compute-2.log").exists()
     # Compute alone: no collective files, an empty fits table.
     rc, text, err = run(cli, capsys, "--compute", "--bin", compute_bin, "--out", tmp_path / "c.h5",
                         "--compute-mesh", "1:--mesh dp=1", "--threads", "2", "--steps", "2")
