@@ -126,7 +126,7 @@ def predicted_markdown(steps):
                          "prediction; measured is the plan's, over all its rounds")
     cals = sorted({str(r.get("pred.calibration", "")) for g in groups for r in g["rows"] if "pred.step_time" in r})
     notes.append("predicted: step/predicted as step_bench --predict stored it (calibration "
-                 f"{', '.join(c or '?' for c in cals)}; exposed: per step, the slowest pipeline rank's); measured: "
+                 f"{', '.join(c or '?' for c in cals)}; exposed: per step, the mean over ranks); measured: "
                  "the plan table's numbers: step time and tokens/s the median over rounds, exposed the time split's "
                  "mean over ranks and rounds, bubble the median over rounds of the mean over ranks of each rank's "
                  "bubble share (step/summary bubble_measured) (docs/report.md, \"Predicted against measured\")")
