@@ -43,11 +43,16 @@ from . import reader
 DEFAULT_MODEL = "small"
 DEFAULT_MOE_MODEL = "small-moe"
 # (ranks, step_bench flags): the local shapes of the 2-rank plan families. None: --ranks.
-DEFAULT_MESHES = [(1, "--mesh dp=1"), (None, "--mesh tp=2"), (None, "--mesh tp=2 --sp"), (None, "--mesh cp=2"),
+# (ranks, step_bench flags): the local shapes of the plan families at --ranks ranks (None), all
+# run at --ranks ranks so that every op is timed with as many busy cores as the plans it rates
+# (a GEMM of one shape measured 7.9 ms in a 1-rank run and 16.6-19.6 ms in 2-rank runs here):
+# the whole model's shapes as --mesh dp=R ({R}: --ranks), and the tp=2, SP, cp=2 ring and
+# Ulysses shards. With --ranks 1 only the dp entries run.
+DEFAULT_MESHES = [(None, "--mesh dp={R}"), (None, "--mesh tp=2"), (None, "--mesh tp=2 --sp"), (None, "--mesh cp=2"),
                   (None, "--mesh cp=2 --cp-algo ulysses")]
 # The MoE blocks' ops (router, permute, the experts' GEMMs), with a fixed balanced routing so
 # that every rank's expert load, and with it the op list's element counts, is known.
-MOE_MESHES = [(1, "--mesh dp=1 --routing balanced"), (None, "--mesh ep=2 --routing balanced")]
+MOE_MESHES = [(None, "--mesh dp={R} --routing balanced"), (None, "--mesh ep=2 --routing balanced")]
 GEMM_OP = "matmul"
 # The roles the model's runners give their ops (parallel/model/model.cpp: runner("qkv") ...):
 # step/events' `name` is role.part, and the op list and the calibration key on the part.
@@ -88,9 +93,11 @@ def entries(model, moe_model, ranks, meshes=None):
             n, args = parse_mesh_entry(text, ranks)
             out.append({"ranks": n, "args": ["--model", model] + args})
     else:
-        out += [{"ranks": n or ranks, "args": ["--model", model] + shlex.split(a)} for n, a in DEFAULT_MESHES]
+        def pick(meshes):
+            return [(n or ranks, a.format(R=ranks)) for n, a in meshes if ranks > 1 or "{R}" in a]
+        out += [{"ranks": n, "args": ["--model", model] + shlex.split(a)} for n, a in pick(DEFAULT_MESHES)]
         if moe_model and moe_model != "none":
-            out += [{"ranks": n or ranks, "args": ["--model", moe_model] + shlex.split(a)} for n, a in MOE_MESHES]
+            out += [{"ranks": n, "args": ["--model", moe_model] + shlex.split(a)} for n, a in pick(MOE_MESHES)]
     for e in out:
         e["label"] = f"{e['ranks']}: {shlex.join(e['args'])}"
     return out

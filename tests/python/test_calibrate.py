@@ -394,10 +394,13 @@ def test_event_names_split_into_role_and_part():
 def test_compute_mesh_entries():
     e = compute.entries("small", "small-moe", 2)
     assert [x["label"] for x in e] == [
-        "1: --model small --mesh dp=1", "2: --model small --mesh tp=2", "2: --model small --mesh tp=2 --sp",
+        "2: --model small --mesh dp=2", "2: --model small --mesh tp=2", "2: --model small --mesh tp=2 --sp",
         "2: --model small --mesh cp=2", "2: --model small --mesh cp=2 --cp-algo ulysses",
-        "1: --model small-moe --mesh dp=1 --routing balanced", "2: --model small-moe --mesh ep=2 --routing balanced"]
+        "2: --model small-moe --mesh dp=2 --routing balanced", "2: --model small-moe --mesh ep=2 --routing balanced"]
     assert len(compute.entries("tiny", "none", 4)) == 5 and compute.entries("tiny", "none", 4)[1]["ranks"] == 4
+    # one rank: the whole model's shapes alone, as busy as a 1-rank plan
+    assert [x["label"] for x in compute.entries("small", "small-moe", 1)] == [
+        "1: --model small --mesh dp=1", "1: --model small-moe --mesh dp=1 --routing balanced"]
     e = compute.entries("tiny", "small-moe", 2, ["--mesh tp=2", "1:--mesh dp=1 --model medium"])
     assert [(x["ranks"], x["args"]) for x in e] == [(2, ["--model", "tiny", "--mesh", "tp=2"]),
                                                     (1, ["--model", "tiny", "--mesh", "dp=1", "--model", "medium"])]
