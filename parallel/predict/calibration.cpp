@@ -10,6 +10,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
 #include "core/error.hpp"
@@ -172,6 +173,15 @@ Calibration read_calibration(const std::string& path) {
   if (H5Lexists(f.get(), "/compute", H5P_DEFAULT) > 0) {
     H5Id g(H5Gopen2(f.get(), "/compute", H5P_DEFAULT), H5Gclose);
     cal.threads = static_cast<int>(read_num_attr(g.get(), "threads", 0));
+    cal.arrival_skew = read_num_attr(g.get(), "arrival_skew", std::numeric_limits<double>::quiet_NaN());
+    cal.in_step_factor = read_num_attr(g.get(), "in_step_factor", 1.0);
+    const std::string factors = read_str_attr(g.get(), "in_step_factors");
+    if (!factors.empty()) {
+      const nlohmann::json j = nlohmann::json::parse(factors, nullptr, false);
+      if (!j.is_object()) throw UsageError(fmt::format("--predict {}: /compute in_step_factors is not a JSON object", path));
+      for (const auto& [k, v] : j.items())
+        if (v.is_number()) cal.in_step_factors[k] = v.get<double>();
+    }
   }
   return cal;
 }
@@ -221,7 +231,7 @@ Timing Calibration::collective(const std::string& coll, int group_size, uint64_t
         break;
       }
     }
-  return {seg->alpha + seg->beta * double(bytes), extra};
+  return {(seg->alpha + seg->beta * double(bytes)) * factor_of(coll), extra};
 }
 
 Timing Calibration::gemm(const std::string& part, int m, int n, int k) const {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,22 @@ struct Calibration {
   std::vector<GemmTime> gemms;
   std::vector<OpRate> rates;
   int threads = 0;  // the compute measurement's --threads (0: not recorded)
+  // Arrival skew (/compute attribute arrival_skew; scripts/calibrate --compute): how far apart
+  // two ranks reach a collective, per second of compute since their last one (the ratio of the
+  // summed skews to the summed compute segments of the calibration's 2-rank runs). NaN: the
+  // file has none (format_version 1, or no run of 2 or more ranks).
+  double arrival_skew = std::numeric_limits<double>::quiet_NaN();
+  // In-step factors (/compute attributes in_step_factor, in_step_factors): how much longer a
+  // blocking collective takes inside a step, from the last rank's arrival to the first rank's
+  // completion, than its fit (measured in isolation: a barrier before each call, one buffer),
+  // per collective and over all (the calibration's 2-rank runs). collective() applies the
+  // collective's own factor, else the overall one; 1 when the file has none.
+  double in_step_factor = 1;
+  std::map<std::string, double> in_step_factors;
+  double factor_of(const std::string& collective) const {
+    const auto it = in_step_factors.find(collective);
+    return it != in_step_factors.end() ? it->second : in_step_factor;
+  }
 
   // The fit of (collective, group size) under fabric tag `tag` ("": the calibration's only
   // tag for that key): t = alpha + beta n from the segment holding n (between segments the

@@ -602,6 +602,7 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
     double t = 0;
     RankPrediction pred;
     std::set<int> seen_fwd;
+    double since_sync = 0;  // compute since this rank's last communication
   };
   std::vector<RankState> ranks(static_cast<size_t>(P));
   for (int r = 0; r < P; ++r) {
@@ -613,13 +614,22 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
   std::map<int, double> arrived;  // at the gradient sync (the embedding group's all-reduce)
   const bool tied_pair = P > 1 && plan.model.tied;
   const int Vs = plan.vpp;
+  // A collective also waits for the group's last rank to arrive: on average over the ranks,
+  // half the arrival skew, which grows with the compute since the group last met (calibration.hpp).
+  const double skew = std::isfinite(cal.arrival_skew) ? cal.arrival_skew : 0.0;
   auto run_items = [&](RankState& s, const std::vector<PassItem>& items, int phase) {
     for (const PassItem& it : items) {
-      const double dt = time(it);
+      double dt = time(it);
+      if (it.comm) {
+        dt += 0.5 * skew * s.since_sync;
+        s.since_sync = 0;
+        s.pred.exposed[it.dim] += dt;
+      } else {
+        s.pred.compute_s += dt;
+        s.since_sync += dt;
+      }
       s.t += dt;
       s.pred.phases[size_t(phase)] += dt;
-      if (it.comm) s.pred.exposed[it.dim] += dt;
-      else s.pred.compute_s += dt;
     }
   };
   // Runs each rank's list until it must wait for a send not yet posted; repeats until done.
@@ -650,6 +660,7 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
             s.pred.exposed["pp"] += p2p;
             s.pred.phases[size_t(phase)] += start + p2p - s.t;
             s.t = start + p2p;
+            s.since_sync = 0;
             break;
           }
           case ActionKind::kGradSync: {
@@ -663,6 +674,7 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
               s.pred.exposed["embedding"] += start - s.t;
               s.pred.phases[2] += start - s.t;
               s.t = start;
+              s.since_sync = 0;  // the pair met: their skew is the wait just charged
             }
             run_items(s, sync_items(plan, r).grad_sync, 2);
             break;
@@ -702,6 +714,17 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
   out.tokens_per_s = out.step_time_s > 0 ? double(plan.global_tokens()) / out.step_time_s : 0;
   if (plan.model.moe_blocks() > 0)
     out.notes.push_back("MoE: balanced routing assumed (N k / E rows per expert, no capacity drops)");
+  if (cal.in_step_factor != 1 || !cal.in_step_factors.empty()) {
+    std::string f;
+    for (const auto& [k, v] : cal.in_step_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
+    out.notes.push_back(fmt::format("collectives {:.2f}x their isolated fits inside a step ({}; the others the overall factor)",
+                                    cal.in_step_factor, f));
+  }
+  if (skew > 0)
+    out.notes.push_back(fmt::format("arrival skew {:.3f} s per s of compute since a group last met (half charged "
+                                    "to each collective, the mean over ranks)", skew));
+  else
+    out.notes.push_back("no arrival skew in the calibration: collectives charged as if every rank arrived at once");
   if (plan.progress == Progress::kPoll)
     out.notes.push_back("--progress poll: every communication call charged in full (no overlap with compute)");
   return out;

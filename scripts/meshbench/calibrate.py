@@ -489,7 +489,22 @@ def compute_options(args):
     return o
 
 
-def measure_compute(o, out):
+def fit_predictor(fits):
+    """predict(collective, group_size, bytes) -> seconds or None: the fits of one fabric tag
+    (None when a collective's fits hold several tags or backends: no factor is guessed)."""
+    by = {}
+    for kf in fits:
+        k = dict(zip(KEY, kf.key))
+        if k["dtype"] == "float":
+            by.setdefault((k["collective"], int(k["group_size"])), []).append(kf)
+
+    def predict(coll, n, size):
+        got = by.get((coll, n), [])
+        return fit.predict(got[0].segs, size)[0] if len(got) == 1 else None
+    return predict
+
+
+def measure_compute(o, out, fits=()):
     """Run the compute measurement (meshbench.compute), print its progress and tables; returns
     the compute part of the calibration file. Raises compute.ComputeError or RunFailed."""
     folder, temporary = (o["compute_dir"], False) if o["compute_dir"] else compute.default_folder(out)
@@ -510,7 +525,8 @@ def measure_compute(o, out):
     sys.stdout.write(compute.table_text(gemm, pooled, notes, runs))
     return {"gemm": gemm, "rates": pooled, "rate_runs": per_run, "notes": notes,
             "attrs": compute.attrs(runs, o["threads"], o["compute_model"],
-                                   {"steps": o["steps"], "warmup": o["warmup"]})}
+                                   {"steps": o["steps"], "warmup": o["warmup"]},
+                                   fit_predictor(fits) if fits else None)}
 
 
 def run(args, argv):
@@ -546,7 +562,7 @@ def run(args, argv):
         if args.paths:
             print()
         try:
-            comp = measure_compute(copts, args.out)
+            comp = measure_compute(copts, args.out, fits)
         except compute.ComputeError as e:
             print(f"calibrate: {e}", file=sys.stderr)
             return 2

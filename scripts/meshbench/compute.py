@@ -402,6 +402,97 @@ def reduce_runs(runs, threads):
     return gemm, pooled, per_run, notes
 
 
+def arrival_skew(runs):
+    """(skew, calls): how far apart the ranks of a run reach the same blocking collective, per
+    second since each last met the others (its compute and host work in between), over every
+    run of 2 or more ranks: the sum over matched calls of max - min of their t_start, over the
+    sum of the ranks' mean segment. A rank's segment runs from its last communication call's
+    end in the step (a completed collective: the ranks met), or from its first event of the
+    step. A call is matched across ranks by (step, dim, kind, its index among that step's calls
+    of that dim and kind on the rank); the times are on rank 0's clock (step/events). Posted
+    calls (t_wait after t_start) end segments but are not samples: they are left to progress;
+    pipeline sends and receives are left out (their wait is the bubble). (None, 0) when no run
+    has two ranks."""
+    num = den = 0.0
+    calls = 0
+    for run in runs:
+        by_rank = {}
+        for e in run.get("events") or []:
+            by_rank.setdefault(e["rank"], []).append(e)
+        if len(by_rank) < 2:
+            continue
+        seen = {}
+        for rank, evs in by_rank.items():
+            evs.sort(key=lambda e: e["t_start"])
+            count, met = {}, {}
+            for e in evs:
+                met.setdefault(e["step"], e["t_start"])  # the step's first event
+                if e["dim"] in ("-", "pp"):
+                    continue
+                k = (e["step"], e["dim"], e["kind"])
+                i = count.get(k, 0)
+                count[k] = i + 1
+                blocking = e.get("t_wait", e["t_start"]) <= e["t_start"]
+                if blocking:
+                    seen.setdefault(k + (i,), {})[rank] = (e["t_start"], max(0.0, e["t_start"] - met[e["step"]]))
+                met[e["step"]] = max(met[e["step"]], e["t_end"])
+        for arrivals in seen.values():
+            if len(arrivals) != len(by_rank):
+                continue
+            starts = [a[0] for a in arrivals.values()]
+            segs = [a[1] for a in arrivals.values()]
+            num += max(starts) - min(starts)
+            den += sum(segs) / len(segs)
+            calls += 1
+    return (num / den if den > 0 else None), calls
+
+
+def in_step_factors(runs, predict):
+    """(factor over every collective, {collective: factor}, calls): how much longer a blocking
+    collective takes inside a step than its fit says (the fit comes from the isolated
+    collective benchmarks: a barrier before each call, the same buffer each time): the sum over
+    matched calls of the time from the last rank's arrival to the first rank's completion
+    (min t_end - max t_start), over the sum of the fit's predictions, per collective and over
+    all. `predict(collective, group_size, bytes)` gives the fit's seconds or None (no fit: the
+    call is left out; all_to_allv is timed by the all_to_all fit, as the step model does).
+    Matching as arrival_skew; runs of 2 or more ranks; (None, {}, 0) without a call."""
+    sums = {}
+    for run in runs:
+        by_rank = {}
+        for e in run.get("events") or []:
+            if e["dim"] not in ("-", "pp"):
+                by_rank.setdefault(e["rank"], []).append(e)
+        if len(by_rank) < 2:
+            continue
+        seen = {}
+        for rank, evs in by_rank.items():
+            evs.sort(key=lambda e: e["t_start"])
+            count = {}
+            for e in evs:
+                k = (e["step"], e["dim"], e["kind"])
+                i = count.get(k, 0)
+                count[k] = i + 1
+                if e.get("t_wait", e["t_start"]) <= e["t_start"]:
+                    seen.setdefault(k + (i,), {})[rank] = e
+        for key, calls in seen.items():
+            if len(calls) != len(by_rank):
+                continue
+            evs = list(calls.values())
+            kind = "all_to_all" if key[2] == "all_to_allv" else key[2]
+            t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
+            if t is None or t <= 0:
+                continue
+            took = min(e["t_end"] for e in evs) - max(e["t_start"] for e in evs)
+            a = sums.setdefault(kind, [0.0, 0.0, 0])
+            a[0] += max(0.0, took)
+            a[1] += t
+            a[2] += 1
+    if not sums:
+        return None, {}, 0
+    total = [sum(v[0] for v in sums.values()), sum(v[1] for v in sums.values())]
+    return total[0] / total[1], {k: v[0] / v[1] for k, v in sums.items()}, sum(v[2] for v in sums.values())
+
+
 def check_runs(runs, threads):
     """Notes on the runs: threads other than asked, oversubscribed ranks, another device."""
     notes = []
@@ -420,9 +511,23 @@ def device_of(runs):
     return ",".join(devs) or "cpu"
 
 
-def attrs(runs, threads, model, opts):
-    """The /compute group's attributes."""
-    return {"threads": threads, "model": model, "backend": device_of(runs), "steps": opts["steps"],
+def attrs(runs, threads, model, opts, predict=None):
+    """The /compute group's attributes. `predict`: the collective fits (in_step_factors), or None."""
+    skew, calls = arrival_skew(runs)
+    factor, factors, fcalls = in_step_factors(runs, predict) if predict else (None, {}, 0)
+    extra = {} if skew is None else {
+        "arrival_skew": skew, "arrival_skew_calls": calls,
+        "arrival_skew_rule": ("per second of compute since a rank last left a communication call, how far apart "
+                              "the ranks reach the next collective: sum over matched calls (step, dim, kind, index) "
+                              "of max - min t_start over the sum of the ranks' mean segment, runs of 2+ ranks, "
+                              "pipeline calls and each step's first call left out")}
+    if factor is not None:
+        extra.update({"in_step_factor": factor, "in_step_factors": json.dumps(factors), "in_step_factor_calls": fcalls,
+                      "in_step_factor_rule": ("per collective: the sum over blocking calls matched across the ranks "
+                                              "of min t_end - max t_start (from the last arrival to the first "
+                                              "completion) over the sum of the fits' times for their sizes; "
+                                              "all_to_allv by the all_to_all fit")})
+    return {**extra, "threads": threads, "model": model, "backend": device_of(runs), "steps": opts["steps"],
             "warmup": opts["warmup"],
             "commands": json.dumps([r["command"] for r in runs]),
             "runs": json.dumps([{"label": r["label"], "ranks": r["ranks"], "command": r["command"],

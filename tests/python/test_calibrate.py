@@ -547,3 +547,30 @@ def test_the_op_lists_gemms_come_per_shape():
                                     "recorded 0"]
     with pytest.raises(compute.ComputeError, match="calls -1 is not a number >= 0"):
         compute.index_op_list([{"op": "gelu", "phase": "F", "part": "", "calls": -1}], "x")
+
+
+def _ev(rank, step, dim, kind, t0, t1, t_wait=None, nbytes=0):
+    return {"rank": rank, "step": step, "dim": dim, "kind": kind, "t_start": t0, "t_end": t1,
+            "t_wait": t0 if t_wait is None else t_wait, "bytes": nbytes}
+
+
+def test_arrival_skew_and_in_step_factor_from_matched_calls():
+    # Two ranks, one step: a compute op from 0, then two blocking all-reduces. Rank 1 reaches the
+    # first 0.1 s after rank 0 (segments 1.0 and 1.1: skew 0.1 over 1.05) and the second 0.2 s
+    # after (segments 2.0 and 2.2 from the first's end: 0.2 over 2.1). Each all-reduce runs 0.3 s
+    # from the last arrival to the first completion, 1.5x a fit of 0.2 s.
+    ev = [_ev(r, 0, "-", "matmul.fwd", 0.0, 0.5) for r in (0, 1)]
+    ev += [_ev(0, 0, "tp", "all_reduce", 1.0, 1.4, nbytes=1024), _ev(1, 0, "tp", "all_reduce", 1.1, 1.4, nbytes=1024)]
+    ev += [_ev(0, 0, "tp", "all_reduce", 3.4, 3.9, nbytes=1024), _ev(1, 0, "tp", "all_reduce", 3.6, 3.9, nbytes=1024)]
+    # a posted call (t_wait after t_start) and a pipeline call are not samples
+    ev += [_ev(r, 0, "dp", "all_reduce", 4.0, 4.5, t_wait=4.2, nbytes=8) for r in (0, 1)]
+    ev += [_ev(r, 0, "pp", "send", 5.0, 5.1) for r in (0, 1)]
+    runs = [{"events": ev}, {"events": [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0)]}]  # a 1-rank run: left out
+    skew, calls = compute.arrival_skew(runs)
+    assert calls == 2
+    assert skew == pytest.approx((0.1 + 0.2) / (1.05 + 2.1))
+    fits = lambda coll, n, size: 0.2 if (coll, n, size) == ("all_reduce", 2, 1024) else None
+    f, per, calls = compute.in_step_factors(runs, fits)
+    assert calls == 2 and f == pytest.approx(1.5) and per == {"all_reduce": pytest.approx(1.5)}
+    assert compute.arrival_skew([runs[1]]) == (None, 0)
+    assert compute.in_step_factors([runs[1]], fits) == (None, {}, 0)

@@ -36,7 +36,7 @@ def table(rows, fields):
     return a
 
 
-def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2):
+def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2, compute_attrs=None):
     """fits: (collective, group_size, tag, [(lo, hi, alpha, beta)]). Every GEMM part costs NS
     per FLOP (one measured shape each, so every other shape is scaled from it); every other op
     `rate` seconds per unit."""
@@ -52,6 +52,8 @@ def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2):
             ("collective", "S"), ("backend", "S"), ("dtype", "S"), ("group_size", "<i4"), ("span", "S"), ("tag", "S"),
             ("segment", "<i4"), ("segments", "<i4"), ("lo", "<u8"), ("hi", "<u8"), ("alpha", "<f8"), ("beta", "<f8")]))
         g = f.require_group("compute")
+        for k, v in (compute_attrs or {}).items():
+            g.attrs[k] = v
         gem = [dict(part=p, m=100, n=100, k=100, flops=2e6 * (2 if p == "bwd" else 1),
                     seconds=2e6 * (2 if p == "bwd" else 1) * NS) for p in gemm_parts]
         g.create_dataset("gemm", data=table(gem, [("part", "S"), ("m", "<i4"), ("n", "<i4"), ("k", "<i4"),
@@ -185,3 +187,28 @@ def test_a_missing_compute_rate_is_exit_2(tmp_path):
     write_cal(cal, FREE, gemm_parts=("fwd",))
     p = plan(cal, "--model", "tiny", check=False)
     assert p.returncode == 2 and "no measured GEMM of part 'bwd'" in p.stderr
+
+
+def test_in_step_factors_and_arrival_skew_apply(tmp_path):
+    # tp=2 without SP: 13 all-reduces (test_communication_is_charged_from_the_fits); the
+    # calibration says all-reduces take 2x their fit inside a step. With an arrival skew of 0.1
+    # s per s of compute, each also waits half the skew of the compute since the last call:
+    # summed over the step, half the skew of all the compute before the last all-reduce.
+    alpha = 5e-6
+    plain, scaled, skewed = (tmp_path / f"{n}.h5" for n in ("plain", "scaled", "skewed"))
+    parts = ("fwd", "dinput", "dweight", "bwd")
+    fits = [("all_reduce", 2, "shm", [(1, 1 << 30, alpha, 0.0)])]
+    write_cal(plain, fits, gemm_parts=parts)
+    write_cal(scaled, fits, gemm_parts=parts, compute_attrs={"in_step_factor": 3.0, "in_step_factors": '{"all_reduce": 2.0}'})
+    write_cal(skewed, fits, gemm_parts=parts, compute_attrs={"arrival_skew": 0.1})
+    a = plan(plain, "--model", "tiny", "--mesh", "tp=2", world=2)
+    b = plan(scaled, "--model", "tiny", "--mesh", "tp=2", world=2)
+    c = plan(skewed, "--model", "tiny", "--mesh", "tp=2", world=2)
+    assert b["exposed_s"]["tp"] == pytest.approx(2 * a["exposed_s"]["tp"], rel=1e-9)
+    assert any("2.00x" in n or "all_reduce 2.00" in n for n in b["notes"])
+    # the compute after the last all-reduce (the weight gradients of qkv in block 0 and the
+    # embedding's backward: GEMM-only rates here, so qkv's dweight) is not waited on
+    compute = a["per_rank"][0]["compute_s"]
+    extra = c["exposed_s"]["tp"] - a["exposed_s"]["tp"]
+    assert 0 < extra < 0.5 * 0.1 * compute
+    assert c["step_time_s"] == pytest.approx(a["step_time_s"] + extra, rel=1e-9)

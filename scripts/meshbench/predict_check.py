@@ -1,0 +1,189 @@
+"""meshbench.predict_check: scripts/predict-check, the step model's validation on this machine
+(issue 26; docs/predict.md "Validation"). Runs a list of plans with step_bench --predict CAL,
+R rounds interleaved (round r starts at plan r, so a slow minute lands on different plans),
+each plan into its own results file under its own tag, then compares every plan's prediction
+with its measurement through scripts/report's predicted-against-measured rows (one definition
+of each measured number: meshbench.report_predicted) and prints the verdicts the issue asks
+for: the median and worst absolute step-time error, exposed communication within 25% wherever
+it exceeds 5% of the step, the bubble of pipeline plans, and Spearman's rank correlation of
+predicted and measured tokens/s (meshbench.predict_ranking.spearman).
+
+The plan list: one plan per line, `N: step_bench flags` (N ranks), `#` comments.
+Not here: the model (parallel/predict/), the report table (report_predicted)."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+from . import plans as plans_mod
+from . import reader, report_predicted
+from .predict_ranking import spearman
+
+
+class CheckError(Exception):
+    """Bad input (exit 2)."""
+
+
+def parse_plans(path):
+    plans = []
+    with open(path) as f:
+        for ln, line in enumerate(f, 1):
+            line = line.split("#", 1)[0].strip()
+            if not line:
+                continue
+            n, sep, args = line.partition(":")
+            if not sep or not n.strip().isdigit() or not args.strip():
+                raise CheckError(f"{path}:{ln}: want 'N: step_bench flags', got {line!r}")
+            plans.append({"ranks": int(n), "args": shlex.split(args)})
+    if not plans:
+        raise CheckError(f"{path}: no plans")
+    return plans
+
+
+def check_plans(plans, exe, cal, fabric):
+    """Every plan valid and predictable before anything runs (exit 2 otherwise)."""
+    for p in plans:
+        cmd = [exe, "--plan-only", "--world", str(p["ranks"]), *p["args"], "--predict", cal]
+        if fabric:
+            cmd += ["--predict-fabric", fabric]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            msg = r.stderr.strip() or r.stdout.strip()
+            raise CheckError(f"{shlex.join(p['args'])}: {msg}")
+
+
+def run_rounds(plans, o, say=print):
+    files = [os.path.join(o["out"], f"plan-{i + 1:02d}.h5") for i in range(len(plans))]
+    n = len(plans)
+    for r in range(o["rounds"]):
+        for j in range(n):
+            i = (r + j) % n
+            p = plans[i]
+            cmd = ([o["mpiexec"], "-n", str(p["ranks"])] if p["ranks"] > 1 else []) + [
+                o["exe"], *p["args"], "--steps", str(o["steps"]), "--warmup", str(o["warmup"]),
+                "--threads", str(o["threads"]), "--predict", o["cal"], "--tag", f"p{i + 1:02d}", "-O", files[i], "--quiet"]
+            if o["fabric"]:
+                cmd += ["--predict-fabric", o["fabric"]]
+            if os.path.exists(files[i]):
+                cmd.append("--append")
+            say(f"[round {r + 1}/{o['rounds']}, plan {i + 1}/{n}] {shlex.join(cmd)}", flush=True)
+            t0 = time.time()
+            rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+            if rc.returncode != 0:
+                raise RuntimeError(f"{shlex.join(cmd)}: exit {rc.returncode}: {rc.stderr.strip()[-400:]}")
+            say(f"    done in {time.time() - t0:.1f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+    return files
+
+
+def verdicts(rows):
+    """The issue's figures from report_predicted rows: per plan its step-time error, tokens/s
+    pair, bubble error and the exposed rows over 5% of the measured step."""
+    plans = {}
+    for r in rows:
+        p = plans.setdefault(r["position"], {"plan": r["plan"], "tag": r["tag"], "exposed": []})
+        if r["quantity"] == "step time":
+            p["step_pred"], p["step_meas"], p["step_err"] = r["predicted"], r["measured"], r["error"]
+        elif r["quantity"] == "tokens/s":
+            p["tok_pred"], p["tok_meas"] = r["predicted"], r["measured"]
+        elif r["quantity"] == "bubble":
+            p["bubble_pred"], p["bubble_meas"], p["bubble_err"] = r["predicted"], r["measured"], r["error"]
+        elif r["quantity"].startswith("exposed "):
+            p["exposed"].append((r["quantity"][8:], r["predicted"], r["measured"], r["error"]))
+    ps = [p for p in plans.values() if p.get("step_err") is not None]
+    errs = sorted(abs(p["step_err"]) for p in ps)
+    big = []
+    for p in ps:
+        for dim, pred, meas, err in p["exposed"]:
+            if meas and p["step_meas"] and meas > 0.05 * p["step_meas"]:
+                big.append({"tag": p["tag"], "plan": p["plan"], "dim": dim, "predicted": pred, "measured": meas,
+                            "error": err, "within_25": err is not None and abs(err) <= 0.25})
+    pairs = [(p["tok_pred"], p["tok_meas"]) for p in ps if p.get("tok_pred") and p.get("tok_meas")]
+    rho = spearman([a for a, _ in pairs], [b for _, b in pairs]) if len(pairs) >= 2 else float("nan")
+    med = (errs[(len(errs) - 1) // 2] + errs[len(errs) // 2]) / 2 if errs else float("nan")
+    return {"plans": len(ps), "step_error_median": med, "step_error_worst": errs[-1] if errs else float("nan"),
+            "spearman_tokens": rho, "exposed_over_5pct": big,
+            "bubbles": [{"tag": p["tag"], "plan": p["plan"], "predicted": p["bubble_pred"],
+                         "measured": p["bubble_meas"], "error": p["bubble_err"]} for p in ps if "bubble_err" in p],
+            "per_plan": [{"tag": p["tag"], "plan": p["plan"], "predicted_s": p["step_pred"],
+                          "measured_s": p["step_meas"], "error": p["step_err"]} for p in ps]}
+
+
+def summary_text(v):
+    pct = lambda x: "-" if x is None or x != x else f"{100 * x:+.1f}%"
+    out = [f"step time over {v['plans']} plans: median |error| {100 * v['step_error_median']:.1f}%, "
+           f"worst {100 * v['step_error_worst']:.1f}%",
+           f"Spearman rank correlation of predicted and measured tokens/s: {v['spearman_tokens']:.3f}"]
+    big = v["exposed_over_5pct"]
+    ok = sum(1 for b in big if b["within_25"])
+    out.append(f"exposed communication over 5% of the step: {ok} of {len(big)} within 25%")
+    for b in big:
+        out.append(f"  {b['tag']} {b['plan']}: exposed {b['dim']} {1e3 * b['predicted']:.2f} ms predicted, "
+                   f"{1e3 * b['measured']:.2f} ms measured ({pct(b['error'])})")
+    for b in v["bubbles"]:
+        out.append(f"bubble {b['tag']} {b['plan']}: {100 * b['predicted']:.1f}% predicted, {100 * b['measured']:.1f}% "
+                   f"measured ({pct(b['error'])})")
+    return "\n".join(out) + "\n"
+
+
+def main(argv, prog="predict-check"):
+    import argparse
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("plans", help="the plan list: one 'N: step_bench flags' per line (examples/predict-plans-2rank.txt)")
+    ap.add_argument("--predict", required=True, metavar="CAL.h5", help="the calibration file (scripts/calibrate)")
+    ap.add_argument("--predict-fabric", default="", metavar="TAG", help="the fits' fabric tag, passed to step_bench")
+    ap.add_argument("--out", required=True, help="a new folder for the runs' files and summary.json")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over the list, interleaved (default 3)")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per run (default 5)")
+    ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (default 2)")
+    ap.add_argument("--threads", type=int, default=1, help="--threads per rank (default 1)")
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.realpath(__file__)))), "build", "bin"), help="where step_bench is (default build/bin)")
+    ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: report the plan files already in --out (a finished or interrupted check)")
+    o = ap.parse_args(argv)
+    try:
+        if o.rounds < 1 or o.steps < 1 or o.warmup < 0 or o.threads < 1:
+            raise CheckError("--rounds, --steps, --threads must be >= 1 and --warmup >= 0")
+        if not os.path.exists(o.predict):
+            raise CheckError(f"--predict {o.predict}: no such file")
+        if not o.report_only and os.path.exists(o.out) and os.listdir(o.out):
+            raise CheckError(f"--out {o.out}: exists and is not empty (results are never overwritten)")
+        exe = os.path.join(o.bin, "step_bench")
+        if not os.path.exists(exe):
+            raise CheckError(f"--bin {o.bin}: no step_bench (make)")
+        plans = parse_plans(o.plans)
+        if not o.report_only:
+            check_plans(plans, exe, o.predict, o.predict_fabric)
+    except CheckError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(o.out, exist_ok=True)
+    opts = {"out": o.out, "rounds": o.rounds, "steps": o.steps, "warmup": o.warmup, "threads": o.threads,
+            "cal": o.predict, "fabric": o.predict_fabric, "exe": exe, "mpiexec": o.mpiexec}
+    t0 = time.time()
+    try:
+        files = (sorted(os.path.join(o.out, f) for f in os.listdir(o.out) if f.endswith(".h5")) if o.report_only
+                 else run_rounds(plans, opts))
+    except RuntimeError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    runs, bad = reader.load_steps(files, quiet=True, who=prog)
+    if bad:
+        print(f"{prog}: cannot read {', '.join(bad)}", file=sys.stderr)
+        return 1
+    steps = plans_mod.plan_rows(runs)
+    print()
+    print(report_predicted.predicted_markdown(steps))
+    v = verdicts(report_predicted.predicted_rows(steps))
+    v.update(rounds=o.rounds, steps=o.steps, seconds=time.time() - t0, calibration=o.predict,
+             plans_file=o.plans, load_end=os.getloadavg()[0])
+    print(summary_text(v))
+    with open(os.path.join(o.out, "summary.json"), "w") as f:
+        json.dump(v, f, indent=1)
+    print(f"{prog}: wrote {len(files)} results files and summary.json to {o.out} ({v['seconds']:.0f} s)")
+    return 0
