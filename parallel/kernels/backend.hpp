@@ -183,6 +183,19 @@ class BackendArray {
   BackendArray(const BackendArray&) = delete;
   BackendArray& operator=(const BackendArray&) = delete;
 
+  // A pooled array (kept for reuse, not in use): its bytes leave the tracker's count until
+  // track() counts them again.
+  void untrack() {
+    if (tracker_ && p_ != nullptr) tracker_->add(cat_, -static_cast<int64_t>(bytes()));
+    tracker_ = nullptr;
+  }
+  void track(MemoryTracker* tracker, MemCat cat) {
+    untrack();
+    tracker_ = tracker;
+    cat_ = cat;
+    if (tracker_ && p_ != nullptr) tracker_->add(cat_, static_cast<int64_t>(bytes()));
+  }
+
   T* data() const { return p_; }
   int64_t size() const { return n_; }
   std::size_t bytes() const { return sizeof(T) * static_cast<std::size_t>(n_); }

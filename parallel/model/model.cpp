@@ -219,9 +219,19 @@ const S* Gpt<S>::res_in(int l) const {
 template <typename S>
 S* Gpt<S>::take_slot(int chunk, int micro) {
   auto it = slots_.find({chunk, micro});
-  if (it == slots_.end())
-    it = slots_.emplace(std::make_pair(chunk, micro),
-                        BackendArray<S, S>(*be_, slot_elements(chunk), &mem_, MemCat::kActivations)).first;
+  if (it == slots_.end()) {
+    std::vector<BackendArray<S, S>>& pool = free_slots_[chunk];
+    if (pool.empty()) {
+      it = slots_.emplace(std::make_pair(chunk, micro),
+                          BackendArray<S, S>(*be_, slot_elements(chunk), &mem_, MemCat::kActivations)).first;
+    } else {  // a freed slot of this chunk, as zeroed as a new one
+      BackendArray<S, S> a = std::move(pool.back());
+      pool.pop_back();
+      a.track(&mem_, MemCat::kActivations);
+      be_->zero(a.data(), a.bytes());
+      it = slots_.emplace(std::make_pair(chunk, micro), std::move(a)).first;
+    }
+  }
   return it->second.data();
 }
 
@@ -554,7 +564,14 @@ void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S
   } else {
     be_->copy(din, dresid_.data(), rows_c);
   }
-  if (opts_.stage) slots_.erase({chunk, micro});  // the micro-batch's activations are freed
+  if (opts_.stage) {  // the micro-batch's activations are freed (kept for the chunk's next)
+    auto it = slots_.find({chunk, micro});
+    if (it != slots_.end()) {
+      it->second.untrack();
+      free_slots_[chunk].push_back(std::move(it->second));
+      slots_.erase(it);
+    }
+  }
 }
 
 template <typename S>
