@@ -54,10 +54,45 @@ def check_plans(plans, exe, cal, fabric):
             raise CheckError(f"{shlex.join(p['args'])}: {msg}")
 
 
+def recalibrate_command(cal, out):
+    """The command that made calibration file `cal` (its root attribute argv), writing `out`
+    instead (--recalibrate: the same collective files and compute options, measured again)."""
+    import h5py
+    with h5py.File(cal, "r") as f:
+        argv = f.attrs.get("argv")
+        argv = json.loads(argv.decode() if isinstance(argv, bytes) else argv) if argv is not None else None
+    if not argv or "--compute" not in argv:
+        raise CheckError(f"--recalibrate: {cal} was not made by scripts/calibrate --compute (its argv: {argv})")
+    cmd, skip = [], False
+    for a in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if a in ("--out", "--compute-dir", "--plot"):
+            skip = True
+            continue
+        if a.startswith(("--out=", "--compute-dir=", "--plot=")) or a == "--force":
+            continue
+        cmd.append(a)
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "calibrate")
+    return [script, *cmd, "--out", out, "--compute-dir", out[:-3] + ".compute"]
+
+
 def run_rounds(plans, o, say=print):
     files = [os.path.join(o["out"], f"plan-{i + 1:02d}.h5") for i in range(len(plans))]
     n = len(plans)
     for r in range(o["rounds"]):
+        if o.get("recalibrate"):  # this round's calibration, minutes before its runs
+            cal = os.path.join(o["out"], f"cal-round{r + 1}.h5")
+            cmd = recalibrate_command(o["recalibrate"], cal)
+            say(f"[round {r + 1}/{o['rounds']}, calibration] {shlex.join(cmd)}", flush=True)
+            t0 = time.time()
+            rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+            if rc.returncode != 0:
+                raise RuntimeError(f"{shlex.join(cmd)}: exit {rc.returncode}: {rc.stderr.strip()[-400:]}")
+            say(f"    done in {time.time() - t0:.1f} s", flush=True)
+            o["cal"] = cal
         for j in range(n):
             i = (r + j) % n
             p = plans[i]
@@ -143,6 +178,9 @@ def main(argv, prog="predict-check"):
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.realpath(__file__)))), "build", "bin"), help="where step_bench is (default build/bin)")
     ap.add_argument("--mpiexec", default="mpiexec")
+    ap.add_argument("--recalibrate", action="store_true",
+                    help="before each round, measure the calibration again with the command that made --predict's "
+                         "file (its argv: the same collective files and compute options) and predict that round from it")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: report the plan files already in --out (a finished or interrupted check)")
     o = ap.parse_args(argv)
@@ -159,15 +197,19 @@ def main(argv, prog="predict-check"):
         plans = parse_plans(o.plans)
         if not o.report_only:
             check_plans(plans, exe, o.predict, o.predict_fabric)
+            if o.recalibrate:
+                recalibrate_command(o.predict, os.path.join(o.out, "cal.h5"))  # refuses a file it cannot remake
     except CheckError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     os.makedirs(o.out, exist_ok=True)
     opts = {"out": o.out, "rounds": o.rounds, "steps": o.steps, "warmup": o.warmup, "threads": o.threads,
-            "cal": o.predict, "fabric": o.predict_fabric, "exe": exe, "mpiexec": o.mpiexec}
+            "cal": o.predict, "fabric": o.predict_fabric, "exe": exe, "mpiexec": o.mpiexec,
+            "recalibrate": o.predict if o.recalibrate else None}
     t0 = time.time()
     try:
-        files = (sorted(os.path.join(o.out, f) for f in os.listdir(o.out) if f.endswith(".h5")) if o.report_only
+        files = (sorted(os.path.join(o.out, f) for f in os.listdir(o.out) if f.startswith("plan-") and f.endswith(".h5"))
+                 if o.report_only
                  else run_rounds(plans, opts))
     except RuntimeError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
@@ -181,6 +223,7 @@ def main(argv, prog="predict-check"):
     print(report_predicted.predicted_markdown(steps))
     v = verdicts(report_predicted.predicted_rows(steps))
     v.update(rounds=o.rounds, steps=o.steps, seconds=time.time() - t0, calibration=o.predict,
+             recalibrated_each_round=bool(o.recalibrate),
              plans_file=o.plans, load_end=os.getloadavg()[0])
     print(summary_text(v))
     with open(os.path.join(o.out, "summary.json"), "w") as f:

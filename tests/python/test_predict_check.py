@@ -1,0 +1,56 @@
+"""scripts/predict-check's pure parts (meshbench.predict_check): the plan list, the verdicts from
+report rows, and --recalibrate's command taken from a calibration file's argv."""
+import json
+
+import h5py
+import pytest
+from meshbench import predict_check as pc
+
+
+def test_plan_list_parses_and_refuses(tmp_path):
+    p = tmp_path / "plans.txt"
+    p.write_text("# comment\n2: --model small --mesh dp=2   # trailing\n\n1: --model tiny\n")
+    assert pc.parse_plans(str(p)) == [{"ranks": 2, "args": ["--model", "small", "--mesh", "dp=2"]},
+                                      {"ranks": 1, "args": ["--model", "tiny"]}]
+    for bad in ("--model small\n", "x: --model small\n", "2:\n", "# nothing\n"):
+        p.write_text(bad)
+        with pytest.raises(pc.CheckError):
+            pc.parse_plans(str(p))
+
+
+def row(pos, tag, q, pred, meas):
+    return {"position": pos, "plan": f"plan{pos}", "tag": tag, "quantity": q, "predicted": pred, "measured": meas,
+            "error": pred / meas - 1 if meas else None}
+
+
+def test_verdicts():
+    rows = [row(1, "p01", "step time", 1.1, 1.0), row(1, "p01", "tokens/s", 90.0, 100.0),
+            row(1, "p01", "exposed tp", 0.06, 0.1),    # 10% of the step, 40% low: counted, not within
+            row(1, "p01", "exposed dp", 0.001, 0.002),  # under 5% of the step: not counted
+            row(2, "p02", "step time", 0.5, 0.5), row(2, "p02", "tokens/s", 200.0, 200.0),
+            row(2, "p02", "bubble", 0.3, 0.25), row(2, "p02", "exposed pp", 0.03, 0.028),
+            row(3, "p03", "step time", 0.7, 1.0), row(3, "p03", "tokens/s", 140.0, 100.0)]
+    v = pc.verdicts(rows)
+    assert v["plans"] == 3
+    assert v["step_error_median"] == pytest.approx(0.1) and v["step_error_worst"] == pytest.approx(0.3)
+    assert [(b["tag"], b["dim"], b["within_25"]) for b in v["exposed_over_5pct"]] == [("p01", "tp", False),
+                                                                                       ("p02", "pp", True)]
+    assert v["bubbles"][0]["error"] == pytest.approx(0.2)
+    # predicted tokens/s order 200 > 140 > 90, measured 200 > 100 = 100: ties averaged
+    assert v["spearman_tokens"] == pytest.approx(0.866, abs=1e-3)
+    assert "median |error| 10.0%, worst 30.0%" in pc.summary_text(v)
+
+
+def test_recalibrate_command_repeats_the_calibration(tmp_path):
+    cal = tmp_path / "cal.h5"
+    with h5py.File(cal, "w") as f:
+        f.attrs["argv"] = json.dumps(["scripts/calibrate", "--compute", "--steps", "5", "--out", "old.h5", "--force",
+                                      "--plot", "figs", "a.h5", "b.h5"])
+    cmd = pc.recalibrate_command(str(cal), "/x/cal-round1.h5")
+    assert cmd[0].endswith("scripts/calibrate")
+    assert cmd[1:] == ["--compute", "--steps", "5", "a.h5", "b.h5", "--out", "/x/cal-round1.h5",
+                       "--compute-dir", "/x/cal-round1.compute"]
+    with h5py.File(cal, "w") as f:
+        f.attrs["argv"] = json.dumps(["scripts/calibrate", "--out", "old.h5", "a.h5"])
+    with pytest.raises(pc.CheckError, match="--compute"):
+        pc.recalibrate_command(str(cal), "/x/c.h5")
