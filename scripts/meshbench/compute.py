@@ -402,47 +402,48 @@ def reduce_runs(runs, threads):
     return gemm, pooled, per_run, notes
 
 
+def matched_calls(run):
+    """The blocking collectives of one run of 2 or more ranks, matched across its ranks: a list
+    of {rank: (event, segment)} with every rank present. A call is matched by (step, dim, kind,
+    its index among that step's calls of that dim and kind on the rank); its segment runs from
+    the rank's last communication call's end in the step (a completed collective: the ranks
+    met), or from its first event of the step. Posted calls (t_wait after t_start) end segments
+    but are not matched (they are left to progress); pipeline sends and receives are left out
+    (their wait is the bubble). Times on rank 0's clock (step/events). [] for one rank."""
+    by_rank = {}
+    for e in run.get("events") or []:
+        by_rank.setdefault(e["rank"], []).append(e)
+    if len(by_rank) < 2:
+        return []
+    seen = {}
+    for rank, evs in by_rank.items():
+        evs.sort(key=lambda e: e["t_start"])
+        count, met = {}, {}
+        for e in evs:
+            met.setdefault(e["step"], e["t_start"])  # the step's first event
+            if e["dim"] in ("-", "pp"):
+                continue
+            k = (e["step"], e["dim"], e["kind"])
+            i = count.get(k, 0)
+            count[k] = i + 1
+            if e.get("t_wait", e["t_start"]) <= e["t_start"]:
+                seen.setdefault(k + (i,), {})[rank] = (e, max(0.0, e["t_start"] - met[e["step"]]))
+            met[e["step"]] = max(met[e["step"]], e["t_end"])
+    return [c for c in seen.values() if len(c) == len(by_rank)]
+
+
 def arrival_skew(runs):
     """(skew, calls): how far apart the ranks of a run reach the same blocking collective, per
     second since each last met the others (its compute and host work in between), over every
-    run of 2 or more ranks: the sum over matched calls of max - min of their t_start, over the
-    sum of the ranks' mean segment. A rank's segment runs from its last communication call's
-    end in the step (a completed collective: the ranks met), or from its first event of the
-    step. A call is matched across ranks by (step, dim, kind, its index among that step's calls
-    of that dim and kind on the rank); the times are on rank 0's clock (step/events). Posted
-    calls (t_wait after t_start) end segments but are not samples: they are left to progress;
-    pipeline sends and receives are left out (their wait is the bubble). (None, 0) when no run
-    has two ranks."""
+    run of 2 or more ranks: the sum over matched calls (matched_calls) of max - min of their
+    t_start, over the sum of the ranks' mean segment. (None, 0) when no run has two ranks."""
     num = den = 0.0
     calls = 0
     for run in runs:
-        by_rank = {}
-        for e in run.get("events") or []:
-            by_rank.setdefault(e["rank"], []).append(e)
-        if len(by_rank) < 2:
-            continue
-        seen = {}
-        for rank, evs in by_rank.items():
-            evs.sort(key=lambda e: e["t_start"])
-            count, met = {}, {}
-            for e in evs:
-                met.setdefault(e["step"], e["t_start"])  # the step's first event
-                if e["dim"] in ("-", "pp"):
-                    continue
-                k = (e["step"], e["dim"], e["kind"])
-                i = count.get(k, 0)
-                count[k] = i + 1
-                blocking = e.get("t_wait", e["t_start"]) <= e["t_start"]
-                if blocking:
-                    seen.setdefault(k + (i,), {})[rank] = (e["t_start"], max(0.0, e["t_start"] - met[e["step"]]))
-                met[e["step"]] = max(met[e["step"]], e["t_end"])
-        for arrivals in seen.values():
-            if len(arrivals) != len(by_rank):
-                continue
-            starts = [a[0] for a in arrivals.values()]
-            segs = [a[1] for a in arrivals.values()]
+        for c in matched_calls(run):
+            starts = [e["t_start"] for e, _ in c.values()]
             num += max(starts) - min(starts)
-            den += sum(segs) / len(segs)
+            den += sum(seg for _, seg in c.values()) / len(c)
             calls += 1
     return (num / den if den > 0 else None), calls
 
@@ -451,34 +452,16 @@ def in_step_factors(runs, predict):
     """(factor over every collective, {collective: factor}, calls): how much longer a blocking
     collective takes inside a step than its fit says (the fit comes from the isolated
     collective benchmarks: a barrier before each call, the same buffer each time): the sum over
-    matched calls of the time from the last rank's arrival to the first rank's completion
-    (min t_end - max t_start), over the sum of the fit's predictions, per collective and over
-    all. `predict(collective, group_size, bytes)` gives the fit's seconds or None (no fit: the
-    call is left out; all_to_allv is timed by the all_to_all fit, as the step model does).
-    Matching as arrival_skew; runs of 2 or more ranks; (None, {}, 0) without a call."""
+    matched calls (matched_calls) of the time from the last rank's arrival to the first rank's
+    completion (min t_end - max t_start), over the sum of the fit's predictions, per collective
+    and over all. `predict(collective, group_size, bytes)` gives the fit's seconds or None (no
+    fit: the call is left out; all_to_allv is timed by the all_to_all fit, as the step model
+    does). (None, {}, 0) without a call."""
     sums = {}
     for run in runs:
-        by_rank = {}
-        for e in run.get("events") or []:
-            if e["dim"] not in ("-", "pp"):
-                by_rank.setdefault(e["rank"], []).append(e)
-        if len(by_rank) < 2:
-            continue
-        seen = {}
-        for rank, evs in by_rank.items():
-            evs.sort(key=lambda e: e["t_start"])
-            count = {}
-            for e in evs:
-                k = (e["step"], e["dim"], e["kind"])
-                i = count.get(k, 0)
-                count[k] = i + 1
-                if e.get("t_wait", e["t_start"]) <= e["t_start"]:
-                    seen.setdefault(k + (i,), {})[rank] = e
-        for key, calls in seen.items():
-            if len(calls) != len(by_rank):
-                continue
-            evs = list(calls.values())
-            kind = "all_to_all" if key[2] == "all_to_allv" else key[2]
+        for c in matched_calls(run):
+            evs = [e for e, _ in c.values()]
+            kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
             t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
             if t is None or t <= 0:
                 continue

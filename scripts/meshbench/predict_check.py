@@ -78,20 +78,23 @@ def recalibrate_command(cal, out):
     return [script, *cmd, "--out", out, "--compute-dir", out[:-3] + ".compute"]
 
 
+def run_logged(cmd, say, what, load=False):
+    """Runs one command (output dropped, stderr kept for the error); RuntimeError on a failure."""
+    say(f"[{what}] {shlex.join(cmd)}", flush=True)
+    t0 = time.time()
+    rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if rc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)}: exit {rc.returncode}: {rc.stderr.strip()[-400:]}")
+    say(f"    done in {time.time() - t0:.1f} s" + (f"; load {os.getloadavg()[0]:.2f}" if load else ""), flush=True)
+
+
 def run_rounds(plans, o, say=print):
     files = [os.path.join(o["out"], f"plan-{i + 1:02d}.h5") for i in range(len(plans))]
     n = len(plans)
     for r in range(o["rounds"]):
         if o.get("recalibrate"):  # this round's calibration, minutes before its runs
             cal = os.path.join(o["out"], f"cal-round{r + 1}.h5")
-            cmd = recalibrate_command(o["recalibrate"], cal)
-            say(f"[round {r + 1}/{o['rounds']}, calibration] {shlex.join(cmd)}", flush=True)
-            t0 = time.time()
-            rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
-            if rc.returncode != 0:
-                raise RuntimeError(f"{shlex.join(cmd)}: exit {rc.returncode}: {rc.stderr.strip()[-400:]}")
-            say(f"    done in {time.time() - t0:.1f} s", flush=True)
+            run_logged(recalibrate_command(o["recalibrate"], cal), say, f"round {r + 1}/{o['rounds']}, calibration")
             o["cal"] = cal
         for j in range(n):
             i = (r + j) % n
@@ -103,13 +106,7 @@ def run_rounds(plans, o, say=print):
                 cmd += ["--predict-fabric", o["fabric"]]
             if os.path.exists(files[i]):
                 cmd.append("--append")
-            say(f"[round {r + 1}/{o['rounds']}, plan {i + 1}/{n}] {shlex.join(cmd)}", flush=True)
-            t0 = time.time()
-            rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True)
-            if rc.returncode != 0:
-                raise RuntimeError(f"{shlex.join(cmd)}: exit {rc.returncode}: {rc.stderr.strip()[-400:]}")
-            say(f"    done in {time.time() - t0:.1f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+            run_logged(cmd, say, f"round {r + 1}/{o['rounds']}, plan {i + 1}/{n}", load=True)
     return files
 
 
