@@ -1,5 +1,7 @@
 #include "step/attributes.hpp"
 
+#include "core/routing.hpp"
+
 #include <sys/resource.h>
 
 #include <cmath>
@@ -92,6 +94,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
                               "non-blocking ones are stamped when a test or wait first sees them done (no CUDA events)"
                             : "host clock: the CPU backend runs each op inside its call"}, {"cp_algo", cp_algo_name(plan.cp_algo)},
       {"cp_split", plan.cp_zigzag ? "zigzag" : "contiguous"},
+      {"routing", core::name(plan.routing)},
       {"megatron_activation_bytes", megatron_activation_bytes_per_layer(plan) * c.layers},
       {"megatron_activation_formula", "L " + megatron_activation_formula(plan)},
       {"sequence_parallel", plan.sp}, {"sp_regather", plan.sp_regather},

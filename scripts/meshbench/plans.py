@@ -8,7 +8,8 @@ report"; docs/metrics.md; docs/report.md):
 
   plan                 "tp2 x dp2 x pp2 1f1b m=4": the degrees above 1 in the run's rank order
                        (fastest-varying first, so two orders read differently), then vpp,
-                       zero, schedule and micro-batches where they matter, "sp"
+                       the cp algorithm, a MoE routing workload, zero, schedule and
+                       micro-batches where they matter, "sp"
   tokens_per_step      the global batch's tokens: step attributes global_batch x seq (what
                        step_bench divides by the step time for tokens/s)
   time.step, time.compute, time.exposed.<dim>, time.bubble, time.other
@@ -74,10 +75,13 @@ def order_dims(order):
     return got + [d for d in DIMS if d not in got]
 
 
-def plan_label(deg, order="", vpp=1, zero=0, schedule="", microbatches=1, sp=False, keep=False):
+def plan_label(deg, order="", vpp=1, zero=0, schedule="", microbatches=1, sp=False, keep=False, cp_algo="",
+               routing=""):
     """The plan as one string; degrees above 1 in rank order ('single' when all are 1). keep:
     ZeRO-3 kept its gathered units across the micro-batches ('zero3 keep'; the default under a
-    pipeline), so that the two ZeRO-3 choices are two plans."""
+    pipeline), so that the two ZeRO-3 choices are two plans. cp_algo: context parallel's
+    algorithm, named when cp > 1 ('cp2 ulysses'); routing: a MoE routing workload other than
+    the router's own ('learned'), so that plans differing only there are two plans."""
     dims = order_dims(order)
     dims += sorted(d for d in deg if d not in dims)
     parts = [" x ".join(f"{d}{deg[d]}" for d in dims if int(deg.get(d, 1) or 1) > 1) or "single"]
@@ -85,6 +89,10 @@ def plan_label(deg, order="", vpp=1, zero=0, schedule="", microbatches=1, sp=Fal
         parts.append(str(schedule or ""))
         if int(vpp or 1) > 1:
             parts.append(f"vpp={vpp}")
+    if int(deg.get("cp", 1) or 1) > 1 and cp_algo:
+        parts.append(str(cp_algo))
+    if routing and routing != "learned":
+        parts.append(str(routing))
     if int(zero or 0) > 0:
         parts.append(f"zero{zero}" + (" keep" if int(zero) == 3 and keep else ""))
     if int(microbatches or 1) > 1:
@@ -170,7 +178,9 @@ def plan_rows(runs):
         r.update(order=order, schedule=str(a.get("schedule", "")), vpp=int(a.get("vpp", 1) or 1),
                  model=_model(a), nodes=f["nodes"], ranks_per_node=f["ranks_per_node"],
                  plan=plan_label(deg, order, a.get("vpp", 1), r["zero_stage"], a.get("schedule", ""),
-                                 r.get("microbatches"), r.get("sequence_parallel"), bool(a.get("zero3_keep_params"))),
+                                 r.get("microbatches"), r.get("sequence_parallel"), bool(a.get("zero3_keep_params")),
+                                 str(a.get("cp_algo", "") or ""),
+                                 str(a.get("routing", "") or "") if int(a.get("experts", 0) or 0) > 0 else ""),
                  cross_nodes=cross_nodes(run, order))
         if a.get("global_batch") is not None and a.get("seq") is not None:
             r["tokens_per_step"] = int(a["global_batch"]) * int(a["seq"])
@@ -351,7 +361,8 @@ def point_row(rec):
            "tag": _flag(argv, "--tag", ""), "status": str(rec.get("status", "")), "ranks": int(ranks or 0),
            "order": order, "zero_stage": zero, "microbatches": m, "start_time": rec.get("start", ""),
            "plan": plan_label(deg, order, int(_flag(argv, "--vpp", 1) or 1), zero,
-                              _flag(argv, "--schedule", "1f1b"), m, "--sp" in argv)}
+                              _flag(argv, "--schedule", "1f1b"), m, "--sp" in argv, False,
+                              _flag(argv, "--cp-algo", "ring"), _flag(argv, "--routing", ""))}
     row.update({d: deg.get(d, 1) for d in DIMS})
     return row
 

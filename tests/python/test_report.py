@@ -275,3 +275,11 @@ def test_predicted_table_needs_a_prediction(cli, capsys, tmp_path):
     assert rc == 2 and "--table predicted: none of the step runs holds a prediction" in err
     rc, out, _ = run(cli, capsys, tmp_path / "s.h5")
     assert rc == 0 and "Predicted against measured" not in out
+
+
+def test_plan_label_names_the_cp_algorithm_and_a_routing_workload():
+    from meshbench.plans import plan_label
+    assert plan_label({"cp": 2}, "tp-cp-ep-dp-pp", cp_algo="ulysses") == "cp2 ulysses"
+    assert plan_label({"dp": 2}, "tp-cp-ep-dp-pp", cp_algo="ring") == "dp2"  # no cp: no algorithm
+    assert plan_label({"ep": 2}, "tp-cp-ep-dp-pp", routing="hot-expert") == "ep2 hot-expert"
+    assert plan_label({"ep": 2}, "tp-cp-ep-dp-pp", routing="learned") == "ep2"
