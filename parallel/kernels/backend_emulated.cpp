@@ -69,16 +69,78 @@ class EmulatedBackend final : public Backend<float> {
                             const float* rowmax, int N, int V) override {
     return cpu_.crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
   }
+  // The CUDA backend's chunk attention (operands.hpp chunk_batches and kernels.cuh's k_chunk_*),
+  // batch by batch and row by row.
   void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
                                int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
                                bool first) override {
-    cpu_.attention_chunk_forward(o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first);
+    const ChunkShape s{B, Tq, Tk, NH, KVH, hs, ldq, ldk, ldv, ldo, 0, 0, 0, 0};
+    const int64_t rows = int64_t(B) * NH * Tq;
+    std::vector<float> S(static_cast<size_t>(numel(s, Array::kS))), op(static_cast<size_t>(numel(s, Array::kOpair))),
+        m(static_cast<size_t>(rows)), l(static_cast<size_t>(rows));
+    const std::vector<float> Q = staged(q, numel(s, Array::kQ)), K = staged(k, numel(s, Array::kK)),
+                             V = staged(v, numel(s, Array::kV));
+    for (const GemmBatch& g : chunk_batches(s, false, 0))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), Q.data(), K.data(), S.data());
+    for (int64_t r = 0; r < rows; ++r) {  // k_chunk_softmax
+      float* p = S.data() + r * Tk;
+      const int vis = chunk_visible(int(r % Tq), Tk, q0, k0);
+      float mx = -INFINITY, sum = 0.f;
+      for (int j = 0; j < vis; ++j) mx = std::max(mx, p[j]);
+      for (int j = 0; j < vis; ++j) sum += std::exp(p[j] - mx);
+      for (int j = 0; j < Tk; ++j) p[j] = j < vis ? std::exp(p[j] - mx) : 0.f;
+      m[size_t(r)] = mx;
+      l[size_t(r)] = sum;
+    }
+    const std::vector<float> P = staged(S.data(), int64_t(S.size()));
+    for (const GemmBatch& g : chunk_batches(s, false, 1))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), P.data(), V.data(), op.data());
+    for (int64_t r = 0; r < rows; ++r) {  // k_chunk_merge, then k_chunk_lse
+      const int i = int(r % Tq), bh = int(r / Tq), b = bh / NH, h = bh % NH, vis = chunk_visible(i, Tk, q0, k0);
+      float* out = o + (int64_t(b) * Tq + i) * ldo + int64_t(h) * hs;
+      const float* acc = op.data() + (int64_t(b) * Tq + i) * NH * hs + int64_t(h) * hs;
+      const float c = vis > 0 ? m[size_t(r)] + std::log(l[size_t(r)]) : -INFINITY, lr = l[size_t(r)];
+      if (first) {
+        for (int d = 0; d < hs; ++d) out[d] = vis > 0 ? acc[d] / lr : 0.f;
+        lse[r] = c;
+        continue;
+      }
+      if (vis <= 0) continue;
+      const float old = lse[r], mx = std::max(old, c), wo = old == -INFINITY ? 0.f : std::exp(old - mx),
+                  wc = std::exp(c - mx);
+      for (int d = 0; d < hs; ++d) out[d] = (out[d] * wo + acc[d] / lr * wc) / (wo + wc);
+      lse[r] = mx + std::log(wo + wc);
+    }
   }
   void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout, int lddo,
                                 const float* D, const float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
                                 int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0) override {
-    cpu_.attention_chunk_backward(dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk,
-                                  NH, KVH, hs, q0, k0);
+    const ChunkShape s{B, Tq, Tk, NH, KVH, hs, ldq, ldk, ldv, 0, lddo, lddq, lddk, lddv};
+    const int64_t rows = int64_t(B) * NH * Tq;
+    std::vector<float> S(static_cast<size_t>(numel(s, Array::kS))), ds(S.size());
+    const std::vector<float> Q = staged(q, numel(s, Array::kQ)), K = staged(k, numel(s, Array::kK)),
+                             V = staged(v, numel(s, Array::kV)), dY = staged(dout, numel(s, Array::kDout));
+    for (const GemmBatch& g : chunk_batches(s, true, 0))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), Q.data(), K.data(), S.data());
+    for (int64_t r = 0; r < rows; ++r) {  // k_chunk_probs
+      float* p = S.data() + r * Tk;
+      const int vis = chunk_visible(int(r % Tq), Tk, q0, k0);
+      for (int j = 0; j < Tk; ++j) p[j] = j < vis ? std::exp(p[j] - lse[r]) : 0.f;
+    }
+    const std::vector<float> P = staged(S.data(), int64_t(S.size()));
+    for (const GemmBatch& g : chunk_batches(s, true, 1))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), P.data(), dY.data(), dv);
+    for (const GemmBatch& g : chunk_batches(s, true, 2))
+      for (int i = 0; i < g.count; ++i) run(batch_entry(g, i), dY.data(), V.data(), ds.data());
+    const float scale = 1.f / std::sqrt(float(hs));
+    for (int64_t r = 0; r < rows; ++r)  // k_chunk_dscore
+      for (int j = 0; j < Tk; ++j) ds[size_t(r * Tk + j)] = scale * S[size_t(r * Tk + j)] * (ds[size_t(r * Tk + j)] - D[r]);
+    const std::vector<float> dS = staged(ds.data(), int64_t(ds.size()));
+    const auto b3 = chunk_batches(s, true, 3), b4 = chunk_batches(s, true, 4);
+    for (size_t n = 0; n < b3.size(); ++n) {
+      for (int i = 0; i < b3[n].count; ++i) run(batch_entry(b3[n], i), dS.data(), K.data(), dq);
+      for (int i = 0; i < b4[n].count; ++i) run(batch_entry(b4[n], i), dS.data(), Q.data(), dk);
+    }
   }
   void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
                         int hs) override {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 namespace meshbench::parallel {
 
@@ -18,6 +19,17 @@ const char* array_name(Array a) {
     case Array::kAtt: return "att";
     case Array::kDatt: return "datt";
     case Array::kDqkv: return "dqkv";
+    case Array::kQ: return "q";
+    case Array::kK: return "k";
+    case Array::kV: return "v";
+    case Array::kO: return "o";
+    case Array::kS: return "s";
+    case Array::kDs: return "ds";
+    case Array::kOpair: return "opair";
+    case Array::kDq: return "dq";
+    case Array::kDk: return "dk";
+    case Array::kDv: return "dv";
+    case Array::kCount: break;
   }
   return "?";
 }
@@ -38,6 +50,23 @@ int64_t numel(const AttentionShape& s, Array a) {
     case Array::kQkv: case Array::kDqkv: return B * T * s.QKV();
     case Array::kAtt: case Array::kDatt: return B * NH * T * T;
     case Array::kOut: case Array::kDout: return B * T * s.C();
+    default: return 0;
+  }
+}
+
+int64_t numel(const ChunkShape& s, Array a) {
+  const int64_t B = s.B, Tq = s.Tq, Tk = s.Tk, NH = s.NH, hs = s.hs;
+  switch (a) {
+    case Array::kQ: return B * Tq * s.ldq;
+    case Array::kK: return B * Tk * s.ldk;
+    case Array::kV: return B * Tk * s.ldv;
+    case Array::kO: return B * Tq * s.ldo;
+    case Array::kDout: return B * Tq * s.lddo;
+    case Array::kDq: return B * Tq * s.lddq;
+    case Array::kDk: return B * Tk * s.lddk;
+    case Array::kDv: return B * Tk * s.lddv;
+    case Array::kS: case Array::kDs: return B * NH * Tq * Tk;
+    case Array::kOpair: return B * Tq * NH * hs;
     default: return 0;
   }
 }
@@ -119,33 +148,80 @@ bool same_but_offsets(const GemmPlan& x, const GemmPlan& y) {
 }
 }  // namespace
 
-std::vector<GemmBatch> attention_batches(const AttentionShape& s, bool backward, int which) {
-  const int G = s.NH / s.KVH;  // query heads per KV group
-  auto plan = [&](int b, int h) {
-    return backward ? attention_backward_gemms(s, b, h)[static_cast<size_t>(which)]
-                    : attention_forward_gemms(s, b, h)[static_cast<size_t>(which)];
-  };
+// Per sample b and index j inside a KV group, one batch over the groups g (query head
+// h = g NH/KVH + j); checks that every entry is the per-head plan it stands for.
+template <typename Plan>
+std::vector<GemmBatch> group_batches(int B, int NH, int KVH, const Plan& plan, const char* who) {
+  const int G = NH / KVH;  // query heads per KV group
   std::vector<GemmBatch> out;
-  for (int b = 0; b < s.B; ++b)
+  for (int b = 0; b < B; ++b)
     for (int j = 0; j < G; ++j) {
       GemmBatch g;
       g.first = plan(b, j);
-      g.count = s.KVH;
-      if (s.KVH > 1) {
+      g.count = KVH;
+      if (KVH > 1) {
         const GemmPlan second = plan(b, G + j);
         g.sa = second.a.offset - g.first.a.offset;
         g.sb = second.b.offset - g.first.b.offset;
         g.sc = second.c.offset - g.first.c.offset;
       }
-      for (int k = 0; k < s.KVH; ++k) {  // every entry is the per-head plan it stands for
+      for (int k = 0; k < KVH; ++k) {
         const GemmPlan want = plan(b, k * G + j), got = batch_entry(g, k);
         if (!same_but_offsets(want, got) || want.a.offset != got.a.offset || want.b.offset != got.b.offset ||
             want.c.offset != got.c.offset)
-          throw std::logic_error("attention_batches: the per-head GEMMs are not strided over the KV groups");
+          throw std::logic_error(std::string(who) + ": the per-head GEMMs are not strided over the KV groups");
       }
       out.push_back(g);
     }
   return out;
+}
+
+std::vector<GemmBatch> attention_batches(const AttentionShape& s, bool backward, int which) {
+  return group_batches(s.B, s.NH, s.KVH, [&](int b, int h) {
+    return backward ? attention_backward_gemms(s, b, h)[static_cast<size_t>(which)]
+                    : attention_forward_gemms(s, b, h)[static_cast<size_t>(which)];
+  }, "attention_batches");
+}
+
+std::array<GemmPlan, 2> chunk_forward_gemms(const ChunkShape& s, int b, int h) {
+  const int Tq = s.Tq, Tk = s.Tk, hs = s.hs, kvh = h / (s.NH / s.KVH);
+  const float scale = 1.f / std::sqrt(float(hs));
+  const int64_t q = int64_t(b) * Tq * s.ldq + int64_t(h) * hs, k = int64_t(b) * Tk * s.ldk + int64_t(kvh) * hs,
+                v = int64_t(b) * Tk * s.ldv + int64_t(kvh) * hs, sc = (int64_t(b) * s.NH + h) * Tq * Tk,
+                op = int64_t(b) * Tq * s.NH * hs + int64_t(h) * hs;
+  return {GemmPlan{false, true, Tq, Tk, hs, scale, 0.f, {Array::kQ, q, Tq, hs, s.ldq}, {Array::kK, k, Tk, hs, s.ldk},
+                   {Array::kS, sc, Tq, Tk, Tk}},
+          GemmPlan{false, false, Tq, hs, Tk, 1.f, 0.f, {Array::kS, sc, Tq, Tk, Tk}, {Array::kV, v, Tk, hs, s.ldv},
+                   {Array::kOpair, op, Tq, hs, s.NH * hs}}};
+}
+
+std::array<GemmPlan, 5> chunk_backward_gemms(const ChunkShape& s, int b, int h) {
+  const int Tq = s.Tq, Tk = s.Tk, hs = s.hs, kvh = h / (s.NH / s.KVH);
+  const int64_t sc = (int64_t(b) * s.NH + h) * Tq * Tk, dy = int64_t(b) * Tq * s.lddo + int64_t(h) * hs,
+                q = int64_t(b) * Tq * s.ldq + int64_t(h) * hs, k = int64_t(b) * Tk * s.ldk + int64_t(kvh) * hs,
+                v = int64_t(b) * Tk * s.ldv + int64_t(kvh) * hs, dq = int64_t(b) * Tq * s.lddq + int64_t(h) * hs,
+                dk = int64_t(b) * Tk * s.lddk + int64_t(kvh) * hs, dv = int64_t(b) * Tk * s.lddv + int64_t(kvh) * hs;
+  const std::array<GemmPlan, 2> f = chunk_forward_gemms(s, b, h);
+  return {f[0],
+          // dV (Tk x hs) += P^T dO: P stored (Tq, Tk)
+          GemmPlan{true, false, Tk, hs, Tq, 1.f, 1.f, {Array::kS, sc, Tq, Tk, Tk}, {Array::kDout, dy, Tq, hs, s.lddo},
+                   {Array::kDv, dv, Tk, hs, s.lddv}},
+          // dP (Tq x Tk) = dO V^T
+          GemmPlan{false, true, Tq, Tk, hs, 1.f, 0.f, {Array::kDout, dy, Tq, hs, s.lddo}, {Array::kV, v, Tk, hs, s.ldv},
+                   {Array::kDs, sc, Tq, Tk, Tk}},
+          // dQ (Tq x hs) += dS K
+          GemmPlan{false, false, Tq, hs, Tk, 1.f, 1.f, {Array::kDs, sc, Tq, Tk, Tk}, {Array::kK, k, Tk, hs, s.ldk},
+                   {Array::kDq, dq, Tq, hs, s.lddq}},
+          // dK (Tk x hs) += dS^T Q
+          GemmPlan{true, false, Tk, hs, Tq, 1.f, 1.f, {Array::kDs, sc, Tq, Tk, Tk}, {Array::kQ, q, Tq, hs, s.ldq},
+                   {Array::kDk, dk, Tk, hs, s.lddk}}};
+}
+
+std::vector<GemmBatch> chunk_batches(const ChunkShape& s, bool backward, int which) {
+  return group_batches(s.B, s.NH, s.KVH, [&](int b, int h) {
+    return backward ? chunk_backward_gemms(s, b, h)[static_cast<size_t>(which)]
+                    : chunk_forward_gemms(s, b, h)[static_cast<size_t>(which)];
+  }, "chunk_batches");
 }
 
 }  // namespace meshbench::parallel

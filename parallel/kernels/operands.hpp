@@ -18,7 +18,11 @@
 namespace meshbench::parallel {
 
 // The arrays an op reads or writes (the layer's argument of that name).
-enum class Array { kInp, kWeight, kOut, kDout, kDinp, kDweight, kQkv, kAtt, kDatt, kDqkv };
+enum class Array { kInp, kWeight, kOut, kDout, kDinp, kDweight, kQkv, kAtt, kDatt, kDqkv,
+                   // context-parallel chunk attention: the chunk's Q, K, V, output, the scores or
+                   // probabilities S and their gradient dS (B NH Tq Tk scratch), a pair's
+                   // unnormalised output (B Tq NH hs scratch), the input gradients
+                   kQ, kK, kV, kO, kS, kDs, kOpair, kDq, kDk, kDv, kCount };
 const char* array_name(Array a);
 
 // A rows x cols row-major block of `array` starting at element `offset`, rows `ld` apart.
@@ -47,10 +51,18 @@ struct AttentionShape {
   int C() const { return NH * hs; }
   int QKV() const { return (NH + 2 * KVH) * hs; }
 };
+// One (query chunk, key chunk) pair of context-parallel attention (Backend::
+// attention_chunk_forward/backward): Tq query rows against Tk key rows per sample, each array
+// row-major with its own leading dimension (head h at column h hs).
+struct ChunkShape {
+  int B, Tq, Tk, NH, KVH, hs;
+  int ldq, ldk, ldv, ldo, lddo, lddq, lddk, lddv;
+};
 
 // Elements of each array the op takes (what the caller allocated).
 int64_t numel(const MatmulShape& s, Array a);
 int64_t numel(const AttentionShape& s, Array a);
+int64_t numel(const ChunkShape& s, Array a);
 
 // matmul_forward: out (N,OC) = inp (N,C) @ weight (OC,C)^T + out (the bias is written first).
 GemmPlan matmul_forward_gemm(const MatmulShape& s);
@@ -82,6 +94,22 @@ GemmPlan batch_entry(const GemmBatch& g, int i);
 // batch accumulate into the same block), and each KV head still accumulates its query heads
 // j = 0, 1, ... in order. Throws std::logic_error if the per-head plans are not strided in g.
 std::vector<GemmBatch> attention_batches(const AttentionShape& s, bool backward, int which);
+
+// Chunk attention (issue 30, defect 14: one thread per query row, serial over the keys, made
+// GPU context-parallel timings meaningless), the same GEMM form as the whole attention, for
+// head h of sample b (KV head h / (NH/KVH)), scores scaled by 1/sqrt(hs). Forward: [0]
+// S = scale Q K^T (Tq x Tk), then a row kernel turns S into exp(S - m) over the visible keys
+// with the row's max m and sum l, [1] Opair = P V; a merge kernel folds Opair / l into the
+// output and its log-sum-exp. Backward: [0] S = scale Q K^T, then P = exp(S - lse) over the
+// visible keys, [1] dV += P^T dO, [2] dP = dO V^T (into dS), then dS = scale P (dP - D),
+// [3] dQ += dS K, [4] dK += dS^T Q.
+std::array<GemmPlan, 2> chunk_forward_gemms(const ChunkShape& s, int b, int h);
+std::array<GemmPlan, 5> chunk_backward_gemms(const ChunkShape& s, int b, int h);
+// Those GEMMs as strided batches over the KV groups, as attention_batches.
+std::vector<GemmBatch> chunk_batches(const ChunkShape& s, bool backward, int which);
+// The query rows' visible keys (row i of the chunk against keys from k0): min(Tk, q0 + i - k0 + 1),
+// at most Tk, <= 0 for none.
+inline int chunk_visible(int i, int Tk, int q0, int k0) { return q0 + i - k0 + 1 < Tk ? q0 + i - k0 + 1 : Tk; }
 
 // The stored extent of an operand is consistent with the GEMM (rows and cols match op(A),
 // op(B), C for M, N, K; ld >= cols; offset >= 0). The unit test checks this for every plan.

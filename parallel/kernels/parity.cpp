@@ -27,6 +27,10 @@ double parity_tolerance(const std::string& op, Precision p) {
       {"attention_forward", {1e-5, 1e-2}},              // 3.03e-3
       {"attention_forward.att", {1e-5, 6e-3}},          // 1.98e-3
       {"attention_backward", {1e-4, 1.2e-2}},           // 3.55e-3
+      {"attention_chunk_forward", {1e-5, 1e-2}},        // 3.61e-3
+      {"attention_chunk_forward.lse", {1e-5, 7e-4}},    // 2.38e-4
+      {"attention_chunk_backward.dq", {1e-4, 2.5e-3}},  // 8.61e-4
+      {"attention_chunk_backward.dkv", {1e-4, 2.5e-3}}, // 7.52e-4
       {"layernorm_forward", {1e-5, 1e-5}},
       {"layernorm_backward.dinp", {1e-5, 1e-5}},
       {"layernorm_backward.dweight", {1e-5, 1e-5}},
@@ -154,6 +158,50 @@ void parity_attention(Backend<float>& be, std::mt19937& g, const RowFn& row) {
   row("attention_forward", rel_error(get(be, O), out));
   row("attention_forward.att", rel_error(get(be, A), att));
   row("attention_backward", rel_error(get(be, DQ), dqkv));
+}
+
+// context-parallel chunk attention (GQA): the second half of a sequence (rows T/2..T-1) against
+// both halves' keys, as two pairs merged by log-sum-exp (a fully visible pair first, then the
+// causal diagonal), and the backward of both pairs accumulating into dq, dk, dv from non-zero
+// starting values; every array a strided view of packed qkv rows (as the model passes them)
+void parity_chunk_attention(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  const int Tc = T / 2, Nc = B * Tc, kOff = NH * hs, vOff = (NH + KVH) * hs;
+  auto q = randn(size_t(Nc) * QKV, g), kv0 = randn(size_t(Nc) * QKV, g), kv1 = randn(size_t(Nc) * QKV, g),
+       dy = randn(size_t(Nc) * C, g), dq0 = randn(size_t(Nc) * QKV, g), dkv00 = randn(size_t(Nc) * QKV, g),
+       dkv10 = randn(size_t(Nc) * QKV, g);
+  std::vector<float> o(size_t(Nc) * C), lse(size_t(B) * NH * Tc), D(lse.size()), dq = dq0, dkv0 = dkv00, dkv1 = dkv10;
+  const std::vector<float>* kv[2] = {&kv0, &kv1};
+  std::vector<float>* dkv[2] = {&dkv0, &dkv1};
+  for (int j = 0; j < 2; ++j)
+    attention_chunk_forward(o.data(), C, lse.data(), q.data(), QKV, kv[j]->data() + kOff, QKV, kv[j]->data() + vOff, QKV,
+                            B, Tc, Tc, NH, KVH, hs, Tc, j * Tc, j == 0);
+  attention_rowdot(D.data(), dy.data(), C, o.data(), C, B, Tc, NH, hs);
+  for (int j = 0; j < 2; ++j)
+    attention_chunk_backward(dq.data(), QKV, dkv[j]->data() + kOff, QKV, dkv[j]->data() + vOff, QKV, dy.data(), C,
+                             D.data(), lse.data(), q.data(), QKV, kv[j]->data() + kOff, QKV, kv[j]->data() + vOff, QKV,
+                             B, Tc, Tc, NH, KVH, hs, Tc, j * Tc);
+  auto Q = put(be, q), K0 = put(be, kv0), K1 = put(be, kv1), DY = put(be, dy), DQ = put(be, dq0), DK0 = put(be, dkv00),
+       DK1 = put(be, dkv10), Dd = put(be, D);
+  BackendArray<float, float> O(be, int64_t(o.size())), L(be, int64_t(lse.size()));
+  const BackendArray<float, float>* KV[2] = {&K0, &K1};
+  BackendArray<float, float>* DKV[2] = {&DK0, &DK1};
+  for (int j = 0; j < 2; ++j)
+    be.attention_chunk_forward(O.data(), C, L.data(), Q.data(), QKV, KV[j]->data() + kOff, QKV, KV[j]->data() + vOff,
+                               QKV, B, Tc, Tc, NH, KVH, hs, Tc, j * Tc, j == 0);
+  row("attention_chunk_forward", rel_error(get(be, O), o));
+  row("attention_chunk_forward.lse", rel_error(get(be, L), lse));
+  // the backward from the reference's D and lse: each side's own chunk gradients, not the forward's drift
+  auto LR = put(be, lse);
+  for (int j = 0; j < 2; ++j)
+    be.attention_chunk_backward(DQ.data(), QKV, DKV[j]->data() + kOff, QKV, DKV[j]->data() + vOff, QKV, DY.data(), C,
+                                Dd.data(), LR.data(), Q.data(), QKV, KV[j]->data() + kOff, QKV, KV[j]->data() + vOff,
+                                QKV, B, Tc, Tc, NH, KVH, hs, Tc, j * Tc);
+  row("attention_chunk_backward.dq", rel_error(get(be, DQ), dq));
+  std::vector<float> got = get(be, DK0), want = dkv0, got1 = get(be, DK1);
+  got.insert(got.end(), got1.begin(), got1.end());
+  want.insert(want.end(), dkv1.begin(), dkv1.end());
+  row("attention_chunk_backward.dkv", rel_error(got, want));
 }
 
 // layernorm: dinp, dweight, dbias accumulate
@@ -326,6 +374,7 @@ std::vector<ParityRow> layer_parity(Backend<float>& be, Precision p, unsigned se
   const RowFn row = [&](const std::string& op, double err) { rows.push_back({op, err, parity_tolerance(op, p)}); };
   parity_matmul(be, g, row);
   parity_attention(be, g, row);
+  parity_chunk_attention(be, g, row);
   parity_layernorm(be, g, row);
   parity_gelu(be, g, row);
   parity_crossentropy(be, g, row);

@@ -11,7 +11,6 @@
 
 #include "core/cli.hpp"
 #include "core/error.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "results/output_path.hpp"
 #include "step/rules.hpp"
@@ -307,10 +306,6 @@ Plan plan_of(const Options& o, int world) {
     throw UsageError("--schedule interleaved with --backend nccl: NCCL pairs point-to-point calls in posting order, and "
                      "the interleaved lists post some receives after sends their peer waits behind, which deadlocks "
                      "once a message exceeds NCCL's buffers; use --schedule 1f1b or gpipe, or --backend mpi");
-  if (o.device == "cuda" && p.degrees.cp > 1 && p.model.head_size() > cuda::kChunkMaxHeadSize)
-    throw UsageError(fmt::format("--device cuda with --mesh cp={}: head size {} (--hidden {} / --heads {}) is above "
-                                 "the CUDA chunk attention's {}", p.degrees.cp, p.model.head_size(), p.model.hidden,
-                                 p.model.heads, cuda::kChunkMaxHeadSize));
   if (!o.export_dir.empty() && o.zero > 0)
     throw UsageError(fmt::format("--export with --zero {}: exports the plain single-rank step (drop --zero)", o.zero));
   if (!o.export_dir.empty() && world > 1)

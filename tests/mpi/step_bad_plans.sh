@@ -41,10 +41,6 @@ bad 2 "--bucket-mb -1" --mesh dp=2 --bucket-mb -1
 bad 2 "--backend nccl: needs --device cuda" --mesh dp=2 --backend nccl
 bad 2 "--schedule interleaved with --backend nccl: NCCL pairs point-to-point calls in posting order" \
   --mesh pp=2 --layers 4 --schedule interleaved --vpp 2 --micro-batches 2 --backend nccl --device cuda
-# issue 30: a head size the CUDA chunk attention cannot take is a plan rule (exit 2 on every
-# rank, before any GPU is probed), not a std::runtime_error in the middle of a step
-bad 2 "--device cuda with --mesh cp=2: head size 264 (--hidden 528 / --heads 2) is above the CUDA chunk attention's 256" \
-  --device cuda --mesh cp=2 --hidden 528
 bad 2 "--inject-fault 5: no such rank" --mesh dp=2 --inject-fault 5
 bad 2 "--export" --mesh dp=2 --export "$WORK/x"
 # issue 22: inputs the run itself used to find late, or not at all

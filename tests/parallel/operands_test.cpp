@@ -110,3 +110,46 @@ TEST(Operands, AttentionBatchesStandForEveryHeadOnce) {
                              << " which=" << which;
       }
 }
+
+// Issue 30, defect 14: context parallel's chunk attention in GEMM form. Every plan stays inside
+// the arrays the caller passes (strided views of packed qkv rows, as attention.cpp passes them,
+// and the scratch the backend allocates), and the batches over the KV groups stand for every
+// head's GEMMs exactly once, their entries writing disjoint blocks.
+TEST(Operands, ChunkPlansStayInsideTheirArraysAndBatchEveryHeadOnce) {
+  auto key = [](const GemmPlan& g) {
+    return std::to_string(int(g.a.array)) + ":" + std::to_string(g.a.offset) + "/" + std::to_string(int(g.b.array)) +
+           ":" + std::to_string(g.b.offset) + "/" + std::to_string(int(g.c.array)) + ":" + std::to_string(g.c.offset);
+  };
+  for (const auto& [B, Tq, Tk, NH, KVH, hs] : std::vector<std::array<int, 6>>{{2, 35, 35, 4, 2, 16}, {1, 8, 24, 6, 3, 8},
+                                                                            {3, 16, 16, 4, 4, 32}, {1, 5, 7, 8, 1, 4}}) {
+    const int QKV = (NH + 2 * KVH) * hs, C = NH * hs;
+    const ChunkShape s{B, Tq, Tk, NH, KVH, hs, QKV, QKV, QKV, C, C, QKV, QKV, QKV};
+    // a strided view's last row ends at offset + (rows - 1) ld + cols: the arrays the caller
+    // passes start at the head's column (k at NH hs, v at (NH + KVH) hs of a qkv row)
+    auto size = [&](Array a) {
+      switch (a) {
+        case Array::kK: case Array::kDk: return int64_t(B) * Tk * QKV - NH * hs;
+        case Array::kV: case Array::kDv: return int64_t(B) * Tk * QKV - (NH + KVH) * hs;
+        default: return numel(s, a);
+      }
+    };
+    const std::string where = "B=" + std::to_string(B) + " Tq=" + std::to_string(Tq) + " Tk=" + std::to_string(Tk) +
+                              " NH=" + std::to_string(NH) + " KVH=" + std::to_string(KVH);
+    for (int backward = 0; backward < 2; ++backward)
+      for (int which = 0; which < (backward ? 5 : 2); ++which) {
+        std::multiset<std::string> want, got;
+        for (int b = 0; b < B; ++b)
+          for (int h = 0; h < NH; ++h) {
+            const GemmPlan g = backward ? chunk_backward_gemms(s, b, h)[size_t(which)] : chunk_forward_gemms(s, b, h)[size_t(which)];
+            expect_inside(g, size, where);
+            want.insert(key(g));
+          }
+        for (const GemmBatch& g : chunk_batches(s, backward != 0, which)) {
+          EXPECT_EQ(g.count, KVH);
+          for (int i = 0; i < g.count; ++i) got.insert(key(batch_entry(g, i)));
+          if (g.count > 1) EXPECT_NE(g.sc, 0) << where;
+        }
+        EXPECT_EQ(got, want) << where << " backward=" << backward << " which=" << which;
+      }
+  }
+}

@@ -35,7 +35,6 @@ namespace meshbench::parallel::cuda {
 namespace {
 
 constexpr const char* kG = "-";  // check macros: no communicator group here
-static_assert(kChunkMaxHs == kChunkMaxHeadSize, "the plan's rule (cuda_backend.hpp) must match the kernel");
 
 class CudaBackend final : public Backend<float> {
  public:
@@ -230,22 +229,55 @@ class CudaBackend final : public Backend<float> {
     MB_CHECK_LAUNCH(k_ce_finish, kG);
     return mean_loss(losses, N);
   }
+  // Context-parallel chunk attention in GEMM form (operands.hpp chunk_batches; issue 30,
+  // defect 14): strided cuBLAS batches over the KV groups and row kernels between them.
   void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
                                const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
                                bool first) override {
-    if (hs > kChunkMaxHs) throw std::runtime_error("cuda attention_chunk_forward: head size above 256");
-    k_attn_chunk_fwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
-        o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first, 1.f / std::sqrt(float(hs)));
-    MB_CHECK_LAUNCH(k_attn_chunk_fwd, kG);
+    const ChunkShape s{B, Tq, Tk, NH, KVH, hs, ldq, ldk, ldv, ldo, 0, 0, 0, 0};
+    const size_t rows = size_t(B) * NH * Tq;
+    float* S = static_cast<float*>(scratch(kChunkS, sizeof(float) * size_t(numel(s, Array::kS))));
+    float* op = static_cast<float*>(scratch(kChunkOpair, sizeof(float) * size_t(numel(s, Array::kOpair))));
+    float* m = static_cast<float*>(scratch(kChunkStats, 2 * sizeof(float) * rows));
+    float* l = m + rows;
+    Operands x = operands({{Array::kQ, q}, {Array::kK, k}, {Array::kV, v}, {Array::kS, S}, {Array::kOpair, op}}, s,
+                          Array::kS);
+    for (const GemmBatch& g : chunk_batches(s, false, 0)) gemm_batched(g, x);
+    k_chunk_softmax<<<unsigned(rows), row_threads(Tk), 0, stream_>>>(S, m, l, Tq, Tk, q0, k0);
+    MB_CHECK_LAUNCH(k_chunk_softmax, kG);
+    stage(x, Array::kS, S, numel(s, Array::kS));
+    for (const GemmBatch& g : chunk_batches(s, false, 1)) gemm_batched(g, x);
+    k_chunk_merge<<<blocks_for(rows * size_t(hs)), 256, 0, stream_>>>(o, ldo, lse, op, m, l, B, Tq, Tk, NH, hs, q0, k0,
+                                                                       first);
+    MB_CHECK_LAUNCH(k_chunk_merge, kG);
+    k_chunk_lse<<<blocks_for(rows), 256, 0, stream_>>>(lse, m, l, int(rows), Tq, Tk, q0, k0, first);
+    MB_CHECK_LAUNCH(k_chunk_lse, kG);
   }
   void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout,
                                 int lddo, const float* D, const float* lse, const float* q, int ldq, const float* k,
                                 int ldk, const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
                                 int k0) override {
-    k_attn_chunk_bwd<<<blocks_for(size_t(B) * NH * Tq), 256, 0, stream_>>>(
-        dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0,
-        1.f / std::sqrt(float(hs)));
-    MB_CHECK_LAUNCH(k_attn_chunk_bwd, kG);
+    const ChunkShape s{B, Tq, Tk, NH, KVH, hs, ldq, ldk, ldv, 0, lddo, lddq, lddk, lddv};
+    const size_t rows = size_t(B) * NH * Tq;
+    float* S = static_cast<float*>(scratch(kChunkS, sizeof(float) * size_t(numel(s, Array::kS))));
+    float* ds = static_cast<float*>(scratch(kChunkDs, sizeof(float) * size_t(numel(s, Array::kDs))));
+    Operands x = operands({{Array::kQ, q}, {Array::kK, k}, {Array::kV, v}, {Array::kDout, dout}, {Array::kS, S},
+                           {Array::kDs, ds}, {Array::kDq, dq}, {Array::kDk, dk}, {Array::kDv, dv}}, s, Array::kS,
+                          Array::kDs);
+    for (const GemmBatch& g : chunk_batches(s, true, 0)) gemm_batched(g, x);
+    k_chunk_probs<<<unsigned(rows), row_threads(Tk), 0, stream_>>>(S, lse, Tq, Tk, q0, k0);
+    MB_CHECK_LAUNCH(k_chunk_probs, kG);
+    stage(x, Array::kS, S, numel(s, Array::kS));
+    for (const GemmBatch& g : chunk_batches(s, true, 1)) gemm_batched(g, x);  // dV += P^T dO
+    for (const GemmBatch& g : chunk_batches(s, true, 2)) gemm_batched(g, x);  // dP = dO V^T
+    k_chunk_dscore<<<unsigned(rows), row_threads(Tk), 0, stream_>>>(ds, S, D, Tk, 1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_chunk_dscore, kG);
+    stage(x, Array::kDs, ds, numel(s, Array::kDs));
+    const auto b3 = chunk_batches(s, true, 3), b4 = chunk_batches(s, true, 4);
+    for (size_t i = 0; i < b3.size(); ++i) {  // per (b, j): dQ, then dK (every entry its own KV head)
+      gemm_batched(b3[i], x);
+      gemm_batched(b4[i], x);
+    }
   }
   void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
                         int hs) override {
@@ -448,9 +480,9 @@ class CudaBackend final : public Backend<float> {
   // The base pointer of every array a plan names: fp32 for outputs and in fp32 mode, the
   // staged bf16 copy for GEMM inputs in bf16 mode.
   struct Operands {
-    const void* in[10] = {};
-    float* out[10] = {};
-    int next_slot = 0;
+    const void* in[int(Array::kCount)] = {};
+    float* out[int(Array::kCount)] = {};
+    int next_slot = 0;  // the next bf16 staging slot (0 .. kStagingSlots - 1)
   };
   struct Named {
     Array a;
@@ -466,7 +498,8 @@ class CudaBackend final : public Backend<float> {
       x.out[i] = const_cast<float*>(n.p);
       x.in[i] = n.p;
       const bool input = n.a == Array::kInp || n.a == Array::kWeight || n.a == Array::kDout ||
-                         n.a == Array::kQkv || n.a == Array::kAtt || n.a == Array::kDatt;
+                         n.a == Array::kQkv || n.a == Array::kAtt || n.a == Array::kDatt || n.a == Array::kQ ||
+                         n.a == Array::kK || n.a == Array::kV || n.a == Array::kS || n.a == Array::kDs;
       // Arrays a kernel of this op writes before a GEMM reads them are staged later (stage()).
       if (p_ == Precision::kBf16 && input && n.p != nullptr && n.a != later1 && n.a != later2) {
         if (n.a == Array::kWeight)
@@ -480,6 +513,7 @@ class CudaBackend final : public Backend<float> {
   // In bf16 mode: the whole of array `a` (n elements) converted into the next scratch slot.
   void stage(Operands& x, Array a, const float* p, int64_t n) {
     if (p_ != Precision::kBf16) return;
+    if (x.next_slot >= kStagingSlots) throw std::logic_error("cuda backend: more staged GEMM inputs than staging slots");
     auto* dst = static_cast<__nv_bfloat16*>(scratch(x.next_slot++, sizeof(__nv_bfloat16) * size_t(n)));
     convert(dst, p, n);
     x.in[int(a)] = dst;
@@ -575,8 +609,11 @@ class CudaBackend final : public Backend<float> {
   unsigned long long* bad_ = nullptr;  // k_adamw's count of non-finite gradient elements
   std::vector<Alloc> sizes_;
   std::vector<Mirror> mirrors_;
-  Scratch scratch_[5];  // 0-3: GEMM operands converted to bf16; kReduceSlot: column-sum tiles
-  static constexpr int kReduceSlot = 4;
+  // 0 .. kStagingSlots-1: GEMM operands converted to bf16 (chunk attention's backward stages
+  // six: Q, K, V, dO, P, dS); kReduceSlot: column-sum tiles; kChunk*: chunk attention's scores,
+  // score gradients, a pair's output and its rows' max and sum.
+  static constexpr int kStagingSlots = 6, kReduceSlot = 6, kChunkS = 7, kChunkDs = 8, kChunkOpair = 9, kChunkStats = 10;
+  Scratch scratch_[11];
   // Row tiles of a column sum: at least 64 rows each, at most 65535 tiles (the grid's y).
   struct ColTiles {
     int rows, tiles;

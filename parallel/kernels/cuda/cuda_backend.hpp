@@ -23,10 +23,6 @@ namespace meshbench::parallel::cuda {
 using Precision = parallel::Precision;
 using ParityRow = parallel::ParityRow;
 
-// The largest head size the CUDA context-parallel chunk attention takes (its per-thread
-// accumulator, kernels.cuh); the plan refuses larger ones with --device cuda and cp > 1.
-inline constexpr int kChunkMaxHeadSize = 256;
-
 // True when a GPU is usable; otherwise why not in `why` (compute::probe_gpus() tells "no
 // GPU" from "a GPU CUDA cannot use", e.g. a driver older than the runtime).
 bool available(std::string* why);

@@ -276,74 +276,79 @@ __global__ void k_ce_finish(float* probs, float* losses, const float* sumexp, co
   for (int j = threadIdx.x; j < V; j += blockDim.x) probs[n * V + j] *= inv;
   if (threadIdx.x == 0) losses[n] = logf(sumexp[n]) - (tlogit[n] - rowmax[n]);
 }
-// Context-parallel attention between chunks (layers.hpp), one thread per (b, h, query row):
-// a streaming softmax over the visible keys, then the log-sum-exp merge into o / lse. Plain
-// and slow (no tiling): the CPU path is the reference; hs <= kChunkMaxHs.
-constexpr int kChunkMaxHs = 256;  // cuda_backend.hpp's kChunkMaxHeadSize (backend_cuda.cu asserts it)
-__global__ void k_attn_chunk_fwd(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
-                                 const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
-                                 int k0, bool first, float scale) {
-  const size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (idx >= size_t(B) * NH * Tq) return;
-  const int i = int(idx % Tq), bh = int(idx / Tq), b = bh / NH, h = bh % NH, kvh = h / (NH / KVH);
-  const float* qr = q + (size_t(b) * Tq + i) * ldq + size_t(h) * hs;
-  const int vis = min(Tk, q0 + i - k0 + 1);
-  float acc[kChunkMaxHs];
-  for (int d = 0; d < hs; ++d) acc[d] = 0.f;
-  float m = -INFINITY, s = 0.f;
-  for (int j = 0; j < vis; ++j) {
-    const float* kr = k + (size_t(b) * Tk + j) * ldk + size_t(kvh) * hs;
-    const float* vr = v + (size_t(b) * Tk + j) * ldv + size_t(kvh) * hs;
-    float sc = 0.f;
-    for (int d = 0; d < hs; ++d) sc += qr[d] * kr[d];
-    sc *= scale;
-    const float mn = fmaxf(m, sc), corr = expf(m - mn), e = expf(sc - mn);
-    s = s * corr + e;
-    for (int d = 0; d < hs; ++d) acc[d] = acc[d] * corr + e * vr[d];
-    m = mn;
+// Context-parallel attention between chunks (layers.hpp) in GEMM form (operands.hpp
+// chunk_forward_gemms / chunk_backward_gemms; issue 30, defect 14): the row kernels between the
+// cuBLAS batches. One block per row (b, h, query row i) of the B NH Tq x Tk scores; row i sees
+// the keys j < min(Tk, q0 + i - k0 + 1).
+// Forward: S (scaled scores) -> exp(S - m) on the visible keys (0 elsewhere), the row's max m
+// and sum l kept for the merge.
+__global__ void k_chunk_softmax(float* S, float* m, float* l, int Tq, int Tk, int q0, int k0) {
+  const size_t row = blockIdx.x;
+  const int i = int(row % Tq), vis = min(Tk, q0 + i - k0 + 1);
+  float* p = S + row * Tk;
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < vis; j += blockDim.x) mx = fmaxf(mx, p[j]);
+  mx = block_max(mx);
+  float s = 0;
+  for (int j = threadIdx.x; j < vis; j += blockDim.x) s += expf(p[j] - mx);
+  s = block_sum(s);
+  for (int j = threadIdx.x; j < Tk; j += blockDim.x) p[j] = j < vis ? expf(p[j] - mx) : 0.f;
+  if (threadIdx.x == 0) {
+    m[row] = mx;
+    l[row] = s;
   }
-  float* out = o + (size_t(b) * Tq + i) * ldo + size_t(h) * hs;
-  float* l = lse + size_t(bh) * Tq + i;
-  const float c = vis > 0 ? m + logf(s) : -INFINITY;
+}
+// Forward: the pair's output Opair / l (rows of NH hs per query row) folded into o with the
+// weights of the old and the pair's log-sum-exp, one thread per (b, h, i, d); `first`: the
+// row's first pair writes it. The log-sum-exp itself is updated after (k_chunk_lse), so every
+// d of a row reads the old one.
+__global__ void k_chunk_merge(float* o, int ldo, const float* lse, const float* op, const float* m, const float* l,
+                              int B, int Tq, int Tk, int NH, int hs, int q0, int k0, bool first) {
+  const size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (idx >= size_t(B) * NH * Tq * hs) return;
+  const int d = int(idx % hs);
+  const size_t row = idx / hs;  // (b, h, i)
+  const int i = int(row % Tq), bh = int(row / Tq), b = bh / NH, h = bh % NH;
+  const int vis = min(Tk, q0 + i - k0 + 1);
+  float* out = o + (size_t(b) * Tq + i) * ldo + size_t(h) * hs + d;
+  const float acc = op[(size_t(b) * Tq + i) * size_t(NH) * hs + size_t(h) * hs + d];
   if (first) {
-    for (int d = 0; d < hs; ++d) out[d] = vis > 0 ? acc[d] / s : 0.f;
-    *l = c;
+    *out = vis > 0 ? acc / l[row] : 0.f;
     return;
   }
   if (vis <= 0) return;
-  const float old = *l, mx = fmaxf(old, c), wo = old == -INFINITY ? 0.f : expf(old - mx), wc = expf(c - mx),
-              tot = wo + wc;
-  for (int d = 0; d < hs; ++d) out[d] = (out[d] * wo + acc[d] / s * wc) / tot;
-  *l = mx + logf(tot);
+  const float c = m[row] + logf(l[row]), old = lse[row], mx = fmaxf(old, c),
+              wo = old == -INFINITY ? 0.f : expf(old - mx), wc = expf(c - mx);
+  *out = (*out * wo + acc / l[row] * wc) / (wo + wc);
 }
-__global__ void k_attn_chunk_bwd(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout,
-                                 int lddo, const float* D, const float* lse, const float* q, int ldq, const float* k,
-                                 int ldk, const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs,
-                                 int q0, int k0, float scale) {
-  const size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  if (idx >= size_t(B) * NH * Tq) return;
-  const int i = int(idx % Tq), bh = int(idx / Tq), b = bh / NH, h = bh % NH, kvh = h / (NH / KVH);
-  const float* qr = q + (size_t(b) * Tq + i) * ldq + size_t(h) * hs;
-  const float* dyr = dout + (size_t(b) * Tq + i) * lddo + size_t(h) * hs;
-  float* dqr = dq + (size_t(b) * Tq + i) * lddq + size_t(h) * hs;
-  const float l = lse[size_t(bh) * Tq + i], Di = D[size_t(bh) * Tq + i];
-  const int vis = min(Tk, q0 + i - k0 + 1);
-  for (int j = 0; j < vis; ++j) {
-    const size_t kv = (size_t(b) * Tk + j);
-    const float* kr = k + kv * ldk + size_t(kvh) * hs;
-    const float* vr = v + kv * ldv + size_t(kvh) * hs;
-    float sc = 0.f, dp = 0.f;
-    for (int d = 0; d < hs; ++d) {
-      sc += qr[d] * kr[d];
-      dp += dyr[d] * vr[d];
-    }
-    const float p = expf(sc * scale - l), ds = p * (dp - Di);
-    for (int d = 0; d < hs; ++d) {
-      dqr[d] += scale * ds * kr[d];
-      atomicAdd(&dk[kv * lddk + size_t(kvh) * hs + d], scale * ds * qr[d]);
-      atomicAdd(&dv[kv * lddv + size_t(kvh) * hs + d], p * dyr[d]);
-    }
+// Forward, after k_chunk_merge: each row's log-sum-exp over the keys seen so far.
+__global__ void k_chunk_lse(float* lse, const float* m, const float* l, int rows, int Tq, int Tk, int q0, int k0,
+                            bool first) {
+  const size_t row = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  if (row >= size_t(rows)) return;
+  const int i = int(row % Tq), vis = min(Tk, q0 + i - k0 + 1);
+  const float c = vis > 0 ? m[row] + logf(l[row]) : -INFINITY;
+  if (first) {
+    lse[row] = c;
+    return;
   }
+  if (vis <= 0) return;
+  const float old = lse[row], mx = fmaxf(old, c), wo = old == -INFINITY ? 0.f : expf(old - mx), wc = expf(c - mx);
+  lse[row] = mx + logf(wo + wc);
+}
+// Backward: S (scaled scores) -> P = exp(S - lse) on the visible keys, 0 elsewhere.
+__global__ void k_chunk_probs(float* S, const float* lse, int Tq, int Tk, int q0, int k0) {
+  const size_t row = blockIdx.x;
+  const int i = int(row % Tq), vis = min(Tk, q0 + i - k0 + 1);
+  float* p = S + row * Tk;
+  const float l = lse[row];
+  for (int j = threadIdx.x; j < Tk; j += blockDim.x) p[j] = j < vis ? expf(p[j] - l) : 0.f;
+}
+// Backward: dS = scale P (dP - D) with D the row's sum of dO o (attention_rowdot).
+__global__ void k_chunk_dscore(float* ds, const float* P, const float* D, int Tk, float scale) {
+  const size_t row = blockIdx.x;
+  const float Di = D[row];
+  for (int j = threadIdx.x; j < Tk; j += blockDim.x) ds[row * Tk + j] = scale * P[row * Tk + j] * (ds[row * Tk + j] - Di);
 }
 __global__ void k_attn_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
                               int hs) {
