@@ -15,7 +15,8 @@
 // max(its post, the matching send's post) + the transfer; the time before the sender posted
 // is bubble, the transfer is exposed pp time (metrics.hpp's split). --progress thread (data
 // parallel only) overlaps the bucket reductions with the last backward ideally.
-// Not here: memory (step/plan_memory.hpp), the calibration's reading (calibration.hpp).
+// Not here: the op and call lists it walks (op_list.hpp), memory (step/plan_memory.hpp), the
+// calibration's reading (calibration.hpp).
 #pragma once
 
 #include <array>
@@ -24,59 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "model/model.hpp"
 #include "predict/calibration.hpp"
-#include "vocab/op.hpp"
+#include "predict/op_list.hpp"
 #include "vocab/plan.hpp"
 
 namespace meshbench::parallel {
-
-// The options of pipeline rank `pp_rank`'s model under the plan (tp, cp, ep rank 0: every
-// rank's sizes are the same): ZeRO's layout, the stage. plan_memory and the step model use it.
-GptOptions plan_rank_options(const Plan& plan, int pp_rank);
-
-// One entry of a pass: a compute op (its kind, part, GEMM shape, and units: FLOPs for a GEMM
-// or attention, elements for the elementwise ops) or a communication call (its dimension,
-// collective, payload S and group size).
-struct PassItem {
-  bool comm = false;
-  Op op = Op::kMatmul;
-  std::string part;
-  char phase = 'F';
-  int m = 0, n = 0, k = 0;
-  double units = 0;
-  std::string dim, collective;
-  uint64_t bytes = 0;
-  int group = 1;
-};
-
-// The items of one pass (phase 'F' or 'B') of model chunk `chunk` of pipeline rank `pp_rank`,
-// in the order the model runs them. `last_micro`: the backward of the last micro-batch (SP's
-// norm sums; ZeRO-3's gathers as kept or not).
-std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char phase, bool first_micro, bool last_micro);
-
-// One step's compute ops of pipeline rank `pp_rank` summed per (op, phase, part): units and
-// calls (the op list --op-list prints; scripts/calibrate --compute divides measured op times
-// by these units). GEMMs are listed per shape.
-struct OpTotal {
-  Op op;
-  char phase;
-  std::string part;
-  int m = 0, n = 0, k = 0;
-  double units = 0, calls = 0;
-};
-std::vector<OpTotal> step_op_list(const Plan& plan, int pp_rank);
-
-// One step's communication calls of pipeline rank `pp_rank` per (dim, collective, phase,
-// payload, group size), without the pipeline's point-to-point messages (--op-list's comm_list).
-struct CommTotal {
-  std::string dim, collective;
-  char phase = 'F';
-  uint64_t bytes = 0;
-  int group = 1;
-  double calls = 0;
-};
-std::vector<CommTotal> step_comm_list(const Plan& plan, int pp_rank);
 
 struct RankPrediction {
   int pp_rank = 0;

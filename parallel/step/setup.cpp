@@ -8,6 +8,7 @@
 #include "core/routing.hpp"
 #include "core/timer.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
+#include "predict/op_list.hpp"
 #include "step/rules.hpp"
 
 namespace meshbench::parallel {
@@ -141,7 +142,7 @@ void apply_pipeline_parallel(Setup& st, const Options& o, const Plan& plan, int 
   // The tied embedding's two copies (first and last stage) sum their gradients.
   if (plan.model.tied) st.embedding_comm = group_comm(st, o, GroupKind::kEmbedding, "embedding", rank, device);
   st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), plan.degrees.pp, pp_rank, plan.vpp};
-  st.actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
+  st.actions = rank_actions(plan, pp_rank);  // the step model walks the same list (predict/op_list.hpp)
 }
 
 }  // namespace
@@ -159,7 +160,7 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   const ExpertGrads experts = plan.experts_placed() ? apply_expert_parallel(st, o, plan, rank, be, device) : ExpertGrads{};
   st.dp_rank = index_in(st, GroupKind::kDp, rank);  // a rank's data: its dp index's samples (cp ranks share them)
   if (d.dp * d.cp > 1 || plan.zero > 0) apply_data_parallel(st, o, plan, rank, device, experts);
-  st.actions = accumulation_schedule(plan.micro_batches);
+  st.actions = rank_actions(plan, 0);
   if (d.pp > 1) apply_pipeline_parallel(st, o, plan, rank, device);
 }
 

@@ -1,0 +1,78 @@
+// The step as lists the step model walks (predict.hpp): each pipeline rank's executor action
+// list (the schedule generators), and per forward or backward of a model chunk the ops and
+// communication calls of the model's wiring in the order it runs them (pass_items: GEMMs with
+// their shapes, attention, elementwise ops with their element counts, the TP/SP, CP, EP
+// exchanges, ZeRO-3's gathers), then the gradient sync and the optimizer (sync_items).
+// mpi.predict_op_list proves them equal to a profiled run's events (tests/mpi/op_list_check.py).
+// Not here: durations (predict.hpp, calibration.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model.hpp"
+#include "pipeline_parallel/schedule.hpp"
+#include "vocab/op.hpp"
+#include "vocab/plan.hpp"
+
+namespace meshbench::parallel {
+
+// The options of pipeline rank `pp_rank`'s model under the plan (tp, cp, ep rank 0: every
+// rank's sizes are the same): ZeRO's layout, the stage. plan_memory and the step model use it.
+GptOptions plan_rank_options(const Plan& plan, int pp_rank);
+
+// One entry of a pass: a compute op (its kind, part, GEMM shape, and units: FLOPs for a GEMM
+// or attention, elements for the elementwise ops) or a communication call (its dimension,
+// collective, payload S and group size).
+struct PassItem {
+  bool comm = false;
+  Op op = Op::kMatmul;
+  std::string part;
+  char phase = 'F';
+  int m = 0, n = 0, k = 0;
+  double units = 0;
+  std::string dim, collective;
+  uint64_t bytes = 0;
+  int group = 1;
+};
+
+// The items of one pass (phase 'F' or 'B') of model chunk `chunk` of pipeline rank `pp_rank`,
+// in the order the model runs them. `last_micro`: the backward of the last micro-batch (SP's
+// norm sums; ZeRO-3's gathers as kept or not).
+std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char phase, bool first_micro, bool last_micro);
+
+// One step's compute ops of pipeline rank `pp_rank` summed per (op, phase, part): units and
+// calls (the op list --op-list prints; scripts/calibrate --compute divides measured op times
+// by these units). GEMMs are listed per shape.
+struct OpTotal {
+  Op op;
+  char phase;
+  std::string part;
+  int m = 0, n = 0, k = 0;
+  double units = 0, calls = 0;
+};
+std::vector<OpTotal> step_op_list(const Plan& plan, int pp_rank);
+
+// One step's communication calls of pipeline rank `pp_rank` per (dim, collective, phase,
+// payload, group size), without the pipeline's point-to-point messages (--op-list's comm_list).
+struct CommTotal {
+  std::string dim, collective;
+  char phase = 'F';
+  uint64_t bytes = 0;
+  int group = 1;
+  double calls = 0;
+};
+std::vector<CommTotal> step_comm_list(const Plan& plan, int pp_rank);
+
+// The gradient sync after the last backward (the executor's kGradSync) and the optimizer's
+// items of pipeline rank `pp_rank`.
+struct SyncItems {
+  std::vector<PassItem> grad_sync, optimizer;
+};
+SyncItems sync_items(const Plan& plan, int pp_rank);
+
+// The executor's action list of pipeline rank `pp_rank` (as step/setup.cpp makes it).
+std::vector<Action> rank_actions(const Plan& plan, int pp_rank);
+
+}  // namespace meshbench::parallel
