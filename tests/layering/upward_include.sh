@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one-way layering of src/ (core <- compute <- comm <- results) and of parallel/ (vocab <-
 # kernels <- {tensor_parallel, context_parallel, expert_parallel} <- model <- {pipeline_parallel,
-# data_parallel} <- zero <- executor <- metrics <- report <- step) fails the build when broken:
+# data_parallel} <- zero <- executor <- metrics <- report <- predict <- step) fails the build when broken:
 # 1. compile time: through each layer's include root (build/layers/<layer>/), a header of the
 #    layer itself or of a lower one preprocesses, and one of a higher layer is "No such file";
 # 2. configure time: cmake/check_layering.cmake passes on src/ and stops with FATAL_ERROR,
@@ -54,7 +54,8 @@ echo "ok   [layering]: check_layering.cmake passes on src/, refuses an upward an
 declare -A DEPS PPROBE=([vocab]=vocab/plan.hpp [kernels]=kernels/layers.hpp [tensor_parallel]=tensor_parallel/linear.hpp
   [context_parallel]=context_parallel/attention.hpp [expert_parallel]=expert_parallel/moe.hpp [model]=model/model.hpp
   [pipeline_parallel]=pipeline_parallel/schedule.hpp [data_parallel]=data_parallel/data_parallel.hpp [zero]=zero/zero.hpp
-  [executor]=executor/executor.hpp [metrics]=metrics/metrics.hpp [report]=report/console.hpp [step]=step/options.hpp)
+  [executor]=executor/executor.hpp [metrics]=metrics/metrics.hpp [report]=report/console.hpp [predict]=predict/predict.hpp
+  [step]=step/options.hpp)
 FOLDERS=()
 while IFS=: read -r f d; do
   FOLDERS+=("$f"); DEPS[$f]="$f $d"
