@@ -90,7 +90,6 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
   std::map<std::tuple<char, int, int>, double> posted;
   std::map<int, double> arrived;  // at the gradient sync (the embedding group's all-reduce)
   const bool tied_pair = P > 1 && plan.model.tied;
-  const int Vs = plan.vpp;
   // A collective also waits for the group's last rank to arrive: on average over the ranks,
   // half the arrival skew, which grows with the compute since the group last met (calibration.hpp).
   const double skew = std::isfinite(cal.arrival_skew) ? cal.arrival_skew : 0.0;
@@ -164,7 +163,6 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
       }
     }
   }
-  (void)Vs;
   for (const RankState& s : ranks)
     if (s.next < s.actions.size())
       throw core::RuntimeFault(fmt::format("predict: pipeline rank {} waits forever at action {} of its list (a "
