@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "comm/watched_comm.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 
@@ -197,6 +198,8 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
     loss = run.loss_sum() / env.plan.micro_batches;  // this rank's part of the mean over its micro-batches
   }
   if (env.pipe && env.pipe->stages > 1) {  // the stages' parts summed, on every stage, off the clock
+    // watched: a stage that stops while its peer sums here must end the run (exit 3), not hang it
+    comm::WatchScope w(env.watch, "MPI_Allreduce (pipeline loss)", sizeof loss, "pp");
     MB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &loss, 1, MPI_DOUBLE, MPI_SUM, env.pipe->pp->mpi_comm()), "pp");
   }
   return loss;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/op_watch.hpp"
 #include "model/model.hpp"
 #include "pipeline_parallel/exchange.hpp"
 #include "pipeline_parallel/schedule.hpp"
@@ -29,6 +30,7 @@ struct StepEnv {
   int dp_rank;          // this rank's index in the dp x cp group
   AdamWConfig adam;
   PipeEnv* pipe = nullptr;  // pipeline parallel; null without
+  core::OpWatch* watch = nullptr;  // --op-timeout: the raw MPI call of the pipeline's loss sum is watched too
 };
 
 // Runs `actions` as step `step` (data index `data_step`; AdamW step t = adam_t) and returns

@@ -66,6 +66,7 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
 
   StepEnv<float> env{*st.model, st.sync.get(), st.trace, plan, data_kind(o), o.seed, st.dp_rank, o.adam};
   env.pipe = st.pipe ? &*st.pipe : nullptr;
+  env.watch = st.watch;
   r.check = run_check(o, st, env, out, r.check_rows);
   mb::results::RunContext ctx = make_context(o, plan, l.cp, argc, argv, l.topo);
   std::string problem;
