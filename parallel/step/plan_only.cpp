@@ -64,7 +64,8 @@ nlohmann::ordered_json prediction_json(const Prediction& p) {
 nlohmann::ordered_json op_list_json(const Plan& plan) {
   nlohmann::ordered_json v = nlohmann::ordered_json::array();
   for (const OpTotal& o : step_op_list(plan, 0)) {
-    const bool flops = o.op == Op::kMatmul || o.op == Op::kAttention;
+    // attention counts FLOPs, except its rowdot (D = rowsum(dO o): elements, as the elementwise ops)
+    const bool flops = o.op == Op::kMatmul || (o.op == Op::kAttention && o.part != "rowdot");
     v.push_back({{"op", op_name(o.op)}, {"phase", std::string(1, o.phase)}, {"part", o.part},
                  {"elements", flops ? 0.0 : o.units}, {"flops", flops ? o.units : 0.0},
                  {"m", o.m}, {"n", o.n}, {"k", o.k}, {"calls", o.calls}});
