@@ -235,21 +235,23 @@ Timing Calibration::collective(const std::string& coll, int group_size, uint64_t
 }
 
 Timing Calibration::gemm(const std::string& part, int m, int n, int k) const {
-  const double fl = 2.0 * m * n * k;
+  // A row's seconds are per call of its op, which may run several GEMMs of the shape (a
+  // backward's dinput and dweight): its flops over 2 m n k. A shape not measured is scaled
+  // from the part's row nearest in m n k by the ratio of their FLOPs.
+  const double mnk = double(m) * n * k;
   const GemmTime* best = nullptr;
   double dist = std::numeric_limits<double>::infinity();
   for (const GemmTime& g : gemms) {
     if (g.part != part) continue;
     if (g.m == m && g.n == n && g.k == k) return {g.seconds, false};
-    const double d = std::fabs(std::log(std::max(g.flops, 1.0) / std::max(fl * (part == "bwd" ? 2 : 1), 1.0)));
+    const double d = std::fabs(std::log(std::max(double(g.m) * g.n * g.k, 1.0) / std::max(mnk, 1.0)));
     if (d < dist) dist = d, best = &g;
   }
   if (best == nullptr)
     throw UsageError(fmt::format("--predict {}: no measured GEMM of part '{}' (needed for {} x {} x {}); measure the "
                                  "compute rates with scripts/calibrate --compute",
                                  path, part, m, n, k));
-  const double want = fl * (part == "bwd" ? 2 : 1);
-  return {best->seconds * want / std::max(best->flops, 1.0), true};
+  return {best->seconds * mnk / std::max(double(best->m) * best->n * best->k, 1.0), true};
 }
 
 double Calibration::rate(const std::string& op, char phase, const std::string& part) const {

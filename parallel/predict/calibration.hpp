@@ -74,8 +74,9 @@ struct Calibration {
   // nearer in log size, beyond them the end one, extrapolated). Throws UsageError naming
   // the collective, group size and fabric when no fit matches or several tags do.
   Timing collective(const std::string& collective, int group_size, uint64_t bytes, const std::string& tag) const;
-  // A GEMM of `part` (m x k)(k x n): the measured time of that shape, else the nearest
-  // measured shape of that part in FLOPs scaled by the FLOP ratio (extrapolated). Throws
+  // A GEMM of `part` (m x k)(k x n): the measured time of that shape (per call of its op,
+  // every GEMM of the call included: a backward's two), else the part's measured shape nearest
+  // in m n k scaled by the ratio of m n k (extrapolated). Throws
   // UsageError when the file holds no GEMM of the part.
   Timing gemm(const std::string& part, int m, int n, int k) const;
   // Seconds per unit of (op, phase, part). Throws UsageError when the file has no rate for it.

@@ -52,6 +52,7 @@ class PassBuilder {
     it.part = part;
     it.phase = ph_;
     it.units = units;
+    it.idle = idle_, it.idle_dim = idle_ > 0 ? idle_dim_ : "";
     items.push_back(std::move(it));
   }
   // A GEMM as linear.cpp's call(): (M x K)(K x N), `gemms` GEMMs of that shape.
@@ -62,6 +63,7 @@ class PassBuilder {
     it.phase = ph_;
     it.m = M, it.n = Nout, it.k = K;
     it.units = gemms * 2.0 * M * Nout * K;
+    it.idle = idle_, it.idle_dim = idle_ > 0 ? idle_dim_ : "";
     items.push_back(std::move(it));
   }
   void comm(const char* dim, const char* coll, uint64_t bytes, int group) {
@@ -254,6 +256,11 @@ class PassBuilder {
     // all-to-all-v payload: this rank's blocks (sent and received, its own included); timed by
     // the all-to-all fit at the larger of what it sends and what it receives
     const uint64_t moved = uint64_t(std::max(double(N) * k, local_rows) * C * kSb);
+    // The ops that scale with the rows this rank's experts compute run longer on the busiest
+    // EP rank (these items) than on the group's mean rank, which holds N k rows (every rank's
+    // N tokens choose k experts): the mean rank waits the difference at the next all-to-all.
+    const double idle = ep > 1 && local_rows > 0 ? std::max(0.0, 1.0 - double(N) * k / local_rows) : 0.0;
+    auto uneven = [&](bool on) { idle_ = on ? idle : 0.0, idle_dim_ = "ep"; };
     auto experts = [&](const char* part, bool up, double gemms) {
       for (double r : rows) {
         const int m = int(std::lround(r));
@@ -268,30 +275,32 @@ class PassBuilder {
       if (ep > 1) {
         comm("ep", "all_to_all", uint64_t(E) * kSb, ep);  // the counts
         comm("ep", "all_to_allv", moved, ep);
+        uneven(true);
         op(Op::kPermute, "", local_rows * C);
       }
+      uneven(true);
       experts("expert.fc.fwd", true, 1);
       op(Op::kGelu, "", local_rows * Fl);
       experts("expert.proj.fwd", false, 1);
-      if (ep > 1) {
-        op(Op::kPermute, "", local_rows * C);
-        comm("ep", "all_to_allv", moved, ep);
-      }
+      if (ep > 1) op(Op::kPermute, "", local_rows * C);
+      uneven(false);
+      if (ep > 1) comm("ep", "all_to_allv", moved, ep);
       op(Op::kPermute, "", double(N) * k * C);
       return;
     }
     op(Op::kPermute, "", double(N) * k * C);
     if (ep > 1) {
       comm("ep", "all_to_allv", moved, ep);
+      uneven(true);
       op(Op::kPermute, "", local_rows * C);
     }
+    uneven(true);
     experts("expert.proj.bwd", false, 2);
     op(Op::kGelu, "", local_rows * Fl);
     experts("expert.fc.bwd", true, 2);
-    if (ep > 1) {
-      op(Op::kPermute, "", local_rows * C);
-      comm("ep", "all_to_allv", moved, ep);
-    }
+    if (ep > 1) op(Op::kPermute, "", local_rows * C);
+    uneven(false);
+    if (ep > 1) comm("ep", "all_to_allv", moved, ep);
     op(Op::kPermute, "", double(N) * k * C);
     op(Op::kRouter, "", double(N) * E);
     gemm("router.bwd", N, E, C, 2);
@@ -372,6 +381,8 @@ class PassBuilder {
   int t_;
   bool sp_;
   char ph_;
+  double idle_ = 0;           // PassItem::idle of the items added now
+  const char* idle_dim_ = "";
 };
 
 // ZeRO-3's gathers and reductions around a unit (zero.hpp): gathered before each use unless

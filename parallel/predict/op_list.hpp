@@ -35,6 +35,11 @@ struct PassItem {
   std::string dim, collective;
   uint64_t bytes = 0;
   int group = 1;
+  // Uneven work across a group (expert parallel under a skewed routing: the items describe the
+  // busiest rank): the share of this compute item's time that the group's mean rank spends
+  // waiting for the busiest at the next exchange of dimension `idle_dim` (0: even work).
+  double idle = 0;
+  std::string idle_dim;
 };
 
 // The items of one pass (phase 'F' or 'B') of model chunk `chunk` of pipeline rank `pp_rank`,

@@ -103,6 +103,10 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
       } else {
         s.pred.compute_s += dt;
         s.since_sync += dt;
+        if (it.idle > 0) {  // the group's mean rank waits this share at the next exchange
+          s.pred.exposed[it.idle_dim] += it.idle * dt;
+          s.pred.compute_s -= it.idle * dt;
+        }
       }
       s.t += dt;
       s.pred.phases[size_t(phase)] += dt;
@@ -188,7 +192,12 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
   out.bubble = P > 1 ? bubble / P : 0;
   out.tokens_per_s = out.step_time_s > 0 ? double(plan.global_tokens()) / out.step_time_s : 0;
   if (plan.model.moe_blocks() > 0)
-    out.notes.push_back("MoE: balanced routing assumed (N k / E rows per expert, no capacity drops)");
+    out.notes.push_back(fmt::format(
+        "MoE: the expert loads of --routing {} in expectation ({}); the step is the busiest EP rank's, "
+        "compute and exposed ep the group's mean rank's (it waits for the busiest at each all-to-all)",
+        core::name(plan.routing),
+        plan.routing.mode == core::RoutingMode::kLearned ? "learned: assumed balanced, N k / E rows per expert"
+                                                         : "core/routing.hpp's rules, capacity drops applied"));
   if (cal.in_step_factor != 1 || !cal.in_step_factors.empty()) {
     std::string f;
     for (const auto& [k, v] : cal.in_step_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);

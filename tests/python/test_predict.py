@@ -54,8 +54,9 @@ def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2, comput
         g = f.require_group("compute")
         for k, v in (compute_attrs or {}).items():
             g.attrs[k] = v
-        gem = [dict(part=p, m=100, n=100, k=100, flops=2e6 * (2 if p == "bwd" else 1),
-                    seconds=2e6 * (2 if p == "bwd" else 1) * NS) for p in gemm_parts]
+        # a backward's call runs two GEMMs of its shape (dinput and dweight), as the events count it
+        two = [2 if p == "bwd" or p.endswith(".bwd") else 1 for p in gemm_parts]
+        gem = [dict(part=p, m=100, n=100, k=100, flops=2e6 * t, seconds=2e6 * t * NS) for p, t in zip(gemm_parts, two)]
         g.create_dataset("gemm", data=table(gem, [("part", "S"), ("m", "<i4"), ("n", "<i4"), ("k", "<i4"),
                                                   ("flops", "<f8"), ("seconds", "<f8")]))
         rates = [dict(op=o, phase=ph, part="", unit="element", seconds_per_unit=rate)
@@ -212,3 +213,28 @@ def test_in_step_factors_and_arrival_skew_apply(tmp_path):
     extra = c["exposed_s"]["tp"] - a["exposed_s"]["tp"]
     assert 0 < extra < 0.5 * 0.1 * compute
     assert c["step_time_s"] == pytest.approx(a["step_time_s"] + extra, rel=1e-9)
+
+
+def test_uneven_expert_loads_are_waited_for_as_exposed_ep(tmp_path):
+    # tiny with 8 experts, k = 2, over ep = 2 (4 local experts): N = 4 x 64 = 256 tokens per
+    # rank. Under hot-expert half of each rank's tokens choose the hot expert (256 rows from the
+    # two ranks) and the other 3 x 256 - 128 choices spread over the 7 others (109.7 rows each
+    # from the two): the busiest EP rank computes 256 + 3 x 109.7 = 585.1 rows, the group's mean
+    # rank N k = 512. Communication is free and only GEMMs cost time, so the mean rank's wait,
+    # its exposed ep, is (1 - 512 / 585.1) of the busiest rank's expert GEMMs (each expert's
+    # rows rounded as its GEMM shape: 256 and 110), fc and proj, forward and backward (2x).
+    cal = tmp_path / "cal.h5"
+    fits = FREE + [("all_to_all", 2, "shm", [(1, 1 << 30, 0.0, 0.0)])]
+    write_cal(cal, fits, gemm_parts=("fwd", "dinput", "dweight", "bwd", "router.fwd", "router.bwd", "expert.fc.fwd",
+                                     "expert.proj.fwd", "expert.fc.bwd", "expert.proj.bwd"))
+    moe = ["--model", "tiny", "--experts", "8", "--top-k", "2", "--mesh", "ep=2"]
+    even = plan(cal, *moe, "--routing", "balanced", world=2)
+    hot = plan(cal, *moe, "--routing", "hot-expert", world=2)
+    assert even["exposed_s"].get("ep", 0.0) == pytest.approx(0.0, abs=1e-12)
+    C, F, layers = 64, 256, 2
+    busiest = 256 + 3 * (2 * 256 - 128) / 7 * 2
+    expert_gemms = NS * 2 * C * F * (256 + 3 * 110) * 2 * 3 * layers  # fc + proj, forward 1x + backward 2x
+    assert hot["exposed_s"]["ep"] == pytest.approx((1 - 512 / busiest) * expert_gemms, rel=1e-9)
+    r = hot["per_rank"][0]
+    assert r["compute_s"] + sum(r["exposed_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-9)
+    assert any("hot-expert" in n for n in hot["notes"])
