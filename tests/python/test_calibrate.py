@@ -396,7 +396,8 @@ def test_compute_mesh_entries():
     assert [x["label"] for x in e] == [
         "2: --model small --mesh dp=2", "2: --model small --mesh tp=2", "2: --model small --mesh tp=2 --sp",
         "2: --model small --mesh cp=2", "2: --model small --mesh cp=2 --cp-algo ulysses",
-        "2: --model small-moe --mesh dp=2 --routing balanced", "2: --model small-moe --mesh ep=2 --routing balanced"]
+        "2: --model small-moe --mesh dp=2 --routing balanced", "2: --model small-moe --mesh ep=2 --routing balanced",
+        "2: --model small-moe --mesh ep=2 --routing hot-expert"]
     assert len(compute.entries("tiny", "none", 4)) == 5 and compute.entries("tiny", "none", 4)[1]["ranks"] == 4
     # one rank: the whole model's shapes alone, as busy as a 1-rank plan
     assert [x["label"] for x in compute.entries("small", "small-moe", 1)] == [
@@ -527,6 +528,23 @@ def test_compute_bad_input_exits_2_and_a_failed_run_1(cli, capsys, tmp_path, com
     assert "[1/2]" in out and " ok (" in out and not never.exists()
 
 
+def test_many_drifting_gemm_shapes_get_one_note():
+    # hot-expert's other experts get a drawn number of rows each step: the op list holds the
+    # expectation (one shape), the run many shapes around it. More than MAX_SHAPE_NOTES shapes
+    # off the op list's are one note, not one each; a few are listed one by one.
+    ops = compute.index_op_list([{"op": "matmul", "phase": "F", "part": "expert.fc.fwd", "elements": 0,
+                                  "flops": 2.0 * 100 * 64 * 32, "m": 100, "n": 64, "k": 32, "calls": 1}], "x")
+    for drawn, want in ((range(95, 101), 1), (range(99, 101), 2)):
+        ev = [event(0, i, "matmul.fwd", float(i), 1e-3, 2.0 * m * 64 * 32, "moe.expert.fc.fwd", (m, 64, 32))
+              for i, m in enumerate(drawn)]
+        run = {"label": "a", "command": "c", "steps": len(drawn), "op_list": ops, "events": ev}
+        _, notes = compute.run_rates(run)
+        shape_notes = [n for n in notes if "calls per step" in n]
+        assert len(shape_notes) == want, notes
+        if want == 1:
+            assert "6 GEMM shapes differ" in shape_notes[0]
+
+
 def test_the_op_lists_gemms_come_per_shape():
     # step_bench --op-list gives one entry per GEMM shape: they sum per (op, phase, part), and
     # each shape's calls are checked against the run's.
@@ -562,15 +580,24 @@ def test_arrival_skew_and_in_step_factor_from_matched_calls():
     ev = [_ev(r, 0, "-", "matmul.fwd", 0.0, 0.5) for r in (0, 1)]
     ev += [_ev(0, 0, "tp", "all_reduce", 1.0, 1.4, nbytes=1024), _ev(1, 0, "tp", "all_reduce", 1.1, 1.4, nbytes=1024)]
     ev += [_ev(0, 0, "tp", "all_reduce", 3.4, 3.9, nbytes=1024), _ev(1, 0, "tp", "all_reduce", 3.6, 3.9, nbytes=1024)]
-    # a posted call (t_wait after t_start) and a pipeline call are not samples
-    ev += [_ev(r, 0, "dp", "all_reduce", 4.0, 4.5, t_wait=4.2, nbytes=8) for r in (0, 1)]
+    # a posted call (t_wait after t_start) arrives when its wait begins: rank 0 at 4.2, rank 1
+    # at 4.3 (segments 0.3 and 0.4 from the last end, 3.9: skew 0.1 over 0.35); it is no sample
+    # of the in-step factor (it progressed before the wait). A pipeline call is neither.
+    ev += [_ev(0, 0, "dp", "all_reduce", 4.0, 4.5, t_wait=4.2, nbytes=8), _ev(1, 0, "dp", "all_reduce", 4.0, 4.5,
+                                                                             t_wait=4.3, nbytes=8)]
     ev += [_ev(r, 0, "pp", "send", 5.0, 5.1) for r in (0, 1)]
     runs = [{"events": ev}, {"events": [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0)]}]  # a 1-rank run: left out
-    skew, calls = compute.arrival_skew(runs)
-    assert calls == 2
-    assert skew == pytest.approx((0.1 + 0.2) / (1.05 + 2.1))
+    skew, calls, per_run = compute.arrival_skew(runs)
+    assert calls == 3 and len(per_run) == 1
+    assert skew == pytest.approx((0.1 + 0.2 + 0.1) / (1.05 + 2.1 + 0.35))
+    # the median over runs: a third run whose ranks drift 10x as fast does not set it
+    slow = [dict(e, t_start=e["t_start"] * (1.2 if e["rank"] == 1 else 1.0), t_end=e["t_end"], t_wait=e["t_wait"])
+            for e in ev if e["dim"] == "-"]
+    slow += [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 2.0, 2.0)]  # 1.0 over 1.5
+    skew3, calls3, per3 = compute.arrival_skew([runs[0], {"events": ev}, {"events": slow}])
+    assert calls3 == 7 and sorted(per3)[-1] == pytest.approx(1.0 / 1.5) and skew3 == pytest.approx(skew)
     fits = lambda coll, n, size: 0.2 if (coll, n, size) == ("all_reduce", 2, 1024) else None
     f, per, calls = compute.in_step_factors(runs, fits)
     assert calls == 2 and f == pytest.approx(1.5) and per == {"all_reduce": pytest.approx(1.5)}
-    assert compute.arrival_skew([runs[1]]) == (None, 0)
+    assert compute.arrival_skew([runs[1]]) == (None, 0, [])
     assert compute.in_step_factors([runs[1]], fits) == (None, {}, 0)
