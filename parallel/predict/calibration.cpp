@@ -175,18 +175,22 @@ Calibration read_calibration(const std::string& path) {
     cal.threads = static_cast<int>(read_num_attr(g.get(), "threads", 0));
     cal.arrival_skew = read_num_attr(g.get(), "arrival_skew", std::numeric_limits<double>::quiet_NaN());
     cal.in_step_factor = read_num_attr(g.get(), "in_step_factor", 1.0);
-    const std::string factors = read_str_attr(g.get(), "in_step_factors");
-    if (!factors.empty()) {
+    cal.posted_factor = read_num_attr(g.get(), "posted_factor", std::numeric_limits<double>::quiet_NaN());
+    for (const auto& [attr, into] : {std::pair{"in_step_factors", &cal.in_step_factors},
+                                     std::pair{"posted_factors", &cal.posted_factors}}) {
+      const std::string factors = read_str_attr(g.get(), attr);
+      if (factors.empty()) continue;
       const nlohmann::json j = nlohmann::json::parse(factors, nullptr, false);
-      if (!j.is_object()) throw UsageError(fmt::format("--predict {}: /compute in_step_factors is not a JSON object", path));
+      if (!j.is_object()) throw UsageError(fmt::format("--predict {}: /compute {} is not a JSON object", path, attr));
       for (const auto& [k, v] : j.items())
-        if (v.is_number()) cal.in_step_factors[k] = v.get<double>();
+        if (v.is_number()) (*into)[k] = v.get<double>();
     }
   }
   return cal;
 }
 
-Timing Calibration::collective(const std::string& coll, int group_size, uint64_t bytes, const std::string& tag) const {
+Timing Calibration::collective(const std::string& coll, int group_size, uint64_t bytes, const std::string& tag,
+                                bool posted) const {
   std::vector<const CollectiveFit*> hit;
   std::set<std::string> tags, sizes;
   for (const CollectiveFit& k : fits) {
@@ -231,7 +235,7 @@ Timing Calibration::collective(const std::string& coll, int group_size, uint64_t
         break;
       }
     }
-  return {(seg->alpha + seg->beta * double(bytes)) * factor_of(coll), extra};
+  return {(seg->alpha + seg->beta * double(bytes)) * factor_of(coll, posted), extra};
 }
 
 Timing Calibration::gemm(const std::string& part, int m, int n, int k) const {

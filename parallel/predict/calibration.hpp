@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -64,7 +65,19 @@ struct Calibration {
   // collective's own factor, else the overall one; 1 when the file has none.
   double in_step_factor = 1;
   std::map<std::string, double> in_step_factors;
-  double factor_of(const std::string& collective) const {
+  // Posted factors (/compute attributes posted_factor, posted_factors): the same ratio for calls
+  // the executor posts and waits on later (data parallel's buckets, ZeRO's reductions and
+  // gathers), from the last rank's start of the wait to the first completion: what is left after
+  // the progress the call made while others were posted and waited on. NaN and empty: the file
+  // has none, and posted calls take the blocking factors.
+  double posted_factor = std::numeric_limits<double>::quiet_NaN();
+  std::map<std::string, double> posted_factors;
+  double factor_of(const std::string& collective, bool posted = false) const {
+    if (posted) {
+      const auto it = posted_factors.find(collective);
+      if (it != posted_factors.end()) return it->second;
+      if (std::isfinite(posted_factor)) return posted_factor;
+    }
     const auto it = in_step_factors.find(collective);
     return it != in_step_factors.end() ? it->second : in_step_factor;
   }
@@ -73,7 +86,9 @@ struct Calibration {
   // tag for that key): t = alpha + beta n from the segment holding n (between segments the
   // nearer in log size, beyond them the end one, extrapolated). Throws UsageError naming
   // the collective, group size and fabric when no fit matches or several tags do.
-  Timing collective(const std::string& collective, int group_size, uint64_t bytes, const std::string& tag) const;
+  // `posted`: a call the executor posts and waits on later (factor_of).
+  Timing collective(const std::string& collective, int group_size, uint64_t bytes, const std::string& tag,
+                    bool posted = false) const;
   // A GEMM of `part` (m x k)(k x n): the measured time of that shape (per call of its op,
   // every GEMM of the call included: a backward's two), else the part's measured shape nearest
   // in m n k scaled by the ratio of m n k (extrapolated). Throws

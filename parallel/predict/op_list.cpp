@@ -36,6 +36,9 @@ namespace {
 
 constexpr int kSb = 4;  // fp32 activations and gradients
 
+// The dimensions whose calls the executor posts and waits on later (PassItem::posted).
+bool posted_dim(const std::string& dim) { return dim == "dp" || dim == "edp"; }
+
 // Builds one pass's items in the order the model's wiring runs them (model.cpp, linear.cpp,
 // attention.cpp, moe.cpp).
 class PassBuilder {
@@ -70,6 +73,7 @@ class PassBuilder {
     if (group <= 1) return;  // a group of one issues no call
     PassItem it;
     it.comm = true;
+    it.posted = posted_dim(dim);
     it.phase = ph_;
     it.dim = dim;
     it.collective = coll;
@@ -455,6 +459,7 @@ SyncItems sync_items(const Plan& plan, int pp_rank) {
     if (group <= 1 || bytes == 0) return;
     PassItem it;
     it.comm = true, it.dim = dim, it.collective = coll, it.bytes = bytes, it.group = group, it.phase = ph;
+    it.posted = posted_dim(dim);
     v.push_back(std::move(it));
   };
   // The tied embedding's copies (pipeline parallel): the embedding group's all-reduce of wte.

@@ -35,6 +35,10 @@ struct PassItem {
   std::string dim, collective;
   uint64_t bytes = 0;
   int group = 1;
+  // The executor posts the call and waits on it later: data parallel's buckets and ZeRO's
+  // reductions and gathers (the dp and edp dimensions; step/events record them with t_wait after
+  // t_start). Timed with the calibration's posted factors.
+  bool posted = false;
   // Uneven work across a group (expert parallel under a skewed routing: the items describe the
   // busiest rank): the share of this compute item's time that the group's mean rank spends
   // waiting for the busiest at the next exchange of dimension `idle_dim` (0: even work).

@@ -38,7 +38,7 @@ class Timer {
   double operator()(const PassItem& it) {
     if (it.comm) {
       const std::string coll = it.collective == "all_to_allv" ? "all_to_all" : it.collective;
-      const Timing t = cal_.collective(coll, it.group, it.bytes, fabric_);
+      const Timing t = cal_.collective(coll, it.group, it.bytes, fabric_, it.posted);
       if (t.extrapolated) flag(fmt::format("{} of {} B over {} ranks", coll, it.bytes, it.group));
       return t.seconds;
     }
@@ -203,6 +203,13 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
     for (const auto& [k, v] : cal.in_step_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
     out.notes.push_back(fmt::format("collectives {:.2f}x their isolated fits inside a step ({}; the others the overall factor)",
                                     cal.in_step_factor, f));
+  }
+  if (std::isfinite(cal.posted_factor) || !cal.posted_factors.empty()) {
+    std::string f;
+    for (const auto& [k, v] : cal.posted_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
+    out.notes.push_back(fmt::format("posted calls (dp, edp: the buckets, ZeRO's reductions and gathers) {:.2f}x their "
+                                    "fits from the wait on ({}; the others the overall posted factor)",
+                                    std::isfinite(cal.posted_factor) ? cal.posted_factor : 1.0, f));
   }
   if (skew > 0)
     out.notes.push_back(fmt::format("arrival skew {:.3f} s per s of compute since a group last met (half charged "

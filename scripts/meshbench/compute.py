@@ -42,14 +42,14 @@ from . import reader
 
 DEFAULT_MODEL = "small"
 DEFAULT_MOE_MODEL = "small-moe"
-# (ranks, step_bench flags): the local shapes of the 2-rank plan families. None: --ranks.
 # (ranks, step_bench flags): the local shapes of the plan families at --ranks ranks (None), all
 # run at --ranks ranks so that every op is timed with as many busy cores as the plans it rates
 # (a GEMM of one shape measured 7.9 ms in a 1-rank run and 16.6-19.6 ms in 2-rank runs here):
-# the whole model's shapes as --mesh dp=R ({R}: --ranks), and the tp=2, SP, cp=2 ring and
-# Ulysses shards. With --ranks 1 only the dp entries run.
+# the whole model's shapes as --mesh dp=R ({R}: --ranks), the tp=2, SP, cp=2 ring and Ulysses
+# shards, and ZeRO-3 over dp=R, whose posted reduce-scatters and gathers (with the dp run's
+# posted buckets) give the posted factors. With --ranks 1 only the dp entry without ZeRO runs.
 DEFAULT_MESHES = [(None, "--mesh dp={R}"), (None, "--mesh tp=2"), (None, "--mesh tp=2 --sp"), (None, "--mesh cp=2"),
-                  (None, "--mesh cp=2 --cp-algo ulysses")]
+                  (None, "--mesh cp=2 --cp-algo ulysses"), (None, "--mesh dp={R} --zero 3 --micro-batches 2")]
 # The MoE blocks' ops (router, permute, the experts' GEMMs), with fixed routings: balanced, so
 # that every rank's expert load, and with it the op list's element counts, is known; and
 # hot-expert, whose hot expert's rows (half of every rank's tokens: the busiest GEMM shapes of
@@ -58,6 +58,9 @@ DEFAULT_MESHES = [(None, "--mesh dp={R}"), (None, "--mesh tp=2"), (None, "--mesh
 MOE_MESHES = [(None, "--mesh dp={R} --routing balanced"), (None, "--mesh ep=2 --routing balanced"),
               (None, "--mesh ep=2 --routing hot-expert")]
 GEMM_OP = "matmul"
+# The dimensions whose calls the executor posts and the step model times with the posted factors
+# (parallel/predict/op_list.cpp posted_dim).
+POSTED_DIMS = ("dp", "edp")
 MAX_SHAPE_NOTES = 3  # more GEMM shapes of one part off the op list's: one note for them
 # The roles the model's runners give their ops (parallel/model/model.cpp: runner("qkv") ...):
 # step/events' `name` is role.part, and the op list and the calibration key on the part.
@@ -99,7 +102,9 @@ def entries(model, moe_model, ranks, meshes=None):
             out.append({"ranks": n, "args": ["--model", model] + args})
     else:
         def pick(meshes):
-            return [(n or ranks, a.format(R=ranks)) for n, a in meshes if ranks > 1 or "{R}" in a]
+            # one rank: the whole model's shapes alone (ZeRO over one rank is refused)
+            return [(n or ranks, a.format(R=ranks)) for n, a in meshes
+                    if ranks > 1 or ("{R}" in a and "--zero" not in a)]
         out += [{"ranks": n, "args": ["--model", model] + shlex.split(a)} for n, a in pick(DEFAULT_MESHES)]
         if moe_model and moe_model != "none":
             out += [{"ranks": n, "args": ["--model", moe_model] + shlex.split(a)} for n, a in pick(MOE_MESHES)]
@@ -502,6 +507,36 @@ def in_step_factors(runs, predict):
     return total[0] / total[1], {k: v[0] / v[1] for k, v in sums.items()}, sum(v[2] for v in sums.values())
 
 
+def posted_factors(runs, predict):
+    """(factor over every collective, {collective: factor}, calls) of the posted calls of the
+    dimensions the step model times as posted (POSTED_DIMS: data parallel's buckets, ZeRO's
+    reductions and gathers; t_wait after t_start), as in_step_factors does for blocking ones but from the wait on: the sum over
+    posted calls matched across the ranks (matched_calls(run, posted=True)) of the time from the
+    last rank's start of the wait to the first rank's completion (0 when one rank found it done),
+    over the sum of the fits' predictions. Under --progress poll a posted call progresses inside
+    the MPI calls made meanwhile (the next buckets' posts, the waits on earlier ones), so what is
+    left at its wait is less than a blocking call's time. (None, {}, 0) without a call."""
+    sums = {}
+    for run in runs:
+        for c in matched_calls(run, posted=True):
+            evs = [e for e, _ in c.values()]
+            if evs[0]["dim"] not in POSTED_DIMS or not all(e.get("t_wait", e["t_start"]) > e["t_start"] for e in evs):
+                continue  # blocking (in_step_factors'), or a dimension the model times as blocking
+            kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
+            t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
+            if t is None or t <= 0:
+                continue
+            left = min(e["t_end"] for e in evs) - max(_arrival(e) for e in evs)
+            a = sums.setdefault(kind, [0.0, 0.0, 0])
+            a[0] += max(0.0, left)
+            a[1] += t
+            a[2] += 1
+    if not sums:
+        return None, {}, 0
+    total = [sum(v[0] for v in sums.values()), sum(v[1] for v in sums.values())]
+    return total[0] / total[1], {k: v[0] / v[1] for k, v in sums.items()}, sum(v[2] for v in sums.values())
+
+
 def check_runs(runs, threads):
     """Notes on the runs: threads other than asked, oversubscribed ranks, another device."""
     notes = []
@@ -524,6 +559,7 @@ def attrs(runs, threads, model, opts, predict=None):
     """The /compute group's attributes. `predict`: the collective fits (in_step_factors), or None."""
     skew, calls, per_run = arrival_skew(runs)
     factor, factors, fcalls = in_step_factors(runs, predict) if predict else (None, {}, 0)
+    pfactor, pfactors, pcalls = posted_factors(runs, predict) if predict else (None, {}, 0)
     extra = {} if skew is None else {
         "arrival_skew": skew, "arrival_skew_calls": calls, "arrival_skew_runs": json.dumps(per_run),
         "arrival_skew_rule": ("per second of compute since a rank last left a communication call, how far apart "
@@ -537,6 +573,13 @@ def attrs(runs, threads, model, opts, predict=None):
                                               "of min t_end - max t_start (from the last arrival to the first "
                                               "completion) over the sum of the fits' times for their sizes; "
                                               "all_to_allv by the all_to_all fit")})
+    if pfactor is not None:
+        extra.update({"posted_factor": pfactor, "posted_factors": json.dumps(pfactors), "posted_factor_calls": pcalls,
+                      "posted_factor_rule": ("per collective: the sum over posted calls (t_wait after t_start) of "
+                                             "the dp and edp dimensions "
+                                             "matched across the ranks of min t_end - max t_wait (from the last "
+                                             "rank's start of the wait to the first completion, 0 if negative) over "
+                                             "the sum of the fits' times for their sizes")})
     return {**extra, "threads": threads, "model": model, "backend": device_of(runs), "steps": opts["steps"],
             "warmup": opts["warmup"],
             "commands": json.dumps([r["command"] for r in runs]),

@@ -396,9 +396,10 @@ def test_compute_mesh_entries():
     assert [x["label"] for x in e] == [
         "2: --model small --mesh dp=2", "2: --model small --mesh tp=2", "2: --model small --mesh tp=2 --sp",
         "2: --model small --mesh cp=2", "2: --model small --mesh cp=2 --cp-algo ulysses",
+        "2: --model small --mesh dp=2 --zero 3 --micro-batches 2",
         "2: --model small-moe --mesh dp=2 --routing balanced", "2: --model small-moe --mesh ep=2 --routing balanced",
         "2: --model small-moe --mesh ep=2 --routing hot-expert"]
-    assert len(compute.entries("tiny", "none", 4)) == 5 and compute.entries("tiny", "none", 4)[1]["ranks"] == 4
+    assert len(compute.entries("tiny", "none", 4)) == 6 and compute.entries("tiny", "none", 4)[1]["ranks"] == 4
     # one rank: the whole model's shapes alone, as busy as a 1-rank plan
     assert [x["label"] for x in compute.entries("small", "small-moe", 1)] == [
         "1: --model small --mesh dp=1", "1: --model small-moe --mesh dp=1 --routing balanced"]
@@ -600,4 +601,10 @@ def test_arrival_skew_and_in_step_factor_from_matched_calls():
     f, per, calls = compute.in_step_factors(runs, fits)
     assert calls == 2 and f == pytest.approx(1.5) and per == {"all_reduce": pytest.approx(1.5)}
     assert compute.arrival_skew([runs[1]]) == (None, 0, [])
+    # the posted dp all-reduce: the last rank began to wait at 4.3, the first finished at 4.5:
+    # 0.2 s left of a fit of 0.4 s (posted factor 0.5); the blocking calls are not its samples
+    pfits = lambda coll, n, size: {1024: 0.2, 8: 0.4}.get(size) if (coll, n) == ("all_reduce", 2) else None
+    f, per, calls = compute.posted_factors(runs, pfits)
+    assert calls == 1 and f == pytest.approx(0.5) and per == {"all_reduce": pytest.approx(0.5)}
+    assert compute.posted_factors([runs[1]], pfits) == (None, {}, 0)
     assert compute.in_step_factors([runs[1]], fits) == (None, {}, 0)

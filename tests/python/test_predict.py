@@ -238,3 +238,21 @@ def test_uneven_expert_loads_are_waited_for_as_exposed_ep(tmp_path):
     r = hot["per_rank"][0]
     assert r["compute_s"] + sum(r["exposed_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-9)
     assert any("hot-expert" in n for n in hot["notes"])
+
+
+def test_posted_factors_time_the_data_parallel_calls(tmp_path):
+    # dp=2 over tp=2 (world 4): the gradient buckets (dp) are posted, the tensor-parallel
+    # all-reduces blocking. A posted factor of 0.5 halves exposed dp and leaves exposed tp as the
+    # blocking factor (2.0) makes it; without posted factors the buckets take the blocking one.
+    alpha = 5e-6
+    parts = ("fwd", "dinput", "dweight", "bwd")
+    fits = [("all_reduce", 2, "shm", [(1, 1 << 30, alpha, 0.0)])]
+    plain, posted = tmp_path / "plain.h5", tmp_path / "posted.h5"
+    write_cal(plain, fits, gemm_parts=parts, compute_attrs={"in_step_factors": '{"all_reduce": 2.0}'})
+    write_cal(posted, fits, gemm_parts=parts, compute_attrs={"in_step_factors": '{"all_reduce": 2.0}',
+                                                             "posted_factors": '{"all_reduce": 0.5}'})
+    args = ("--model", "tiny", "--mesh", "tp=2,dp=2")
+    a, b = plan(plain, *args, world=4), plan(posted, *args, world=4)
+    assert b["exposed_s"]["tp"] == pytest.approx(a["exposed_s"]["tp"], rel=1e-12)
+    assert b["exposed_s"]["dp"] == pytest.approx(a["exposed_s"]["dp"] / 4, rel=1e-9)  # 0.5 for 2.0
+    assert any("posted calls" in n and "all_reduce 0.50" in n for n in b["notes"])
