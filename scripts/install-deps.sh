@@ -9,7 +9,7 @@ PKGS=(
   build-essential cmake pkg-config git
   mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
   libopenblas-dev libopenblas0-pthread libhwloc-dev
-  libcli11-dev libfmt-dev nlohmann-json3-dev
+  libcli11-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-h5py python3-numpy python3-matplotlib python3-pytest python3-torch
   slurm-wlm munge iproute2 procps

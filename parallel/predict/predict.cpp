@@ -14,6 +14,7 @@
 #include "expert_parallel/moe.hpp"
 #include "data_parallel/data_parallel.hpp"
 #include "kernels/layers.hpp"
+#include "kernels/flops.hpp"
 #include "metrics/metrics.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "pipeline_parallel/schedule.hpp"
@@ -31,32 +32,22 @@ namespace {
 
 constexpr int kSb = 4;  // fp32 activations (the pipeline's messages)
 
-// Duration of one item from the calibration.
+// Duration of one item from the costs; flags what was extrapolated.
 class Timer {
  public:
-  Timer(const Calibration& cal, const std::string& fabric, Prediction& out) : cal_(cal), fabric_(fabric), out_(out) {}
+  Timer(const Costs& costs, Prediction& out) : costs_(costs), out_(out) {}
   double operator()(const PassItem& it) {
-    if (it.comm) {
-      const std::string coll = it.collective == "all_to_allv" ? "all_to_all" : it.collective;
-      const Timing t = cal_.collective(coll, it.group, it.bytes, fabric_, it.posted);
-      if (t.extrapolated) flag(fmt::format("{} of {} B over {} ranks", coll, it.bytes, it.group));
-      return t.seconds;
+    std::string what;
+    const Timing t = costs_.time(it, &what);
+    if (t.extrapolated) {
+      out_.extrapolated = true;
+      if (seen_.insert(what).second) out_.extrapolated_what.push_back(std::move(what));
     }
-    if (it.op == Op::kMatmul) {
-      const Timing t = cal_.gemm(it.part, it.m, it.n, it.k);
-      if (t.extrapolated) flag(fmt::format("GEMM {} {}x{}x{} (not measured: scaled from the nearest measured shape)", it.part, it.m, it.n, it.k));
-      return t.seconds;
-    }
-    return it.units * cal_.rate(op_name(it.op), it.phase, it.part);
+    return t.seconds;
   }
 
  private:
-  void flag(std::string what) {
-    out_.extrapolated = true;
-    if (seen_.insert(what).second) out_.extrapolated_what.push_back(std::move(what));
-  }
-  const Calibration& cal_;
-  std::string fabric_;
+  const Costs& costs_;
   Prediction& out_;
   std::set<std::string> seen_;
 };
@@ -64,10 +55,14 @@ class Timer {
 }  // namespace
 
 Prediction predict_step(const Plan& plan, const Calibration& cal, const std::string& fabric) {
+  return predict_step(plan, CalibrationCosts(cal, fabric));
+}
+
+Prediction predict_step(const Plan& plan, const Costs& costs) {
   Prediction out;
-  out.calibration = cal.path;
-  out.fabric = fabric;
-  Timer time(cal, fabric, out);
+  out.calibration = costs.source();
+  out.fabric = costs.fabric();
+  Timer time(costs, out);
   const int P = std::max(1, plan.degrees.pp);
   const uint64_t message = uint64_t(tp_dims(plan.model, plan_rank_options(plan, 0).tp, plan_rank_options(plan, 0).cp).rows) *
                            plan.model.hidden * kSb;
@@ -92,7 +87,7 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
   const bool tied_pair = P > 1 && plan.model.tied;
   // A collective also waits for the group's last rank to arrive: on average over the ranks,
   // half the arrival skew, which grows with the compute since the group last met (calibration.hpp).
-  const double skew = std::isfinite(cal.arrival_skew) ? cal.arrival_skew : 0.0;
+  const double skew = costs.arrival_skew();
   auto run_items = [&](RankState& s, const std::vector<PassItem>& items, int phase) {
     for (const PassItem& it : items) {
       double dt = time(it);
@@ -171,15 +166,18 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
     if (s.next < s.actions.size())
       throw core::RuntimeFault(fmt::format("predict: pipeline rank {} waits forever at action {} of its list (a "
                                            "schedule whose sends and receives do not match)", &s - ranks.data(), s.next));
-  // --progress thread (data parallel): the buckets' reductions hide behind the last backward.
-  if (plan.progress == Progress::kThread && plan.zero == 0 && plan.overlap) {
+  // --progress thread (data parallel), or a GPU's collectives on their own stream: the buckets'
+  // reductions hide behind the last backward.
+  const bool hide_buckets = plan.progress == Progress::kThread || costs.overlaps_posted();
+  if (hide_buckets && plan.zero == 0 && plan.overlap) {
     for (RankState& s : ranks) {
       const double hide = std::min(s.pred.exposed["dp"], s.pred.phases[1] / plan.micro_batches);
       s.pred.exposed["dp"] -= hide;
       s.pred.phases[2] -= hide;
       s.t -= hide;
     }
-    out.notes.push_back("--progress thread: the bucket reductions overlap the last backward ideally");
+    out.notes.push_back(costs.overlaps_posted() ? "the bucket reductions overlap the last backward ideally"
+                                                : "--progress thread: the bucket reductions overlap the last backward ideally");
   }
   double bubble = 0;
   for (RankState& s : ranks) {
@@ -198,26 +196,27 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
         core::name(plan.routing),
         plan.routing.mode == core::RoutingMode::kLearned ? "learned: assumed balanced, N k / E rows per expert"
                                                          : "core/routing.hpp's rules, capacity drops applied"));
-  if (cal.in_step_factor != 1 || !cal.in_step_factors.empty()) {
-    std::string f;
-    for (const auto& [k, v] : cal.in_step_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
-    out.notes.push_back(fmt::format("collectives {:.2f}x their isolated fits inside a step ({}; the others the overall factor)",
-                                    cal.in_step_factor, f));
-  }
-  if (std::isfinite(cal.posted_factor) || !cal.posted_factors.empty()) {
-    std::string f;
-    for (const auto& [k, v] : cal.posted_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
-    out.notes.push_back(fmt::format("posted calls (dp, edp: the buckets, ZeRO's reductions and gathers) {:.2f}x their "
-                                    "fits from the wait on ({}; the others the overall posted factor)",
-                                    std::isfinite(cal.posted_factor) ? cal.posted_factor : 1.0, f));
-  }
-  if (skew > 0)
-    out.notes.push_back(fmt::format("arrival skew {:.3f} s per s of compute since a group last met (half charged "
-                                    "to each collective, the mean over ranks)", skew));
-  else
-    out.notes.push_back("no arrival skew in the calibration: collectives charged as if every rank arrived at once");
-  if (plan.progress == Progress::kPoll)
+  for (std::string& n : costs.notes()) out.notes.push_back(std::move(n));
+  if (plan.progress == Progress::kPoll && !costs.overlaps_posted())
     out.notes.push_back("--progress poll: every communication call charged in full (no overlap with compute)");
+  if (const Cluster* c = costs.cluster()) {
+    // MFU and HFU: the model's FLOPs per step (the measured runs' definition, outcome.cpp) over
+    // the step, per GPU, against the datasheet's dense bf16 peak. No recomputation is modelled,
+    // so the hardware's FLOPs are the model's.
+    const double flops = step_flops(plan.model).total() * plan.micro_batches * plan.degrees.dp;
+    ClusterFigures f;
+    f.model_flops_per_gpu_s = out.step_time_s > 0 ? flops / out.step_time_s / plan.world : 0;
+    f.hardware_flops_per_gpu_s = f.model_flops_per_gpu_s;
+    f.mfu = f.model_flops_per_gpu_s / c->gpu.peak_bf16_flops;
+    f.hfu = f.hardware_flops_per_gpu_s / c->gpu.peak_bf16_flops;
+    f.hbm_bytes = c->gpu.hbm_bytes;
+    f.efficiency_source = c->efficiency_source;
+    f.cluster = c->name;
+    if (const auto* cc = dynamic_cast<const ClusterCosts*>(&costs))
+      for (const auto& [dim, s] : cc->spans()) f.crosses_nodes[dim] = s.crosses_nodes();
+    out.cluster = f;
+    out.notes.push_back("no activation recomputation modelled: hardware FLOPs = model FLOPs (HFU = MFU)");
+  }
   return out;
 }
 

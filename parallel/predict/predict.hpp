@@ -22,10 +22,12 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "predict/calibration.hpp"
+#include "predict/costs.hpp"
 #include "predict/op_list.hpp"
 #include "vocab/plan.hpp"
 
@@ -39,6 +41,14 @@ struct RankPrediction {
   double exposed_total() const;
 };
 
+// A prediction on a described cluster (costs.hpp's ClusterCosts): utilisation and placement.
+struct ClusterFigures {
+  std::string cluster, efficiency_source;
+  double mfu = 0, hfu = 0, model_flops_per_gpu_s = 0, hardware_flops_per_gpu_s = 0;
+  double hbm_bytes = 0;                        // per GPU, for the memory check (step/plan_only.cpp)
+  std::map<std::string, bool> crosses_nodes;   // per dimension with a group of 2 or more
+};
+
 struct Prediction {
   double step_time_s = 0, tokens_per_s = 0;
   double bubble = 0;  // the mean over pipeline ranks of bubble / step (metrics.hpp's bubble)
@@ -49,11 +59,14 @@ struct Prediction {
   bool extrapolated = false;                // a size or shape beyond the calibration's measured range
   std::vector<std::string> extrapolated_what;
   std::vector<std::string> notes;           // what the model assumed (routing, overlap)
-  std::string calibration, fabric;
+  std::string calibration, fabric;          // the --predict file (calibration or cluster), the fits' tag
+  std::optional<ClusterFigures> cluster;     // with a cluster description
 };
 
 // Predicts one step of `plan`. `fabric`: the fits' tag ("": the calibration's only one).
 // Throws UsageError when the calibration lacks a fit or a rate the plan needs.
 Prediction predict_step(const Plan& plan, const Calibration& cal, const std::string& fabric);
+// The same with any costs (a calibration's or a cluster's: costs.hpp; read_costs picks).
+Prediction predict_step(const Plan& plan, const Costs& costs);
 
 }  // namespace meshbench::parallel

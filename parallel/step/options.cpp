@@ -148,9 +148,10 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   step_env(app.add_option("--world", o.world, "with --plan-only: the world size to plan for (default 1); "
                                     "a real run checks it against the launched ranks"));
   step_env(app.add_option("--predict", o.predict,
-                          "calibration file (scripts/calibrate): predict the step from the executor's action list "
-                          "(docs/predict.md); with --plan-only a `predicted` object in the JSON, on a real run "
-                          "step/predicted in the results file and the console beside the measurement"));
+                          "calibration file (scripts/calibrate) or cluster description (examples/clusters/*.toml): "
+                          "predict the step from the executor's action list (docs/predict.md); with --plan-only a "
+                          "`predicted` object in the JSON, on a real run step/predicted in the results file and the "
+                          "console beside the measurement"));
   step_env(app.add_option("--predict-fabric", o.predict_fabric,
                           "with --predict: the collective fits' fabric tag (default: the calibration's only one)"));
   step_env(app.add_flag("--op-list", o.op_list,

@@ -47,7 +47,7 @@ nlohmann::ordered_json model_json(const GptConfig& c, const std::string& preset)
 
 }  // namespace
 
-nlohmann::ordered_json prediction_json(const Prediction& p) {
+nlohmann::ordered_json prediction_json(const Prediction& p, const Plan* plan) {
   nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
   for (const RankPrediction& r : p.per_rank) {
     nlohmann::ordered_json phases;
@@ -55,10 +55,32 @@ nlohmann::ordered_json prediction_json(const Prediction& p) {
     ranks.push_back({{"pp_rank", r.pp_rank}, {"step_time_s", r.step_s}, {"compute_s", r.compute_s},
                      {"bubble_s", r.bubble_s}, {"exposed_s", r.exposed}, {"phases", phases}});
   }
-  return {{"step_time_s", p.step_time_s}, {"tokens_per_s", p.tokens_per_s}, {"exposed_s", p.exposed_s},
+  nlohmann::ordered_json j = {{"step_time_s", p.step_time_s}, {"tokens_per_s", p.tokens_per_s}, {"exposed_s", p.exposed_s},
           {"bubble", p.bubble}, {"per_rank", ranks}, {"extrapolated", p.extrapolated},
           {"extrapolated_what", p.extrapolated_what}, {"notes", p.notes}, {"calibration", p.calibration},
           {"fabric", p.fabric}};
+  if (p.cluster) {
+    const ClusterFigures& c = *p.cluster;
+    j["cluster"] = c.cluster;
+    j["efficiency_source"] = c.efficiency_source;
+    j["mfu"] = c.mfu;
+    j["hfu"] = c.hfu;
+    j["model_flops_per_gpu_s"] = c.model_flops_per_gpu_s;
+    j["hardware_flops_per_gpu_s"] = c.hardware_flops_per_gpu_s;
+    j["crosses_nodes"] = c.crosses_nodes;
+    if (plan != nullptr) {  // memory per stage against the GPU's HBM (plan_memory: the engine's fp32 accounting)
+      nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+      bool fits = true;
+      for (const PlanMemory& m : plan_memory_per_stage(*plan)) {
+        stages.push_back(memory_json(m));
+        fits = fits && m.total() <= c.hbm_bytes;
+      }
+      j["memory_per_stage"] = stages;
+      j["hbm_bytes"] = c.hbm_bytes;
+      j["feasible"] = fits;
+    }
+  }
+  return j;
 }
 
 nlohmann::ordered_json op_list_json(const Plan& plan) {
@@ -126,7 +148,8 @@ int answer(std::vector<char*> args) {
     }
     if (!o->predict.empty()) {
       try {
-        out["predicted"] = prediction_json(predict_step(plan, read_calibration(o->predict), o->predict_fabric));
+        const std::unique_ptr<Costs> costs = read_costs(o->predict, o->predict_fabric, plan);
+        out["predicted"] = prediction_json(predict_step(plan, *costs), &plan);
       } catch (const core::UsageError& e) {  // the plan is valid; the calibration cannot predict it
         out["predicted"] = {{"error", e.what()}};
         std::fprintf(stderr, "step_bench: error: %s\n", e.what());

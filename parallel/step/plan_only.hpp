@@ -22,7 +22,8 @@ nlohmann::ordered_json plan_json(const Plan& plan, const std::string& preset);
 
 // --predict's object (predict.hpp's Prediction) and --op-list's array, as the JSON carries them.
 struct Prediction;
-nlohmann::ordered_json prediction_json(const Prediction& p);
+// With `plan` and a cluster's prediction, also the memory per stage against the GPU's HBM.
+nlohmann::ordered_json prediction_json(const Prediction& p, const Plan* plan = nullptr);
 nlohmann::ordered_json op_list_json(const Plan& plan);
 
 // Parses argv, makes the plan, prints the JSON; returns the exit code (0 valid, 2 invalid;

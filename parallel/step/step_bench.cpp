@@ -43,7 +43,7 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world);
   std::optional<Prediction> predicted;  // every rank reads it: a bad file is exit 2 on all
-  if (!o.predict.empty()) predicted = predict_step(plan, read_calibration(o.predict), o.predict_fabric);
+  if (!o.predict.empty()) predicted = predict_step(plan, *read_costs(o.predict, o.predict_fabric, plan));
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw mb::core::UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
   mb::results::OutputClaim claim;

@@ -1,0 +1,137 @@
+"""step_bench --predict CLUSTER.toml (docs/predict.md "A cluster this machine is not"): the
+cluster description's checks (exit 2 naming the field), the roofline compute and the ring
+collectives on a generated cluster with known peaks, and which groups cross nodes."""
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEP = os.path.join(ROOT, "build", "bin", "step_bench")
+PRESETS = [os.path.join(ROOT, "examples", "clusters", f) for f in ("dgx-a100.toml", "dgx-h100.toml")]
+
+PEAK = 100e12   # FLOP/s
+LINK = 100e9    # bytes/s inside a node
+NIC = 10e9      # bytes/s per GPU across nodes
+
+
+def cluster_text(gpus=8, inter=True, hbm_tb=1e6, **over):
+    """A cluster whose GEMMs and attention run at PEAK, elementwise ops at a near-infinite HBM
+    bandwidth, links with no latency."""
+    text = f"""name = "test"
+[gpu]
+name = "G"
+peak_bf16_tflops = {PEAK / 1e12}
+peak_fp32_tflops = 10
+hbm_gib = {over.get('hbm_gib', 80)}
+hbm_tb_per_s = {hbm_tb}
+[node]
+gpus = {gpus}
+[intra]
+bandwidth_gb_per_s = {LINK / 1e9}
+latency_us = 0
+"""
+    if inter:
+        text += f"""[inter]
+nic_gb_per_s = {NIC / 1e9}
+latency_us = 0
+rails = {gpus}
+"""
+    text += """[collectives]
+algorithm = "ring"
+hierarchical = true
+[efficiency]
+source = "test: the peaks themselves"
+gemm = 1.0
+attention = 1.0
+memory = 1.0
+"""
+    return text
+
+
+def run(cluster, *args, world=1):
+    p = subprocess.run([STEP, "--plan-only", "--world", str(world), "--predict", str(cluster), *args],
+                       capture_output=True, text=True)
+    return p, (json.loads(p.stdout) if p.stdout.strip() else None)
+
+
+def test_roofline_compute_and_ring_all_reduce(tmp_path):
+    # tp=2 in one node: the step's compute is its GEMM and attention FLOPs over the peak (the
+    # elementwise ops are free here), and each tensor-parallel all-reduce of S fp32 bytes moves
+    # S/2 bf16 bytes: 2 (n-1)/n S/2 / LINK = S / 2 / LINK for n = 2.
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text())
+    p, j = run(c, "--model", "tiny", "--mesh", "tp=2", "--op-list", world=2)
+    assert p.returncode == 0, p.stderr
+    pred = j["predicted"]
+    flops = sum(o["flops"] * 1 for o in j["op_list"] if o["op"] in ("matmul", "attention"))
+    r = pred["per_rank"][0]
+    assert r["compute_s"] == pytest.approx(flops / PEAK, rel=1e-4)
+    want_tp = sum(c["calls"] * c["bytes"] / 2 / LINK for c in j["comm_list"] if c["dim"] == "tp")
+    assert pred["exposed_s"]["tp"] == pytest.approx(want_tp, rel=1e-9)
+    assert pred["crosses_nodes"] == {"tp": False}
+    assert pred["mfu"] == pred["hfu"] and 0 < pred["mfu"] < 1
+    assert pred["feasible"] is True and len(pred["memory_per_stage"]) == 1
+    assert "test: the peaks themselves" in pred["efficiency_source"]
+
+
+def test_groups_across_nodes_take_the_nic(tmp_path):
+    # 4 GPUs per node, tp=4 x dp=2 over 8 ranks: tp stays in a node, dp's pairs span two; the
+    # same plan with 8 GPUs per node keeps dp inside one node and its exposed time is smaller
+    # (the data-parallel reduction is charged; it partly hides behind the last backward).
+    small, big = tmp_path / "four.toml", tmp_path / "eight.toml"
+    small.write_text(cluster_text(gpus=4))
+    big.write_text(cluster_text(gpus=8))
+    args = ("--model", "tiny", "--mesh", "tp=4,dp=2", "--micro-batches", "1")
+    (p4, a), (p8, b) = run(small, *args, world=8), run(big, *args, world=8)
+    assert p4.returncode == 0 and p8.returncode == 0, p4.stderr + p8.stderr
+    assert a["predicted"]["crosses_nodes"] == {"tp": False, "dp": True}
+    assert b["predicted"]["crosses_nodes"] == {"tp": False, "dp": False}
+    assert a["predicted"]["exposed_s"]["tp"] == pytest.approx(b["predicted"]["exposed_s"]["tp"], rel=1e-12)
+    assert a["predicted"]["step_time_s"] >= b["predicted"]["step_time_s"]
+
+
+def test_a_plan_that_does_not_fit_is_infeasible_with_its_memory(tmp_path):
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text(hbm_gib=0.001))
+    p, j = run(c, "--model", "tiny", world=1)
+    assert p.returncode == 0, p.stderr
+    assert j["predicted"]["feasible"] is False and j["predicted"]["memory_per_stage"][0]["total"] > 0.001 * 2**30
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda t: t.replace("peak_bf16_tflops", "peak_bf16"), "[gpu] peak_bf16_tflops is missing"),
+    (lambda t: t.replace("gemm = 1.0", "gemm = 1.5"), "[efficiency] gemm is a fraction of peak"),
+    (lambda t: t.replace("gemm = 1.0", 'gemm = "fast"'), "[efficiency] gemm is not a number"),
+    (lambda t: t.replace('algorithm = "ring"', 'algorithm = "mesh"'), "[collectives] algorithm must be ring or tree"),
+    (lambda t: t.replace("nic_gb_per_s = 10.0", "nic_gb_per_s = 1000.0"), "exceeds [intra] bandwidth_gb_per_s"),
+    (lambda t: "name = [", "not a cluster description (TOML"),
+])
+def test_bad_cluster_files_are_exit_2_naming_the_field(tmp_path, edit, needle):
+    c = tmp_path / "c.toml"
+    c.write_text(edit(cluster_text()))
+    p, j = run(c, "--model", "tiny", world=1)
+    assert p.returncode == 2 and needle in p.stderr, p.stderr
+    assert needle in j["predicted"]["error"]
+
+
+def test_contradictions_with_the_plan_are_exit_2(tmp_path):
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text(gpus=4))
+    p, _ = run(c, "--model", "tiny", "--mesh", "dp=6", world=6)
+    assert p.returncode == 2 and "[node] gpus = 4 does not divide the world (6 ranks)" in p.stderr
+    c.write_text(cluster_text(gpus=4, inter=False))
+    p, _ = run(c, "--model", "tiny", "--mesh", "tp=4,dp=2", world=8)
+    assert p.returncode == 2 and "dp group of 2 ranks spans 2 nodes" in p.stderr and "no [inter] network" in p.stderr
+    p, _ = run(c, "--model", "tiny", "--mesh", "tp=4", world=4)  # one node: no network needed
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_shipped_presets_predict_a_plan(preset):
+    p, j = run(preset, "--model", "medium", "--mesh", "tp=8,dp=4", world=32)
+    assert p.returncode == 0, p.stderr
+    pred = j["predicted"]
+    assert pred["step_time_s"] > 0 and 0 < pred["mfu"] < 1
+    assert pred["crosses_nodes"] == {"tp": False, "dp": True}
