@@ -135,3 +135,27 @@ def test_the_shipped_presets_predict_a_plan(preset):
     pred = j["predicted"]
     assert pred["step_time_s"] > 0 and 0 < pred["mfu"] < 1
     assert pred["crosses_nodes"] == {"tp": False, "dp": True}
+
+
+def test_published_check_prints_every_run(tmp_path):
+    # scripts/published-check over a runs file: one row per run with the error against the
+    # published seconds (here a generated cluster and two small plans: the check is the table's,
+    # not the figures'); a malformed runs file is exit 2 naming the line.
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text())
+    runs = tmp_path / "runs.txt"
+    runs.write_text("# a comment\nA | 1.0 | test | --world 2 --model tiny --mesh tp=2\n"
+                    "B | 2.0 | test | --world 4 --model tiny --mesh tp=2,dp=2\n")
+    out = tmp_path / "rows.json"
+    p = subprocess.run([os.path.join(ROOT, "scripts", "published-check"), "--predict", str(c), "--runs", str(runs),
+                        "--json", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out.read_text())["runs"]
+    assert [r["label"] for r in rows] == ["A", "B"]
+    for r, pub in zip(rows, (1.0, 2.0)):
+        assert r["error"] == pytest.approx(r["predicted_s"] / pub - 1)
+        assert f"| {r['label']} | test | {pub:.2f} |" in p.stdout
+    runs.write_text("A | fast | test | --world 2\n")
+    p = subprocess.run([os.path.join(ROOT, "scripts", "published-check"), "--predict", str(c), "--runs", str(runs)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "runs.txt:1: published seconds 'fast' is not a number" in p.stderr
