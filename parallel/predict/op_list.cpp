@@ -444,7 +444,19 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
   }
   const bool sync = last_micro || plan.zero == 3;
   if (heads) { if (head_unit != units.embed || !embeds) gather(head_unit); b.head_bwd(sync); if (units.head >= 0) scatter(units.head); }
-  for (int l = hi - 1; l >= lo; --l) { gather(unit_of(l)); b.block_bwd(l, sync); scatter(unit_of(l)); }
+  for (int l = hi - 1; l >= lo; --l) {
+    gather(unit_of(l));
+    if (plan.recompute != "none") {  // the block's forward (full) or its attention core (selective) again
+      const size_t from = b.items.size();
+      b.ph_ = 'F';
+      if (plan.recompute == "full") b.block_fwd(l);
+      else b.attention_fwd();
+      b.ph_ = 'B';
+      for (size_t i = from; i < b.items.size(); ++i) b.items[i].recompute = true;
+    }
+    b.block_bwd(l, sync);
+    scatter(unit_of(l));
+  }
   if (embeds) { gather(units.embed); b.embed_bwd(); scatter(units.embed); }
   return b.items;
 }

@@ -39,6 +39,8 @@ struct PassItem {
   // reductions and gathers (the dp and edp dimensions; step/events record them with t_wait after
   // t_start). Timed with the calibration's posted factors.
   bool posted = false;
+  // Recomputed before the backward (--recompute): hardware FLOPs, not the model's.
+  bool recompute = false;
   // Uneven work across a group (expert parallel under a skewed routing: the items describe the
   // busiest rank): the share of this compute item's time that the group's mean rank spends
   // waiting for the busiest at the next exchange of dimension `idle_dim` (0: even work).

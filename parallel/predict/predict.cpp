@@ -75,6 +75,7 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
     RankPrediction pred;
     std::set<int> seen_fwd;
     double since_sync = 0;  // compute since this rank's last communication
+    double recompute_flops = 0;  // GEMM and attention FLOPs of --recompute
   };
   std::vector<RankState> ranks(static_cast<size_t>(P));
   for (int r = 0; r < P; ++r) {
@@ -98,6 +99,8 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
       } else {
         s.pred.compute_s += dt;
         s.since_sync += dt;
+        if (it.recompute && (it.op == Op::kMatmul || (it.op == Op::kAttention && it.part != "rowdot")))
+          s.recompute_flops += it.units;
         if (it.idle > 0) {  // the group's mean rank waits this share at the next exchange
           s.pred.exposed[it.idle_dim] += it.idle * dt;
           s.pred.compute_s -= it.idle * dt;
@@ -197,16 +200,22 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
         plan.routing.mode == core::RoutingMode::kLearned ? "learned: assumed balanced, N k / E rows per expert"
                                                          : "core/routing.hpp's rules, capacity drops applied"));
   for (std::string& n : costs.notes()) out.notes.push_back(std::move(n));
+  if (plan.recompute != "none")
+    out.notes.push_back(fmt::format("--recompute {}: {} again before each block's backward (modelled; the engine does "
+                                    "not run it yet, and memory does not shrink for it yet)",
+                                    plan.recompute, plan.recompute == "full" ? "the block's forward" : "the attention core"));
   if (plan.progress == Progress::kPoll && !costs.overlaps_posted())
     out.notes.push_back("--progress poll: every communication call charged in full (no overlap with compute)");
   if (const Cluster* c = costs.cluster()) {
     // MFU and HFU: the model's FLOPs per step (the measured runs' definition, outcome.cpp) over
-    // the step, per GPU, against the datasheet's dense bf16 peak. No recomputation is modelled,
-    // so the hardware's FLOPs are the model's.
+    // the step, per GPU, against the datasheet's dense bf16 peak; the hardware's add what
+    // --recompute runs again (each pipeline rank's, times the ranks of its stage).
     const double flops = step_flops(plan.model).total() * plan.micro_batches * plan.degrees.dp;
+    double again = 0;
+    for (const RankState& s : ranks) again += s.recompute_flops * (double(plan.world) / P);
     ClusterFigures f;
     f.model_flops_per_gpu_s = out.step_time_s > 0 ? flops / out.step_time_s / plan.world : 0;
-    f.hardware_flops_per_gpu_s = f.model_flops_per_gpu_s;
+    f.hardware_flops_per_gpu_s = out.step_time_s > 0 ? (flops + again) / out.step_time_s / plan.world : 0;
     f.mfu = f.model_flops_per_gpu_s / c->gpu.peak_bf16_flops;
     f.hfu = f.hardware_flops_per_gpu_s / c->gpu.peak_bf16_flops;
     f.hbm_bytes = c->gpu.hbm_bytes;
@@ -215,7 +224,7 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
     if (const auto* cc = dynamic_cast<const ClusterCosts*>(&costs))
       for (const auto& [dim, s] : cc->spans()) f.crosses_nodes[dim] = s.crosses_nodes();
     out.cluster = f;
-    out.notes.push_back("no activation recomputation modelled: hardware FLOPs = model FLOPs (HFU = MFU)");
+    if (plan.recompute == "none") out.notes.push_back("no activation recomputation: hardware FLOPs = model FLOPs (HFU = MFU)");
   }
   return out;
 }

@@ -126,6 +126,11 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   step_env(keep);
   step_env(app.add_flag("--zero3-regather", o.regather, "ZeRO-3 under a pipeline: gather each unit again before every micro-batch's forward and backward instead of keeping it")
                ->excludes(keep));
+  step_env(app.add_option("--recompute", o.recompute,
+                          "activation recomputation as Megatron defines it: none, selective (the attention core) or "
+                          "full (each block's forward again before its backward); the step model (--plan-only "
+                          "--predict) times it, the engine does not run it yet")
+               ->check(CLI::IsMember({"none", "selective", "full"})));
   step_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
           ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"})));
   step_env(app.add_option("--vpp", o.vpp, "interleaved: model chunks V per pipeline rank"));
@@ -182,7 +187,7 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (f.aux->count()) c.aux_loss_coef = f.m.aux_loss_coef;
   if (c.experts == 0 && (f.top_k->count() || f.moe_every->count() || f.capacity->count() || f.aux->count()))
     throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
-  validate(c);
+  validate(c, o.plan_only && !o.predict.empty());
   return c;
 }
 
@@ -283,6 +288,7 @@ Plan plan_of(const Options& o, int world) {
   p.zero = o.zero;
   p.prefetch = o.prefetch;
   p.keep_params = o.keep_params;
+  p.recompute = o.recompute;
   p.sp = o.sp;
   p.sp_regather = o.sp_regather;
   p.cp_algo = o.cp_algo == "allgather" ? CpAlgo::kAllGather : (o.cp_algo == "ulysses" ? CpAlgo::kUlysses : CpAlgo::kRing);

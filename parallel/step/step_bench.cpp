@@ -42,6 +42,9 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world);
+  if (plan.recompute != "none")
+    throw mb::core::UsageError(fmt::format("--recompute {}: the engine does not recompute activations yet; the step "
+                                           "model predicts it (--plan-only --predict FILE)", plan.recompute));
   std::optional<Prediction> predicted;  // every rank reads it: a bad file is exit 2 on all
   if (!o.predict.empty()) predicted = predict_step(plan, *read_costs(o.predict, o.predict_fabric, plan));
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)

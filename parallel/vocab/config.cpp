@@ -20,6 +20,15 @@ const Named kPresets[] = {
     {"medium", {4, 512, 8, 8, 2048, 256, 256, 8192, 4, true}},
     {"gpt2-124m", {12, 768, 12, 12, 3072, 1024, 1024, 50257, 1, true}},
     {"small-moe", {2, 256, 4, 4, 1024, 128, 128, 4096, 8, true, 8, 2, 1, 0.0, 0.01}},
+    // Published shapes, for the step model (--plan-only --predict; too large for this engine's
+    // materialised attention). Llama 3.1 (Llama 3 paper, Table 3): SwiGLU's three matrices of
+    // width F equal a GELU MLP of width 1.5 F in parameters and FLOPs, so ffn = 1.5 x the
+    // published 14336, 28672, 53248; vocabulary 128256 (the released tokenizer), untied.
+    // GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, 12288 wide, 96 heads, context 2048.
+    {"llama3-8b", {32, 4096, 32, 8, 21504, 8192, 8192, 128256, 1, false}},
+    {"llama3-70b", {80, 8192, 64, 8, 43008, 8192, 8192, 128256, 1, false}},
+    {"llama3-405b", {126, 16384, 128, 8, 79872, 8192, 8192, 128256, 1, false}},
+    {"gpt3-175b", {96, 12288, 96, 96, 49152, 2048, 2048, 50257, 1, true}},
 };
 }  // namespace
 
@@ -37,7 +46,7 @@ GptConfig preset(const std::string& name) {
   throw core::UsageError(fmt::format("--model {}: unknown preset (known: {})", name, known));
 }
 
-void validate(const GptConfig& c) {
+void validate(const GptConfig& c, bool predict_only) {
   auto positive = [](const char* opt, int v) {
     if (v < 1) throw core::UsageError(fmt::format("{} {}: must be at least 1", opt, v));
   };
@@ -81,9 +90,11 @@ void validate(const GptConfig& c) {
           c.tokens() * c.top_k * c.ffn));
   }
   // Every index in the engine is an int of elements per tensor; keep the largest below 2^31.
+  // A prediction runs nothing and models attention without the T x T matrix (flash): the
+  // attention matrix does not count there.
+  const int64_t attention = predict_only ? 0 : static_cast<int64_t>(c.micro_batch) * c.heads * c.seq * c.seq;
   const int64_t biggest = std::max<int64_t>(
-      {c.tokens() * c.vocab, static_cast<int64_t>(c.micro_batch) * c.heads * c.seq * c.seq,
-       static_cast<int64_t>(c.vocab) * c.hidden, c.tokens() * c.ffn});
+      {c.tokens() * c.vocab, attention, static_cast<int64_t>(c.vocab) * c.hidden, c.tokens() * c.ffn});
   if (biggest >= (int64_t{1} << 31))
     throw core::UsageError(fmt::format(
         "--micro-batch/--seq/--vocab: a tensor of {} elements exceeds 2^31-1", biggest));

@@ -36,12 +36,16 @@ struct GptConfig {
 };
 
 // Presets by name: tiny, small (issue 4's first benchmark shape), medium (its second),
-// gpt2-124m, and small-moe (small with 8 experts, top-2, dropless, in every block). Throws UsageError for an unknown name (listing the known ones).
+// gpt2-124m, small-moe (small with 8 experts, top-2, dropless, in every block), and the
+// published shapes llama3-8b, llama3-70b, llama3-405b, gpt3-175b (config.cpp: SwiGLU as the
+// GELU MLP of equal parameters and FLOPs). Throws UsageError for an unknown name (listing the known ones).
 GptConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
-// Throws core::UsageError: "--heads 3 must divide --hidden 64", etc.
-void validate(const GptConfig& c);
+// Throws core::UsageError: "--heads 3 must divide --hidden 64", etc. `predict_only` (--plan-only
+// --predict: nothing runs) lifts the limit on the materialised attention matrix (b x heads x
+// seq^2 < 2^31 elements), which the step model does not hold (it models flash attention).
+void validate(const GptConfig& c, bool predict_only = false);
 
 std::string describe(const GptConfig& c);  // one line: L=2 C=64 NH=4 KVH=4 F=256 ...
 

@@ -34,6 +34,10 @@ struct Plan {
   int zero = 0;              // ZeRO stage 0 (plain data parallel) .. 3
   int prefetch = 1;          // ZeRO-3: units gathered ahead of the one in use
   bool keep_params = false;  // ZeRO-3: keep gathered units across micro-batches
+  // Activation recomputation (--recompute; Megatron's definitions): none, selective (the
+  // attention core again before its backward) or full (each block's forward again before its
+  // backward). The step model times it; the engine does not run it yet (issue 29).
+  std::string recompute = "none";
   bool sp = false;           // tensor parallel: sequence parallel (--sp)
   bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward
   CpAlgo cp_algo = CpAlgo::kRing;  // context parallel: --cp-algo

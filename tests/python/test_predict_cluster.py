@@ -139,23 +139,70 @@ def test_the_shipped_presets_predict_a_plan(preset):
 
 def test_published_check_prints_every_run(tmp_path):
     # scripts/published-check over a runs file: one row per run with the error against the
-    # published seconds (here a generated cluster and two small plans: the check is the table's,
-    # not the figures'); a malformed runs file is exit 2 naming the line.
+    # published step time or throughput (here a generated cluster and two small plans: the check
+    # is the table's, not the figures'); a malformed runs file is exit 2 naming the line.
     c = tmp_path / "c.toml"
     c.write_text(cluster_text())
     runs = tmp_path / "runs.txt"
-    runs.write_text("# a comment\nA | 1.0 | test | --world 2 --model tiny --mesh tp=2\n"
-                    "B | 2.0 | test | --world 4 --model tiny --mesh tp=2,dp=2\n")
+    runs.write_text(f"# a comment\nA | 1.0 s | test | {c} | --world 2 --model tiny --mesh tp=2\n"
+                    f"B | 2.0 TFLOP/s | test | {c} | --world 4 --model tiny --mesh tp=2,dp=2\n")
     out = tmp_path / "rows.json"
-    p = subprocess.run([os.path.join(ROOT, "scripts", "published-check"), "--predict", str(c), "--runs", str(runs),
-                        "--json", str(out)], capture_output=True, text=True)
+    script = os.path.join(ROOT, "scripts", "published-check")
+    p = subprocess.run([script, "--runs", str(runs), "--json", str(out)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    rows = json.loads(out.read_text())["runs"]
-    assert [r["label"] for r in rows] == ["A", "B"]
-    for r, pub in zip(rows, (1.0, 2.0)):
-        assert r["error"] == pytest.approx(r["predicted_s"] / pub - 1)
-        assert f"| {r['label']} | test | {pub:.2f} |" in p.stdout
-    runs.write_text("A | fast | test | --world 2\n")
-    p = subprocess.run([os.path.join(ROOT, "scripts", "published-check"), "--predict", str(c), "--runs", str(runs)],
-                       capture_output=True, text=True)
-    assert p.returncode == 2 and "runs.txt:1: published seconds 'fast' is not a number" in p.stderr
+    a, b = json.loads(out.read_text())["runs"]
+    assert (a["label"], b["label"]) == ("A", "B")
+    assert a["error"] == pytest.approx(a["predicted_s"] / 1.0 - 1)
+    assert b["error"] == pytest.approx(2.0 / b["predicted_tflops"] - 1)  # in step-time terms: published / predicted
+    assert "| A | test |" in p.stdout and "| 1 s |" in p.stdout and "| 2 TFLOP/s |" in p.stdout
+    for text, needle in (("A | fast s | test | c.toml | --world 2\n", "runs.txt:1: published 'fast s' is not a number"),
+                         ("A | 1.0 min | test | c.toml | --world 2\n", "the unit must be s or TFLOP/s"),
+                         ("A | 1.0 s | test | --world 2\n", "runs.txt:1: want 'label | published | source | cluster")):
+        runs.write_text(text)
+        p = subprocess.run([script, "--runs", str(runs)], capture_output=True, text=True)
+        assert p.returncode == 2 and needle in p.stderr, p.stderr
+
+
+def test_recomputation_adds_hardware_flops_not_model_flops(tmp_path):
+    # One rank, tiny: full recomputation runs each block's forward again before its backward,
+    # selective its attention core; with free elementwise ops the compute grows by those FLOPs
+    # over the peak, the model's FLOPs stay (MFU falls), the hardware's grow (HFU > MFU).
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text())
+    base = ("--model", "tiny", "--op-list")
+    runs = {m: run(c, *base, "--recompute", m)[1] for m in ("none", "selective", "full")}
+    comp = {m: j["predicted"]["per_rank"][0]["compute_s"] for m, j in runs.items()}
+    ops = runs["none"]["op_list"]
+    fwd = sum(o["flops"] for o in ops if o["phase"] == "F" and o["op"] in ("matmul", "attention"))
+    head = sum(o["flops"] for o in ops if o["phase"] == "F" and o["op"] == "matmul" and o["n"] == 512)  # V = 512
+    attn = sum(o["flops"] for o in ops if o["phase"] == "F" and o["op"] == "attention")
+    assert comp["full"] - comp["none"] == pytest.approx((fwd - head) / PEAK, rel=1e-3)  # the blocks, not the head
+    assert comp["selective"] - comp["none"] == pytest.approx(attn / PEAK, rel=1e-3)
+    p = {m: j["predicted"] for m, j in runs.items()}
+    assert p["none"]["hfu"] == p["none"]["mfu"]
+    assert p["full"]["mfu"] < p["none"]["mfu"] and p["full"]["hfu"] > p["full"]["mfu"]
+    assert runs["full"]["recompute"] == "full"
+    assert any("--recompute full" in n and "the engine does not run it yet" in n for n in p["full"]["notes"])
+
+
+def test_a_real_run_refuses_recomputation():
+    p = subprocess.run([STEP, "--model", "tiny", "--steps", "1", "--recompute", "full"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--recompute full: the engine does not recompute activations yet" in p.stderr
+
+
+def test_published_shapes_are_predicted_past_the_engines_attention_limit():
+    # llama3-405b at seq 8192 holds a 128 x 8192^2 attention matrix per micro-batch in this
+    # engine: refused to plan a run, accepted for a prediction (flash attention modelled).
+    lps = ",".join(["7"] + ["8"] * 14 + ["7"])
+    args = ("--world", "16384", "--model", "llama3-405b", "--mesh", "tp=8,pp=16", "--sp", "--micro-batches", "16",
+            "--layers-per-stage", lps)
+    p = subprocess.run([STEP, "--plan-only", *args], capture_output=True, text=True)
+    assert p.returncode == 2 and "exceeds 2^31-1" in json.loads(p.stdout)["error"]
+    p, j = run(PRESETS[1], *args[2:], world=16384)
+    assert p.returncode == 0, p.stderr
+    m = j["model"]
+    assert (m["layers"], m["hidden"], m["heads"], m["kv_heads"], m["ffn"], m["seq"], m["vocab"]) == \
+        (126, 16384, 128, 8, 79872, 8192, 128256)
+    pred = j["predicted"]
+    assert j["global_batch"] * j["model"]["seq"] == 16 * 128 * 8192 and 0 < pred["mfu"] < 1
+    assert pred["crosses_nodes"] == {"tp": False, "dp": True, "pp": True}
