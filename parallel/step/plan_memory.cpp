@@ -93,6 +93,44 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
   return m;
 }
 
+PlanMemory gpu_plan_memory(const Plan& plan, int pp_rank) {
+  const GptConfig& c = plan.model;
+  const GptOptions mo = rank_options(plan, pp_rank);
+  const comm::Degrees& dg = plan.degrees;
+  const double t = std::max(1, dg.tp), d = double(dg.dp) * dg.cp;
+  const double P = double(Gpt<float>::flat_elements(c, mo));  // the stage's slice (tensor-parallel, its layers)
+  PlanMemory m;
+  m.pp_rank = pp_rank;
+  m.params = 2 * P / (plan.zero >= 3 ? d : 1);
+  m.grads = 4 * P / (plan.zero >= 2 ? d : 1);
+  m.optimizer = 12 * P / (plan.zero >= 1 ? d : 1);
+  const double sbh = double(c.seq) / std::max(1, dg.cp) * c.micro_batch * c.hidden;
+  const double layer = plan.recompute == "full" ? 2 * sbh / (plan.sp ? t : 1.0)
+                                                : (plan.sp ? 34 * sbh / t : sbh * (10 + 24 / t));
+  const double logits = 4.0 * double(c.seq) / std::max(1, dg.cp) * c.micro_batch * c.vocab / t;
+  if (dg.pp <= 1) {
+    m.activations = layer * c.layers + logits;
+    return m;
+  }
+  std::vector<int64_t> slots;
+  const auto& chunks = mo.stage->chunks;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const bool ends_model = mo.stage->last && k + 1 == chunks.size();
+    slots.push_back(int64_t(layer * (chunks[k].second - chunks[k].first) + (ends_model ? logits : 0.0)));
+  }
+  const std::vector<Action> actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
+  m.activations = double(scheduled_activation_peak(actions, slots));
+  // the received activation and output gradient of one micro-batch (bf16)
+  m.buffers = 2 * 2 * sbh / (plan.sp ? t : 1.0);
+  return m;
+}
+
+std::vector<PlanMemory> gpu_plan_memory_per_stage(const Plan& plan) {
+  std::vector<PlanMemory> v;
+  for (int r = 0; r < std::max(1, plan.degrees.pp); ++r) v.push_back(gpu_plan_memory(plan, r));
+  return v;
+}
+
 std::vector<PlanMemory> plan_memory_per_stage(const Plan& plan) {
   std::vector<PlanMemory> v;
   for (int r = 0; r < std::max(1, plan.degrees.pp); ++r) v.push_back(plan_memory(plan, r));

@@ -42,6 +42,20 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank);
 
 // Every stage's memory (one entry without pipeline parallel) and the one with the largest total.
 std::vector<PlanMemory> plan_memory_per_stage(const Plan& plan);
+
+// The same stage on a GPU that trains in mixed precision with flash attention (the step
+// model's feasibility on a cluster, docs/predict.md "Memory on a GPU"): per parameter of the
+// stage's slice, bf16 weights (2 B), fp32 gradients (4 B) and fp32 master weights and AdamW
+// moments (12 B), ZeRO over d = dp x cp sharding the moments and master (stage 1), the
+// gradients (2) and the weights (3); activations per layer and micro-batch from Korthikanti et
+// al. 2022 (arXiv:2205.05198) Section 4 without the attention matrix (flash keeps none):
+// s b h (10 + 24/t) bytes, s b h 34/t with sequence parallelism, 2 s b h (/t with SP) under
+// full recomputation (the block's input only), s the local sequence (/cp); the last stage
+// adds its fp32 logits (4 s b V/t), and the schedule's activation-slot peak counts the
+// micro-batches in flight. The engine's own layout (plan_memory) is fp32 and holds the
+// attention matrix.
+PlanMemory gpu_plan_memory(const Plan& plan, int pp_rank);
+std::vector<PlanMemory> gpu_plan_memory_per_stage(const Plan& plan);
 PlanMemory plan_memory_worst(const Plan& plan);
 
 }  // namespace meshbench::parallel

@@ -68,14 +68,17 @@ nlohmann::ordered_json prediction_json(const Prediction& p, const Plan* plan) {
     j["model_flops_per_gpu_s"] = c.model_flops_per_gpu_s;
     j["hardware_flops_per_gpu_s"] = c.hardware_flops_per_gpu_s;
     j["crosses_nodes"] = c.crosses_nodes;
-    if (plan != nullptr) {  // memory per stage against the GPU's HBM (plan_memory: the engine's fp32 accounting)
+    if (plan != nullptr) {  // memory per stage against the GPU's HBM (mixed precision, flash attention)
       nlohmann::ordered_json stages = nlohmann::ordered_json::array();
       bool fits = true;
-      for (const PlanMemory& m : plan_memory_per_stage(*plan)) {
+      for (const PlanMemory& m : gpu_plan_memory_per_stage(*plan)) {
         stages.push_back(memory_json(m));
         fits = fits && m.total() <= c.hbm_bytes;
       }
       j["memory_per_stage"] = stages;
+      j["memory_rule"] = "GPU bytes per rank (plan_memory.hpp gpu_plan_memory): bf16 weights, fp32 gradients, fp32 "
+                         "master and AdamW moments, ZeRO-sharded; activations per Korthikanti et al. 2022 without the "
+                         "attention matrix (flash), the schedule's micro-batches in flight";
       j["hbm_bytes"] = c.hbm_bytes;
       j["feasible"] = fits;
     }

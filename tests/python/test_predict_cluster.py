@@ -206,3 +206,20 @@ def test_published_shapes_are_predicted_past_the_engines_attention_limit():
     pred = j["predicted"]
     assert j["global_batch"] * j["model"]["seq"] == 16 * 128 * 8192 and 0 < pred["mfu"] < 1
     assert pred["crosses_nodes"] == {"tp": False, "dp": True, "pp": True}
+
+
+def test_memory_on_a_gpu_is_mixed_precision_without_the_attention_matrix(tmp_path):
+    # tiny (2 layers, s 64, b 4, h 64, V 512) on one GPU: bf16 weights, fp32 gradients, fp32
+    # master and moments (2 : 4 : 12 bytes per parameter); activations 34 s b h per layer
+    # (Korthikanti's 10 + 24/t at t = 1, no attention matrix) and the fp32 logits 4 s b V.
+    # ZeRO-1 over dp = 2 halves the optimizer's; full recomputation keeps 2 s b h per layer.
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text())
+    one = run(c, "--model", "tiny")[1]["predicted"]["memory_per_stage"][0]
+    assert one["grads"] == pytest.approx(2 * one["params"]) and one["optimizer"] == pytest.approx(6 * one["params"])
+    sbh = 64 * 4 * 64
+    assert one["activations"] == pytest.approx(2 * 34 * sbh + 4 * 64 * 4 * 512)
+    z1 = run(c, "--model", "tiny", "--mesh", "dp=2", "--zero", "1", world=2)[1]["predicted"]["memory_per_stage"][0]
+    assert z1["optimizer"] == pytest.approx(one["optimizer"] / 2) and z1["grads"] == pytest.approx(one["grads"])
+    full = run(c, "--model", "tiny", "--recompute", "full")[1]["predicted"]["memory_per_stage"][0]
+    assert full["activations"] == pytest.approx(2 * 2 * sbh + 4 * 64 * 4 * 512)
