@@ -99,17 +99,29 @@ def ranking_text(batch):
         return ""
     n_top = sum(1 for r in rk if r["selected"] == "top")
     n_spread = sum(1 for r in rk if r["selected"] == "spread")
+    # on a cluster (predictions with GPU memory): why each plan ranks where it does
+    why = any((r.get("predicted") or {}).get("memory_per_stage") for r in rk)
     out = [f"ranks={batch['ranks']}: {len(rk)} valid plans ranked by predicted tokens/s "
            f"(calibration {batch.get('predict')}); running the {n_top} best"
            + (f" and {n_spread} spread over the rest" if n_spread else ""),
-           "| pred # | plan | predicted tokens/s | predicted step (ms) | extrapolated | runs |",
-           "|---:|---|---:|---:|---|---|"]
+           "| pred # | plan | predicted tokens/s | predicted step (ms) | extrapolated | runs |"
+           + (" MFU | bubble | exposed per dimension (ms) | memory headroom |" if why else ""),
+           "|---:|---|---:|---:|---|---|" + ("---:|---:|---|---:|" if why else "")]
     for r in rk:
         p = r.get("predicted") or {}
         st = p.get("step_time_s")
-        out.append(f"| {r['pred_rank']} | {r['id']} | {_tok(r.get('tokens'))} | "
-                   f"{'-' if not isinstance(st, (int, float)) else f'{st * 1e3:.4g}'} | "
-                   f"{'yes' if p.get('extrapolated') else 'no'} | {r['selected'] or '-'} |")
+        line = (f"| {r['pred_rank']} | {r['id']} | {_tok(r.get('tokens'))} | "
+                f"{'-' if not isinstance(st, (int, float)) else f'{st * 1e3:.4g}'} | "
+                f"{'yes' if p.get('extrapolated') else 'no'} | {r['selected'] or '-'} |")
+        if why:
+            ex = ", ".join(f"{d} {v * 1e3:.0f}" for d, v in sorted((p.get("exposed_s") or {}).items(), key=lambda x: -x[1])
+                           if v > 0)
+            stages = p.get("memory_per_stage") or []
+            hbm = p.get("hbm_bytes")
+            head = (f"{100 * (1 - max(m['total'] for m in stages) / hbm):.0f}%" if stages and hbm else "-")
+            line += (f" {100 * (p.get('mfu') or 0):.1f}% | {100 * (p.get('bubble') or 0):.1f}% | {ex or '-'} | "
+                     f"{head} |")
+        out.append(line)
     return "\n".join(out) + "\n"
 
 

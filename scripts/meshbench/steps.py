@@ -34,6 +34,8 @@ running points (scripts/sweep).
   pp = "auto"
   zero = [0, 1]
   schedule = ["1f1b"]              # pipeline plans only; "auto": gpipe, 1f1b, interleaved
+  recompute = ["none"]             # "auto": none, selective, full (the step model's: --plan-only --predict)
+  cp_algo = ["ring"]               # plans with cp > 1; "auto": ring, allgather, ulysses
   vpp = [2]                        # interleaved only
   global_batch = "auto"            # the default; or 32, or [32, 64]: m = global_batch / (b dp)
   micro_batches = "auto"           # instead of global_batch: pp = 1: [1]; pp > 1: [pp, 2 pp]
@@ -41,7 +43,9 @@ running points (scripts/sweep).
   memory_per_rank = "80G"          # prune plans whose worst rank's analytic total exceeds it
   max_plans = 2000                 # refuse to ask about more candidates than this
   predict = "cal.h5"               # step_bench --predict: rank the valid plans by predicted
-                                   # tokens/s, run top + spread of them (predict_ranking.py)
+                                   # tokens/s, run top + spread of them (predict_ranking.py); a
+                                   # cluster description (.toml) ranks for that cluster: memory
+                                   # against its GPUs (memory_per_rank defaults to their HBM)
   predict_fabric = "shm"           # --predict-fabric: the calibration's fits of that tag
   top = 5                          # with predict: run the 5 best (default: every valid plan)
   spread = 3                       # and 3 more spread over the rest of the ranking (default 3)
@@ -56,7 +60,10 @@ import subprocess
 from . import tables
 
 STEP_KEYS = {"model", "tp", "cp", "ep", "pp", "etp", "zero", "schedule", "vpp", "micro_batches",
-             "global_batch", "orders", "memory_per_rank", "max_plans", "predict", "predict_fabric", "top", "spread"}
+             "global_batch", "orders", "memory_per_rank", "max_plans", "predict", "predict_fabric", "top", "spread",
+             "recompute", "cp_algo"}
+RECOMPUTE = ["none", "selective", "full"]
+CP_ALGOS = ["ring", "allgather", "ulysses"]
 SCHEDULES = ["gpipe", "1f1b", "interleaved"]
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
 
@@ -234,6 +241,16 @@ def candidates(steps, world, model, order_dims, info=None):
     etps = _ints(steps.get("etp", [1] if moe else [0]), "etp", divs)
     zeros = _ints(steps.get("zero", [0, 1]), "zero", [0, 1, 2, 3])
     vpps = _ints(steps.get("vpp", [2]), "vpp", [2])
+    def names(key, default, known):
+        v = steps.get(key, default)
+        v = known if v == "auto" else (v if isinstance(v, list) else [v])
+        for x in v:
+            if x not in known:
+                raise StepsError(f"[steps] {key}: unknown '{x}' (known: {', '.join(known)}, auto)")
+        return v
+    recomputes = names("recompute", ["none"], RECOMPUTE)
+    cp_algos = names("cp_algo", ["ring"], CP_ALGOS)
+    layers = model.get("layers", 1)
     scheds = steps.get("schedule", ["1f1b"])
     scheds = SCHEDULES if scheds == "auto" else (scheds if isinstance(scheds, list) else [scheds])
     for s in scheds:
@@ -267,11 +284,13 @@ def candidates(steps, world, model, order_dims, info=None):
                 if key in seen:
                     continue  # the same rank layout as an order already listed
                 seen.add(key)
-                for zero, (sched, vpp), m in itertools.product(zeros, sched_vpp, mbs):
+                algos = cp_algos if cp > 1 else [None]
+                for zero, (sched, vpp), m, rc, algo in itertools.product(zeros, sched_vpp, mbs, recomputes, algos):
                     c = {"degrees": {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}, "etp": etp,
                          "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m,
-                         "global_batch": b * dp * m}
-                    same = (tp, cp, ep, dp, pp, e_tp if moe else 0, key, zero, sched, vpp, m)
+                         "global_batch": b * dp * m, "recompute": rc, "cp_algo": algo,
+                         "layers_per_stage": stage_split(layers, pp * vpp) if pp > 1 else None}
+                    same = (tp, cp, ep, dp, pp, e_tp if moe else 0, key, zero, sched, vpp, m, rc, algo)
                     if zero > 0 and zero_is_degenerate(deg, moe):
                         experts = " and its experts over edp = 1 rank" if ep > 1 else ""
                         c.update(pruned=f"degenerate: ZeRO-{zero} shards over its data-parallel group "
@@ -284,6 +303,20 @@ def candidates(steps, world, model, order_dims, info=None):
                         seen_plans[same] = c
                     out.append(c)
     return out
+
+
+def stage_split(layers, stages):
+    """None when `stages` virtual stages divide the layers evenly (step_bench's default split);
+    else an even-as-possible split, the middle stages taking the extra layers (the first and
+    last hold the embedding and the head: Llama 3's layout keeps them a layer shorter)."""
+    if stages < 1 or layers % stages == 0 or layers < stages:
+        return None
+    base, extra = divmod(layers, stages)
+    split = [base] * stages
+    order = sorted(range(stages), key=lambda i: (i in (0, stages - 1), abs(i - (stages - 1) / 2)))
+    for i in order[:extra]:
+        split[i] += 1
+    return split
 
 
 def mesh_text(c):
@@ -300,7 +333,9 @@ def plan_id(c):
     short = "".join(x[0] for x in c["order"].split("-"))  # tp-cp-ep-dp-pp -> tcedp
     sched = "" if c["schedule"] is None else f"-{c['schedule']}" + (f"v{c['vpp']}" if c["vpp"] > 1 else "")
     etp = f"etp{c['etp']}" if c.get("etp") else ""
-    return f"tp{d['tp']}cp{d['cp']}ep{d['ep']}{etp}dp{d['dp']}pp{d['pp']}-z{c['zero']}{sched}-m{c['m']}-o{short}"
+    rc = f"-r{c['recompute']}" if c.get("recompute") not in (None, "none") else ""
+    algo = f"-{c['cp_algo']}" if c.get("cp_algo") not in (None, "ring") else ""
+    return f"tp{d['tp']}cp{d['cp']}ep{d['ep']}{etp}dp{d['dp']}pp{d['pp']}-z{c['zero']}{sched}{rc}{algo}-m{c['m']}-o{short}"
 
 
 def plan_args(c):
@@ -308,7 +343,30 @@ def plan_args(c):
     a = ["--zero", str(c["zero"]), "--micro-batches", str(c["m"])]
     if c["schedule"] is not None:
         a += ["--schedule", c["schedule"], "--vpp", str(c["vpp"])]
+    if c.get("recompute") not in (None, "none"):
+        a += ["--recompute", c["recompute"]]
+    if c.get("cp_algo") not in (None, "ring"):
+        a += ["--cp-algo", c["cp_algo"]]
+    if c.get("layers_per_stage"):
+        a += ["--layers-per-stage", ",".join(map(str, c["layers_per_stage"]))]
     return a
+
+
+def _over_memory(doc, limit):
+    """The memory reason when a valid plan does not fit, else None. On a cluster (a prediction
+    with memory_per_stage: GPU bytes) its worst stage against memory_per_rank, else against the
+    GPU's HBM; otherwise the engine's analytic memory against memory_per_rank (if given)."""
+    pred = doc.get("predicted") or {}
+    stages = pred.get("memory_per_stage")
+    if stages:
+        worst = max(stages, key=lambda m: m["total"])
+        cap = limit if limit is not None else pred.get("hbm_bytes")
+        if cap is not None and worst["total"] > cap:
+            return _memory_reason(worst, cap) + (" (GPU bytes: mixed precision, flash attention)")
+        return None
+    if limit is not None and doc["memory"]["total"] > limit:
+        return _memory_reason(doc["memory"], limit)
+    return None
 
 
 def _memory_reason(mem, limit):
@@ -335,7 +393,7 @@ def predict_args(steps):
     if not isinstance(path, str):
         raise StepsError(f"[steps] predict: want a calibration file's path, got {path!r}")
     if not os.path.isfile(path):
-        raise StepsError(f"[steps] predict: {path}: no such calibration file (scripts/calibrate --out writes one)")
+        raise StepsError(f"[steps] predict: {path}: no such file (a calibration file: scripts/calibrate --out writes one; or a cluster description: examples/clusters/)")
     for k in ("top", "spread"):
         v = steps.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
@@ -367,7 +425,9 @@ def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
     degenerate plan, the binary's message, the memory estimate against memory_per_rank).
     `info`, a dict, receives the global batch rule (candidates)."""
     model_args = (["--model", str(steps["model"])] if steps.get("model") else []) + base_args
-    model = model_info(exe, model_args)
+    pred = predict_args(steps)
+    # a cluster's prediction accepts shapes past the engine's attention limit (llama3-405b)
+    model = model_info(exe, model_args + (pred if str(steps.get("predict", "")).endswith(".toml") else []))
     cands = candidates(steps, world, model, order_dims, info)
     cap = int(steps.get("max_plans", 2000))
     if len(cands) > cap:
@@ -379,7 +439,6 @@ def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
             limit = tables.parse_size(steps["memory_per_rank"])
         except ValueError:
             raise StepsError(f"[steps] memory_per_rank = {steps['memory_per_rank']!r} is not a size like 80G")
-    pred = predict_args(steps)
     for c in cands:
         c["id"] = plan_id(c)
         c["mesh"] = mesh_text(c)
@@ -398,9 +457,8 @@ def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
             if pred and "--predict" in str(doc.get("error", "")):
                 raise StepsError(f"plan {c['id']}: {doc.get('error')}")
             pruned.append(c | {"reason": doc.get("error", "refused"), "category": "refused"})
-        elif limit is not None and doc["memory"]["total"] > limit:
-            pruned.append(c | {"reason": _memory_reason(doc["memory"], limit), "category": "memory",
-                               "plan": doc})
+        elif (over := _over_memory(doc, limit)) is not None:
+            pruned.append(c | {"reason": over, "category": "memory", "plan": doc})
         else:
             if pred:
                 check_prediction(c, doc, pred)

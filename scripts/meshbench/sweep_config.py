@@ -159,7 +159,8 @@ def apply_step_flags(doc, args):
     tables += [s["steps"] for s in doc.get("sweep") or [] if isinstance(s, dict) and isinstance(s.get("steps"), dict)]
     flags = {"memory_per_rank": args.memory_per_rank, "model": args.model, "predict": args.predict,
              "predict_fabric": args.predict_fabric, "top": args.top, "spread": args.spread}
-    for key in ("tp", "cp", "ep", "pp", "zero", "vpp", "micro_batches", "schedule", "orders", "global_batch"):
+    for key in ("tp", "cp", "ep", "pp", "zero", "vpp", "micro_batches", "schedule", "orders", "global_batch",
+                "recompute", "cp_algo"):
         v = getattr(args, key)
         flags[key] = _list_flag(v) if v is not None else None
     if (any(v is not None for v in flags.values()) or args.world) and not tables:

@@ -223,3 +223,36 @@ def test_memory_on_a_gpu_is_mixed_precision_without_the_attention_matrix(tmp_pat
     assert z1["optimizer"] == pytest.approx(one["optimizer"] / 2) and z1["grads"] == pytest.approx(one["grads"])
     full = run(c, "--model", "tiny", "--recompute", "full")[1]["predicted"]["memory_per_stage"][0]
     assert full["activations"] == pytest.approx(2 * 2 * sbh + 4 * 64 * 4 * 512)
+
+
+def test_stage_split_is_even_with_shorter_end_stages():
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from meshbench import steps
+    assert steps.stage_split(126, 16) == [7] + [8] * 14 + [7]
+    assert steps.stage_split(126, 32) == [3] + [4] * 30 + [3]
+    assert steps.stage_split(8, 4) is None and steps.stage_split(2, 4) is None
+    assert sum(steps.stage_split(10, 4)) == 10 and steps.stage_split(10, 4) == [2, 3, 3, 2]
+
+
+def sweep_cmd(cluster, *extra):
+    return [os.path.join(ROOT, "scripts", "sweep"), "--steps", "--world", "8", "--model", "tiny", "--predict",
+            str(cluster), "--tp", "1,2", "--pp", "1,2", "--zero", "0,1", "--dry-run", "--bin",
+            os.path.join(ROOT, "build", "bin"), *extra]
+
+
+def test_a_plan_search_on_a_cluster_ranks_with_why_and_prunes_by_gpu_memory(tmp_path):
+    # The step sweep with a cluster description: every plan predicted for the cluster, ranked
+    # with its MFU, bubble, exposed time per dimension and memory headroom; recomputation is a
+    # dimension of the search; plans over the GPU's HBM are pruned as memory, in GPU bytes.
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text(gpus=4))
+    p = subprocess.run(sweep_cmd(c, "--recompute", "none,full", "--out", str(tmp_path / "o")),
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert "| MFU | bubble | exposed per dimension (ms) | memory headroom |" in p.stdout
+    assert "-rfull-" in p.stdout and "--recompute full" in p.stdout
+    c.write_text(cluster_text(gpus=4, hbm_gib=0.0001))
+    p = subprocess.run(sweep_cmd(c, "--out", str(tmp_path / "o2")), capture_output=True, text=True)
+    assert "valid plans ranked" not in p.stdout and "memory)" in p.stdout  # every plan pruned: "(N memory)"
+    assert "(GPU bytes: mixed precision, flash attention)" in p.stdout

@@ -101,7 +101,7 @@ def test_dry_run_prints_the_ranking_and_what_it_would_run(cli, capsys, pred_env)
     (["--top", "2"], "[steps] top: only with predict"),
     (["--predict", "CAL", "--spread", "2"], "[steps] spread: only with top"),
     (["--predict", "CAL", "--top", "-1"], "[steps] top: want a count >= 0, got -1"),
-    (["--predict", "missing.h5"], "[steps] predict: missing.h5: no such calibration file"),
+    (["--predict", "missing.h5"], "[steps] predict: missing.h5: no such file (a calibration file"),
     (["--predict", "NOFIT"], "plan tp1cp1ep1dp2pp1-z0-m2-otcedp: --predict "),
     (["--predict", "NOPREDICT"], "plan tp1cp1ep1dp2pp1-z0-m2-otcedp: The following arguments were not expected"),
     (["--predict-fabric", "shm"], "[steps] predict_fabric: only with predict"),
