@@ -55,6 +55,9 @@ def step_points(cfg, where, bins, ranks, pairs, bin_dir, names, pruned, batches)
                            "fabric": fb, "mesh": mesh, "kind": "other", "plan_args": c["args"], "plan": c["plan"],
                            "global_batch": c["global_batch"], "rounds": rounds_of(cfg, "step", where),
                            "pred_rank": c.get("pred_rank"), "selected": c.get("selected"),
+                           "choice": {k: c.get(k) for k in ("degrees", "etp", "order", "zero", "schedule", "vpp",
+                                                            "global_batch", "recompute", "cp_algo")}
+                           | {"model": st.get("model")},
                            "cfg": {k: cfg.get(k) for k in KEYS if k in cfg and k != "steps"}})
     return points
 

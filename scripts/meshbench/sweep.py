@@ -100,6 +100,57 @@ def points_of(doc, args, presets):
     return points, pruned, batches
 
 
+def _toml(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_sweep(path, doc, points, args):
+    """--write-sweep: the chosen plans (top and spread of a --predict ranking) as a sweep file,
+    one [[sweep]] table per plan whose [sweep.steps] admits exactly that plan (its degrees,
+    order, ZeRO stage, schedule, chunks, recomputation, cp algorithm and global batch), without
+    `predict` (the file runs them). Raises SweepError without chosen plans."""
+    chosen = [p for p in points if p.get("selected") and p.get("choice")]
+    if not chosen:
+        raise SweepError("--write-sweep: no chosen plans (it needs --predict and a step sweep with valid plans)")
+    top = doc.get("steps") if isinstance(doc.get("steps"), dict) else {}
+    lines = [f"# Written by scripts/sweep --write-sweep from a ranking by predicted tokens/s "
+             f"({top.get('predict') or 'a calibration'}): the {len(chosen)} chosen plans (top and spread), one",
+             "# [[sweep]] table each. Run them where they fit: scripts/sweep THIS_FILE, or under Slurm:",
+             "#   sbatch -n <ranks> slurm/step-sweep.sbatch THIS_FILE",
+             f"name = {_toml(os.path.splitext(os.path.basename(path))[0])}",
+             f"args = {_toml([str(a) for a in doc.get('args') or []])}",
+             f"fabrics = {_toml(doc.get('fabrics') or ['shm'])}", ""]
+    for p in chosen:
+        c = p["choice"]
+        d = c["degrees"]
+        steps = {"tp": [d["tp"]], "cp": [d["cp"]], "ep": [d["ep"]], "pp": [d["pp"]], "zero": [c["zero"]],
+                 "global_batch": c["global_batch"], "orders": [c["order"]]}
+        if c.get("model"):
+            steps = {"model": c["model"]} | steps
+        if c.get("etp"):
+            steps["etp"] = [c["etp"]]
+        if c.get("schedule"):
+            steps["schedule"] = [c["schedule"]]
+            steps["vpp"] = [c["vpp"] if c["vpp"] > 1 else 2]
+        if c.get("recompute"):
+            steps["recompute"] = [c["recompute"]]
+        if c.get("cp_algo"):
+            steps["cp_algo"] = [c["cp_algo"]]
+        lines += [f"# predicted #{p.get('pred_rank')} ({p.get('selected')}): {p['id']}", "[[sweep]]",
+                  f"ranks = [{p['ranks']}]", "[sweep.steps]"]
+        lines += [f"{k} = {_toml(v)}" for k, v in steps.items()] + [""]
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines))
+    print(f"sweep: wrote the {len(chosen)} chosen plans to {path} (scripts/sweep {path}; "
+          f"sbatch -n <ranks> slurm/step-sweep.sbatch {path})")
+
+
 def note_leaks():
     leaks = sorted(k for k in os.environ if k.startswith("MESHBENCH_"))
     if leaks:
@@ -166,6 +217,12 @@ def run(args, usage_error):
         print(f"sweep: {e}", file=sys.stderr)
         return 2
     note_leaks()
+    if getattr(args, "write_sweep", None):
+        try:
+            write_sweep(args.write_sweep, doc, points, args)
+        except (SweepError, OSError) as e:
+            print(f"sweep: {e}", file=sys.stderr)
+            return 2
     if args.dry_run:
         return dry_run(points, pruned, batches, args, presets)
     os.makedirs(args.out, exist_ok=True)

@@ -256,3 +256,25 @@ def test_a_plan_search_on_a_cluster_ranks_with_why_and_prunes_by_gpu_memory(tmp_
     p = subprocess.run(sweep_cmd(c, "--out", str(tmp_path / "o2")), capture_output=True, text=True)
     assert "valid plans ranked" not in p.stdout and "memory)" in p.stdout  # every plan pruned: "(N memory)"
     assert "(GPU bytes: mixed precision, flash attention)" in p.stdout
+
+
+def test_the_chosen_plans_are_written_as_a_sweep_file_that_runs_exactly_them(tmp_path):
+    # --write-sweep: the top and spread plans of a ranking, one [[sweep]] table each; the file's
+    # own dry run lists the same plans (the same point ids), without a prediction.
+    import re
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text(gpus=4))
+    chosen = tmp_path / "chosen.toml"
+    p = subprocess.run(sweep_cmd(c, "--top", "2", "--spread", "1", "--write-sweep", str(chosen), "--out",
+                                 str(tmp_path / "o")), capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    ids = re.findall(r"^\[\d+/\d+\] (\S+)", p.stdout, re.M)
+    assert len(ids) == 3 and chosen.read_text().splitlines().count("[[sweep]]") == 3
+    q = subprocess.run([os.path.join(ROOT, "scripts", "sweep"), str(chosen), "--dry-run", "--bin",
+                        os.path.join(ROOT, "build", "bin"), "--out", str(tmp_path / "o2")], capture_output=True, text=True)
+    assert q.returncode == 0, q.stderr
+    assert re.findall(r"^\[\d+/\d+\] (\S+)", q.stdout, re.M) == ids and "--predict" not in q.stdout
+    p = subprocess.run([os.path.join(ROOT, "scripts", "sweep"), "--steps", "--world", "8", "--model", "tiny",
+                        "--dry-run", "--bin", os.path.join(ROOT, "build", "bin"), "--write-sweep", str(chosen)],
+                       capture_output=True, text=True)  # no --predict: nothing chosen
+    assert p.returncode == 2 and "--write-sweep: no chosen plans" in p.stderr
