@@ -479,6 +479,26 @@ def arrival_skew(runs):
     return sorted(per_run)[(len(per_run) - 1) // 2], calls, per_run
 
 
+def _ratio_factors(samples, predict):
+    """(overall, {collective: factor}, calls) of (events, seconds taken) samples: per
+    collective the summed seconds over the summed fit predictions (all_to_allv by the all_to_all
+    fit); samples without a fit are left out. (None, {}, 0) without one."""
+    sums = {}
+    for evs, took in samples:
+        kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
+        t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
+        if t is None or t <= 0:
+            continue
+        a = sums.setdefault(kind, [0.0, 0.0, 0])
+        a[0] += max(0.0, took)
+        a[1] += t
+        a[2] += 1
+    if not sums:
+        return None, {}, 0
+    total = [sum(v[0] for v in sums.values()), sum(v[1] for v in sums.values())]
+    return total[0] / total[1], {k: v[0] / v[1] for k, v in sums.items()}, sum(v[2] for v in sums.values())
+
+
 def in_step_factors(runs, predict):
     """(factor over every collective, {collective: factor}, calls): how much longer a blocking
     collective takes inside a step than its fit says (the fit comes from the isolated
@@ -488,53 +508,31 @@ def in_step_factors(runs, predict):
     and over all. `predict(collective, group_size, bytes)` gives the fit's seconds or None (no
     fit: the call is left out; all_to_allv is timed by the all_to_all fit, as the step model
     does). (None, {}, 0) without a call."""
-    sums = {}
+    samples = []
     for run in runs:
         for c in matched_calls(run):
             evs = [e for e, _ in c.values()]
-            kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
-            t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
-            if t is None or t <= 0:
-                continue
-            took = min(e["t_end"] for e in evs) - max(e["t_start"] for e in evs)
-            a = sums.setdefault(kind, [0.0, 0.0, 0])
-            a[0] += max(0.0, took)
-            a[1] += t
-            a[2] += 1
-    if not sums:
-        return None, {}, 0
-    total = [sum(v[0] for v in sums.values()), sum(v[1] for v in sums.values())]
-    return total[0] / total[1], {k: v[0] / v[1] for k, v in sums.items()}, sum(v[2] for v in sums.values())
+            samples.append((evs, min(e["t_end"] for e in evs) - max(e["t_start"] for e in evs)))
+    return _ratio_factors(samples, predict)
 
 
 def posted_factors(runs, predict):
     """(factor over every collective, {collective: factor}, calls) of the posted calls of the
     dimensions the step model times as posted (POSTED_DIMS: data parallel's buckets, ZeRO's
-    reductions and gathers; t_wait after t_start), as in_step_factors does for blocking ones but from the wait on: the sum over
-    posted calls matched across the ranks (matched_calls(run, posted=True)) of the time from the
+    reductions and gathers; t_wait after t_start), as in_step_factors does for blocking ones
+    but from the wait on: the sum over posted calls matched across the ranks (matched_calls(run, posted=True)) of the time from the
     last rank's start of the wait to the first rank's completion (0 when one rank found it done),
     over the sum of the fits' predictions. Under --progress poll a posted call progresses inside
     the MPI calls made meanwhile (the next buckets' posts, the waits on earlier ones), so what is
     left at its wait is less than a blocking call's time. (None, {}, 0) without a call."""
-    sums = {}
+    samples = []
     for run in runs:
         for c in matched_calls(run, posted=True):
             evs = [e for e, _ in c.values()]
             if evs[0]["dim"] not in POSTED_DIMS or not all(e.get("t_wait", e["t_start"]) > e["t_start"] for e in evs):
                 continue  # blocking (in_step_factors'), or a dimension the model times as blocking
-            kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
-            t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
-            if t is None or t <= 0:
-                continue
-            left = min(e["t_end"] for e in evs) - max(_arrival(e) for e in evs)
-            a = sums.setdefault(kind, [0.0, 0.0, 0])
-            a[0] += max(0.0, left)
-            a[1] += t
-            a[2] += 1
-    if not sums:
-        return None, {}, 0
-    total = [sum(v[0] for v in sums.values()), sum(v[1] for v in sums.values())]
-    return total[0] / total[1], {k: v[0] / v[1] for k, v in sums.items()}, sum(v[2] for v in sums.values())
+            samples.append((evs, min(e["t_end"] for e in evs) - max(_arrival(e) for e in evs)))
+    return _ratio_factors(samples, predict)
 
 
 def check_runs(runs, threads):
