@@ -1,5 +1,6 @@
 #include "predict/cluster.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string_view>
@@ -102,7 +103,28 @@ Cluster read_cluster(const std::string& path) {
                              std::pair{"memory", c.eff_memory}})
     if (v > 1) throw r.bad("efficiency", k, "is a fraction of peak: at most 1");
   c.efficiency_source = r.str("efficiency", "source");
+  if (const toml::array* a = t["efficiency"]["gemm_by_gflop"].as_array()) {
+    for (const toml::node& row : *a) {
+      const toml::array* pair = row.as_array();
+      const std::optional<double> g = pair && pair->size() == 2 ? (*pair)[0].value<double>() : std::nullopt;
+      const std::optional<double> e = pair && pair->size() == 2 ? (*pair)[1].value<double>() : std::nullopt;
+      if (!g || !e || *g < 0 || *e <= 0 || *e > 1)
+        throw r.bad("efficiency", "gemm_by_gflop", "must be a list of [GFLOP >= 0, fraction in (0, 1]] pairs");
+      c.gemm_by_gflop.emplace_back(*g, *e);
+    }
+    std::sort(c.gemm_by_gflop.begin(), c.gemm_by_gflop.end());
+  } else if (t["efficiency"]["gemm_by_gflop"]) {
+    throw r.bad("efficiency", "gemm_by_gflop", "must be a list of [GFLOP >= 0, fraction in (0, 1]] pairs");
+  }
   return c;
+}
+
+double Cluster::gemm_efficiency(double flops) const {
+  if (gemm_by_gflop.empty()) return eff_gemm;
+  double e = gemm_by_gflop.front().second;
+  for (const auto& [g, f] : gemm_by_gflop)
+    if (flops >= g * 1e9) e = f;
+  return e;
 }
 
 }  // namespace meshbench::parallel

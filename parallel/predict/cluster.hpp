@@ -8,6 +8,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace meshbench::parallel {
 
@@ -34,6 +36,11 @@ struct Cluster {
   // Fractions of peak each op class reaches (GEMM and attention of the bf16 peak, the
   // elementwise ops of the HBM bandwidth), and where the values come from.
   double eff_gemm = 0, eff_attention = 0, eff_memory = 0;
+  // Optional GEMM efficiency by size ([efficiency] gemm_by_gflop = [[GFLOP, fraction], ...]):
+  // a GEMM of F GFLOP takes the fraction of the largest threshold <= F (below every threshold:
+  // the smallest's); empty: eff_gemm for every size.
+  std::vector<std::pair<double, double>> gemm_by_gflop;
+  double gemm_efficiency(double flops) const;
   std::string efficiency_source;
 };
 

@@ -183,7 +183,7 @@ Timing ClusterCosts::time(const PassItem& it, std::string*) const {
     return {collective(it.collective, wire_bytes(it), span), false};
   }
   const double peak = c_.gpu.peak_bf16_flops;
-  if (it.op == Op::kMatmul) return {it.units / (peak * c_.eff_gemm), false};
+  if (it.op == Op::kMatmul) return {it.units / (peak * c_.gemm_efficiency(2.0 * it.m * it.n * it.k)), false};
   if (it.op == Op::kAttention && it.part != "rowdot") return {it.units / (peak * c_.eff_attention), false};
   return {it.units * bytes_per_element(it.op, it.phase) / (c_.gpu.hbm_bytes_per_s * c_.eff_memory), false};
 }

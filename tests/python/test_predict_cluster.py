@@ -278,3 +278,24 @@ def test_the_chosen_plans_are_written_as_a_sweep_file_that_runs_exactly_them(tmp
                         "--dry-run", "--bin", os.path.join(ROOT, "build", "bin"), "--write-sweep", str(chosen)],
                        capture_output=True, text=True)  # no --predict: nothing chosen
     assert p.returncode == 2 and "--write-sweep: no chosen plans" in p.stderr
+
+
+def test_gemm_efficiency_by_size(tmp_path):
+    # [efficiency] gemm_by_gflop: a GEMM takes the fraction of the largest threshold at or
+    # below its GFLOP. tiny's GEMMs are all under 1 GFLOP: at 0.5 for [0, 1) the compute doubles
+    # against the flat gemm = 1.0; a table whose only step starts at 1 GFLOP gives them its
+    # smallest fraction. Bad tables are exit 2 naming the key.
+    flat, sized = tmp_path / "flat.toml", tmp_path / "sized.toml"
+    flat.write_text(cluster_text())
+    sized.write_text(cluster_text() + "gemm_by_gflop = [[0, 0.5], [1, 1.0]]\n")
+    args = ("--model", "tiny", "--op-list")
+    a, b = run(flat, *args)[1], run(sized, *args)[1]
+    gemm = sum(o["flops"] for o in a["op_list"] if o["op"] == "matmul")
+    ca, cb = a["predicted"]["per_rank"][0]["compute_s"], b["predicted"]["per_rank"][0]["compute_s"]
+    assert cb - ca == pytest.approx(gemm / PEAK, rel=1e-4)  # every GEMM at half the peak: twice its time
+    sized.write_text(cluster_text() + "gemm_by_gflop = [[1, 0.5]]\n")
+    assert run(sized, *args)[1]["predicted"]["per_rank"][0]["compute_s"] == pytest.approx(cb, rel=1e-12)
+    for bad in ("[[0, 1.5]]", "[[0]]", "3", '[["a", 0.5]]'):
+        sized.write_text(cluster_text() + f"gemm_by_gflop = {bad}\n")
+        p, _ = run(sized, "--model", "tiny")
+        assert p.returncode == 2 and "[efficiency] gemm_by_gflop must be a list" in p.stderr, p.stderr
