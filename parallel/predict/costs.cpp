@@ -182,10 +182,19 @@ Timing ClusterCosts::time(const PassItem& it, std::string*) const {
     const GroupSpan span = s != spans_.end() ? s->second : GroupSpan{it.group, 1, it.group};
     return {collective(it.collective, wire_bytes(it), span), false};
   }
-  const double peak = c_.gpu.peak_bf16_flops;
-  if (it.op == Op::kMatmul) return {it.units / (peak * c_.gemm_efficiency(2.0 * it.m * it.n * it.k)), false};
+  // The roofline: the larger of the FLOPs over peak x efficiency and the bytes over HBM
+  // bandwidth x efficiency. A GEMM reads its two bf16 operands and writes its output (per GEMM
+  // of the item: units / 2mnk of them); attention's bytes are its FLOPs' small share (flash keeps
+  // the tiles on chip) and it is timed by FLOPs; the elementwise ops by bytes.
+  const double peak = c_.gpu.peak_bf16_flops, hbm = c_.gpu.hbm_bytes_per_s * c_.eff_memory;
+  if (it.op == Op::kMatmul) {
+    const double one = 2.0 * it.m * it.n * it.k;
+    const double gemms = one > 0 ? it.units / one : 0;
+    const double bytes = gemms * 2.0 * (double(it.m) * it.k + double(it.k) * it.n + double(it.m) * it.n);
+    return {std::max(it.units / (peak * c_.gemm_efficiency(one)), bytes / hbm), false};
+  }
   if (it.op == Op::kAttention && it.part != "rowdot") return {it.units / (peak * c_.eff_attention), false};
-  return {it.units * bytes_per_element(it.op, it.phase) / (c_.gpu.hbm_bytes_per_s * c_.eff_memory), false};
+  return {it.units * bytes_per_element(it.op, it.phase) / hbm, false};
 }
 
 std::vector<std::string> ClusterCosts::notes() const {

@@ -299,3 +299,17 @@ def test_gemm_efficiency_by_size(tmp_path):
         sized.write_text(cluster_text() + f"gemm_by_gflop = {bad}\n")
         p, _ = run(sized, "--model", "tiny")
         assert p.returncode == 2 and "[efficiency] gemm_by_gflop must be a list" in p.stderr, p.stderr
+
+
+def test_a_gemm_is_bound_by_the_larger_of_its_flops_and_its_bytes(tmp_path):
+    # The roofline: with HBM at 1 GB/s tiny's GEMMs are memory-bound, each at least its bf16
+    # operands and output (2 (mk + kn + mn) bytes per GEMM) over the bandwidth.
+    c = tmp_path / "c.toml"
+    c.write_text(cluster_text(hbm_tb=1e-3))
+    j = run(c, "--model", "tiny", "--op-list")[1]
+    gemm_bytes = sum(o["flops"] / (2.0 * o["m"] * o["n"] * o["k"]) * 2.0 * (o["m"] * o["k"] + o["k"] * o["n"] +
+                                                                         o["m"] * o["n"])
+                     for o in j["op_list"] if o["op"] == "matmul")
+    gemm_flops = sum(o["flops"] for o in j["op_list"] if o["op"] == "matmul")
+    compute = j["predicted"]["per_rank"][0]["compute_s"]
+    assert gemm_bytes / 1e9 > gemm_flops / PEAK and compute >= gemm_bytes / 1e9
