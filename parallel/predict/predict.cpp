@@ -110,6 +110,21 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
       s.pred.phases[size_t(phase)] += dt;
     }
   };
+  // A pass's items depend only on (rank, chunk, phase, first forward, last backward): built once
+  // each (a 16384-GPU search asks thousands of plans of hundreds of micro-batches).
+  std::map<std::tuple<int, int, char, bool, bool>, std::vector<PassItem>> pass_cache;
+  auto passes = [&](int r, int chunk, char phase, bool first, bool last) -> const std::vector<PassItem>& {
+    const auto key = std::make_tuple(r, chunk, phase, first, last);
+    auto it = pass_cache.find(key);
+    if (it == pass_cache.end()) it = pass_cache.emplace(key, pass_items(plan, r, chunk, phase, first, last)).first;
+    return it->second;
+  };
+  std::map<int, SyncItems> sync_cache;
+  auto syncs = [&](int r) -> const SyncItems& {
+    auto it = sync_cache.find(r);
+    if (it == sync_cache.end()) it = sync_cache.emplace(r, sync_items(plan, r)).first;
+    return it->second;
+  };
   // Runs each rank's list until it must wait for a send not yet posted; repeats until done.
   for (bool progress = true; progress;) {
     progress = false;
@@ -121,10 +136,10 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
         bool done = true;
         switch (a.kind) {
           case ActionKind::kForward:
-            run_items(s, pass_items(plan, r, a.chunk, 'F', s.seen_fwd.insert(a.chunk).second, false), 0);
+            run_items(s, passes(r, a.chunk, 'F', s.seen_fwd.insert(a.chunk).second, false), 0);
             break;
           case ActionKind::kBackward:
-            run_items(s, pass_items(plan, r, a.chunk, 'B', false, a.micro == plan.micro_batches - 1), 1);
+            run_items(s, passes(r, a.chunk, 'B', false, a.micro == plan.micro_batches - 1), 1);
             break;
           case ActionKind::kSendActivation: posted[{'a', a.micro, vs + 1}] = s.t; break;
           case ActionKind::kSendGradient: posted[{'g', a.micro, vs - 1}] = s.t; break;
@@ -154,10 +169,10 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
               s.t = start;
               s.since_sync = 0;  // the pair met: their skew is the wait just charged
             }
-            run_items(s, sync_items(plan, r).grad_sync, 2);
+            run_items(s, syncs(r).grad_sync, 2);
             break;
           }
-          case ActionKind::kOptimizer: run_items(s, sync_items(plan, r).optimizer, 3); break;
+          case ActionKind::kOptimizer: run_items(s, syncs(r).optimizer, 3); break;
         }
         if (!done) break;
         ++s.next;

@@ -94,9 +94,26 @@ def _human(b):
     return f"{int(b)} B"
 
 
+PARALLEL_MIN = 200  # candidates per --plan-stdin process before the list is split over the cores
+
+
 def plan_only(exe, world, argv, lines=None):
     """step_bench --plan-only --world WORLD ARGV -> its JSON object; with `lines` (a list of
-    argument lists, one candidate each) one process answers them all (--plan-stdin) -> a list."""
+    argument lists, one candidate each) --plan-stdin answers them all -> a list, in order: one
+    process, or one per core (at most 4) for long lists (a 16384-GPU search predicts thousands)."""
+    if lines is not None and len(lines) >= 2 * PARALLEL_MIN:
+        import concurrent.futures
+        k = max(1, min(4, os.cpu_count() or 1, len(lines) // PARALLEL_MIN))
+        if k > 1:
+            size = -(-len(lines) // k)
+            parts = [lines[i:i + size] for i in range(0, len(lines), size)]
+            with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+                answers = list(pool.map(lambda part: _plan_only_one(exe, world, argv, part), parts))
+            return [d for a in answers for d in a]
+    return _plan_only_one(exe, world, argv, lines)
+
+
+def _plan_only_one(exe, world, argv, lines):
     cmd = [exe, "--plan-only", "--world", str(world)] + argv + (["--plan-stdin"] if lines is not None else [])
     stdin = "".join(" ".join(a) + "\n" for a in lines) if lines is not None else None
     out = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=600)
