@@ -1,9 +1,10 @@
 // A cluster described, not measured (issue 27; docs/predict.md "A cluster this machine is
 // not"): the GPU's datasheet peaks and memory, the GPUs per node, the intra-node link, the
 // inter-node network and the collective algorithms, from a TOML file (examples/clusters/).
-// The step model times a plan on it with costs.hpp's ClusterCosts: GEMMs and attention by
-// FLOPs over peak x efficiency, the elementwise ops by bytes over HBM bandwidth x efficiency,
-// the collectives by ring (or tree) formulas over the links each group spans.
+// The step model times a plan on it with costs.hpp's ClusterCosts: a GEMM by the larger of its
+// FLOPs over peak x efficiency (by size with gemm_by_gflop) and its bytes over HBM bandwidth,
+// attention by FLOPs, the elementwise ops by bytes, the collectives by ring (or tree) formulas
+// over the links each group spans.
 // Not here: the step model (predict.hpp), the per-item costs (costs.hpp).
 #pragma once
 

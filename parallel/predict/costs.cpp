@@ -197,6 +197,12 @@ Timing ClusterCosts::time(const PassItem& it, std::string*) const {
   return {it.units * bytes_per_element(it.op, it.phase) / hbm, false};
 }
 
+std::map<std::string, bool> ClusterCosts::crosses_nodes() const {
+  std::map<std::string, bool> out;
+  for (const auto& [dim, s] : spans_) out[dim] = s.crosses_nodes();
+  return out;
+}
+
 std::vector<std::string> ClusterCosts::notes() const {
   std::vector<std::string> out;
   out.push_back(fmt::format("cluster {} ({} x {} per node): GEMMs at {:.0f}% and attention at {:.0f}% of the {:.0f} TFLOP/s "

@@ -32,6 +32,8 @@ class Costs {
   virtual std::string fabric() const { return ""; }
   virtual std::vector<std::string> notes() const = 0;
   virtual const Cluster* cluster() const { return nullptr; }
+  // Per dimension of the plan's groups: whether they span nodes (empty: no placement known).
+  virtual std::map<std::string, bool> crosses_nodes() const { return {}; }
 };
 
 class CalibrationCosts : public Costs {
@@ -65,8 +67,7 @@ class ClusterCosts : public Costs {
   std::string source() const override { return c_.path; }
   std::vector<std::string> notes() const override;
   const Cluster* cluster() const override { return &c_; }
-  // Per dimension of the plan's step lists (tp, cp, dp, ep, edp, etp, pp, embedding).
-  const std::map<std::string, GroupSpan>& spans() const { return spans_; }
+  std::map<std::string, bool> crosses_nodes() const override;
   // Seconds of one collective of payload S (the binaries' S, docs/collectives.md) over `span`.
   double collective(const std::string& coll, double bytes, const GroupSpan& span) const;
 

@@ -236,8 +236,7 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
     f.hbm_bytes = c->gpu.hbm_bytes;
     f.efficiency_source = c->efficiency_source;
     f.cluster = c->name;
-    if (const auto* cc = dynamic_cast<const ClusterCosts*>(&costs))
-      for (const auto& [dim, s] : cc->spans()) f.crosses_nodes[dim] = s.crosses_nodes();
+    f.crosses_nodes = costs.crosses_nodes();
     out.cluster = f;
     if (plan.recompute == "none") out.notes.push_back("no activation recomputation: hardware FLOPs = model FLOPs (HFU = MFU)");
   }
