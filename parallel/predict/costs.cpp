@@ -93,7 +93,7 @@ double bytes_per_element(Op op, char phase) {
 // The step lists count payloads in fp32 (the engine's). On a GPU activations and their
 // gradients travel in bf16 (half); gradient reductions in fp32 (Megatron's and Llama 3's
 // default); ZeRO's parameter gathers in bf16.
-double wire_bytes(const PassItem& it) {
+double gpu_wire_bytes(const PassItem& it) {
   const double b = static_cast<double>(it.bytes);
   if (it.dim == "dp" || it.dim == "edp" || it.dim == "embedding") return it.collective == "all_gather" ? b / 2 : b;
   return b / 2;
@@ -176,11 +176,13 @@ double ClusterCosts::collective(const std::string& coll, double S, const GroupSp
   return S / out.bytes_per_s + std::ceil(std::log2(n)) * out.latency_s;  // broadcast
 }
 
+double ClusterCosts::wire_bytes(const PassItem& it) const { return gpu_wire_bytes(it); }
+
 Timing ClusterCosts::time(const PassItem& it, std::string*) const {
   if (it.comm) {
     const auto s = spans_.find(it.dim);
     const GroupSpan span = s != spans_.end() ? s->second : GroupSpan{it.group, 1, it.group};
-    return {collective(it.collective, wire_bytes(it), span), false};
+    return {collective(it.collective, gpu_wire_bytes(it), span), false};
   }
   // The roofline: the larger of the FLOPs over peak x efficiency and the bytes over HBM
   // bandwidth x efficiency. A GEMM reads its two bf16 operands and writes its output (per GEMM

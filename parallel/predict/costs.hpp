@@ -28,6 +28,10 @@ class Costs {
   // Posted data-parallel calls overlap the last backward (a GPU's collectives run on their own
   // stream), as --progress thread makes them on this backend.
   virtual bool overlaps_posted() const { return false; }
+  // Bytes one call of `it` puts in its buffer on the wire (its payload S as sent): the items
+  // count fp32 payloads, as the engine sends them.
+  virtual double wire_bytes(const PassItem& it) const { return static_cast<double>(it.bytes); }
+  virtual std::string wire_rule() const { return "fp32 payloads, as the engine sends them"; }
   virtual std::string source() const = 0;   // the file
   virtual std::string fabric() const { return ""; }
   virtual std::vector<std::string> notes() const = 0;
@@ -64,6 +68,11 @@ class ClusterCosts : public Costs {
   ClusterCosts(Cluster c, const Plan& plan);
   Timing time(const PassItem& it, std::string* what) const override;
   bool overlaps_posted() const override { return true; }
+  // A GPU's: activations and their gradients bf16, gradient reductions fp32, ZeRO's gathers bf16.
+  double wire_bytes(const PassItem& it) const override;
+  std::string wire_rule() const override {
+    return "a GPU's: activations and their gradients bf16, gradient reductions fp32, ZeRO's parameter gathers bf16";
+  }
   std::string source() const override { return c_.path; }
   std::vector<std::string> notes() const override;
   const Cluster* cluster() const override { return &c_; }

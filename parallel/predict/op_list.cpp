@@ -443,7 +443,14 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
     return b.items;
   }
   const bool sync = last_micro || plan.zero == 3;
-  if (heads) { if (head_unit != units.embed || !embeds) gather(head_unit); b.head_bwd(sync); if (units.head >= 0) scatter(units.head); }
+  // the model's grads_ready after each unit's backward (the units of the rank's layout)
+  const Units all = z3 ? units : stage_units(plan, pp_rank);
+  auto ready = [&](int u) {
+    if (u >= 0 && !b.items.empty()) b.items.back().ready_from = all.units[size_t(u)].lo;
+  };
+  auto all_unit_of = [&](int l) { auto it = all.block.find(l); return it == all.block.end() ? -1 : it->second; };
+  const int all_head = all.head >= 0 ? all.head : all.embed;
+  if (heads) { if (head_unit != units.embed || !embeds) gather(head_unit); b.head_bwd(sync); if (units.head >= 0) scatter(units.head); ready(all_head); }
   for (int l = hi - 1; l >= lo; --l) {
     gather(unit_of(l));
     if (plan.recompute != "none") {  // the block's forward (full) or its attention core (selective) again
@@ -456,8 +463,9 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
     }
     b.block_bwd(l, sync);
     scatter(unit_of(l));
+    ready(all_unit_of(l));
   }
-  if (embeds) { gather(units.embed); b.embed_bwd(); scatter(units.embed); }
+  if (embeds) { gather(units.embed); b.embed_bwd(); scatter(units.embed); ready(all.embed); }
   return b.items;
 }
 
@@ -488,15 +496,20 @@ SyncItems sync_items(const Plan& plan, int pp_rank) {
     int64_t in_experts = 0;
     for (const auto& [elo, ehi] : ranges) in_experts += ehi - elo;
     const int64_t be = bucket_elements(plan, P, kSb);
+    auto piece = [&](uint64_t bytes, int64_t bucket_lo) {  // a bucket's piece, posted when the bucket is final
+      const size_t n = s.grad_sync.size();
+      call(s.grad_sync, "dp", "all_reduce", bytes, d, 'G');
+      if (s.grad_sync.size() > n) s.grad_sync.back().ready_from = bucket_lo;
+    };
     for (int64_t hi = P; hi > 0; hi -= be) {
       const int64_t blo = std::max<int64_t>(0, hi - be);
       int64_t lo = blo;
       for (const auto& [elo, ehi] : ranges) {
         if (ehi <= lo || elo >= hi) continue;
-        if (elo > lo) call(s.grad_sync, "dp", "all_reduce", uint64_t(elo - lo) * kSb, d, 'G');
+        if (elo > lo) piece(uint64_t(elo - lo) * kSb, blo);
         lo = std::max(lo, ehi);
       }
-      if (lo < hi) call(s.grad_sync, "dp", "all_reduce", uint64_t(hi - lo) * kSb, d, 'G');
+      if (lo < hi) piece(uint64_t(hi - lo) * kSb, blo);
     }
     call(s.grad_sync, "edp", "all_reduce", uint64_t(in_experts) * kSb, edp, 'G');
   } else if (d > 1) {

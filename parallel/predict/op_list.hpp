@@ -46,6 +46,10 @@ struct PassItem {
   // waiting for the busiest at the next exchange of dimension `idle_dim` (0: even work).
   double idle = 0;
   std::string idle_dim;
+  // Gradients final from this flat element on (>= 0): in a backward, after this item (the
+  // model's grads_ready at each unit's end); for data parallel's bucket pieces in the gradient
+  // sync, their bucket's first element (DataParallel posts a bucket once it is final).
+  int64_t ready_from = -1;
 };
 
 // The items of one pass (phase 'F' or 'B') of model chunk `chunk` of pipeline rank `pp_rank`,

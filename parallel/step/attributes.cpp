@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/core.h>
@@ -11,6 +12,8 @@
 
 #include "context_parallel/context_parallel.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
+#include "predict/op_list.hpp"
+#include "predict/replay.hpp"
 #include "step/plan_memory.hpp"
 
 namespace meshbench::parallel {
@@ -71,10 +74,24 @@ std::string memory_formula(const Plan& plan) {
                                 : fmt::format(", d = dp x cp = {}", d.dp * d.cp));
 }
 
-nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>& model, int threads,
+nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>* model, int threads,
                                        const StepFlops& fl, const Peak& peak, double datasheet,
                                        const std::string& gpu_name, const Setup& st) {
   const GptConfig& c = plan.model;
+  // --compute modelled allocates no model: its shapes from the plan's layout (rank 0's stage)
+  const int pp_rank = st.pipe ? st.pipe->rank : 0;
+  const GptOptions mo = plan_rank_options(plan, pp_rank);
+  const int64_t params = model ? model->num_params() : Gpt<float>::layout_of(c, mo).numel();
+  const int64_t grad_elements = model ? model->layout().total() : Gpt<float>::flat_elements(c, mo);
+  const int64_t vocab_local = model ? model->tp_dims().vocab : tp_dims(c, mo.tp, mo.cp).vocab;
+  int buckets = st.dp ? st.dp->buckets() : (st.zero && model ? int(model->units().size()) : 0);
+  if (!model && plan.degrees.dp * plan.degrees.cp > 1) {
+    const SyncItems sync = sync_items(plan, pp_rank);
+    buckets = plan.zero > 0 ? int(Gpt<float>::units_of(c, mo).size())
+                            : int(std::count_if(sync.grad_sync.begin(), sync.grad_sync.end(),
+                                                [](const PassItem& it) { return it.dim == "dp"; }));
+  }
+  const bool modelled = st.replay != nullptr;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   const bool gpu = o.device == "cuda";
   const auto& d = plan.degrees;
@@ -84,7 +101,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"vocab", c.vocab}, {"micro_batch", c.micro_batch}, {"tied", c.tied},
       {"experts", c.experts}, {"top_k", c.top_k}, {"moe_every", c.moe_every},
       {"capacity_factor", c.capacity_factor}, {"moe_capacity", moe_capacity(c)}, {"aux_loss_coef", c.aux_loss_coef},
-      {"parameters", model.num_params()}, {"grad_elements", model.layout().total()}, {"device", o.device}, {"dtype", o.dtype},
+      {"parameters", params}, {"grad_elements", grad_elements}, {"device", o.device}, {"dtype", o.dtype},
       {"threads", threads}, {"openblas_coretype", coretype ? coretype : ""},
       {"data", o.data}, {"seed", o.seed}, {"lr", o.adam.lr}, {"beta1", o.adam.beta1},
       {"beta2", o.adam.beta2}, {"eps", o.adam.eps}, {"weight_decay", o.adam.weight_decay},
@@ -98,7 +115,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"megatron_activation_bytes", megatron_activation_bytes_per_layer(plan) * c.layers},
       {"megatron_activation_formula", "L " + megatron_activation_formula(plan)},
       {"sequence_parallel", plan.sp}, {"sp_regather", plan.sp_regather},
-      {"vocab_padded", int64_t{model.tp_dims().vocab} * d.tp},
+      {"vocab_padded", vocab_local * d.tp},
       {"vocab_padding_rule", "tensor parallel pads the vocabulary to a multiple of tp; padded rows are zero, masked out of the loss and dropped by --check"},
       {"degrees", nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}}},
       {"expert_degrees", nlohmann::ordered_json{{"etp", d.etp}, {"ep", d.ep}, {"edp", d.edp}}},
@@ -107,7 +124,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"layers_per_stage", layers_per_virtual_stage(plan)},
       {"schedule_actions", to_string(st.actions)}, {"microbatches", plan.micro_batches},
       {"global_batch", plan.global_batch()}, {"grad_reduce", o.grad_reduce}, {"overlap", plan.overlap},
-      {"progress", o.progress}, {"buckets", st.dp ? st.dp->buckets() : (st.zero ? int(model.units().size()) : 0)},
+      {"progress", o.progress}, {"buckets", buckets},
       {"bucket_elements", st.dp ? st.dp->bucket_elements() : 0},
       {"zero_stage", plan.zero}, {"prefetch", plan.prefetch}, {"zero3_keep_params", plan.keep_params},
       {"zero_shard_elements", st.zero ? st.zero->shard_elements() : 0},
@@ -127,20 +144,33 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"peak_gemm", fmt::format("{} {}x{}x{} sgemm", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K)},
       {"peak_datasheet_flops", datasheet},
       {"peak_datasheet_source", gpu ? "NVIDIA datasheet dense peak by device name: " + gpu_name : "none (cpu)"},
-      {"gpu", gpu_name}};
+      {"gpu", gpu_name},
+      {"compute_mode", modelled ? "modelled" : "real"},
+      {"compute_source", modelled ? st.costs->source() : std::string()},
+      {"compute_wire", modelled ? st.costs->wire_rule() : std::string("fp32 (the engine's)")},
+      {"compute_wait", modelled ? fmt::format("each run of compute actions waits the sum of their modelled durations "
+                                              "to an absolute deadline: sleeps to within {:.0f} us, spins the rest "
+                                              "(the core is free, as a GPU host's; no MPI call while waiting)",
+                                              kSpinSeconds * 1e6)
+                                : std::string("the model computes (real)")},
+      {"memory_measured", !modelled}};
 }
 
-std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions,
+std::vector<MemoryRow> memory_rows(const Gpt<float>* model, const Plan& plan, const std::vector<Action>& actions,
                                    int pp_rank) {
-  const MemoryTracker& t = model.memory();
-  auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
   const PlanMemory pm = plan_memory(plan, pp_rank);
   const double ap = pm.params, ag = pm.grads, ao = pm.optimizer, ab = pm.buffers;
+  if (!model)  // --compute modelled: the analytic figures only, nothing measured (NaN)
+    return {{"params", NAN, ap},           {"grads", NAN, ag},        {"optimizer", NAN, ao},
+            {"activations", NAN, pm.activations}, {"buffers", NAN, ab}, {"engine_peak", NAN, NAN},
+            {"process_peak_rss", peak_rss_bytes(), NAN}};
+  const MemoryTracker& t = model->memory();
+  auto peak = [&](MemCat k) { return double(t.peak[static_cast<int>(k)]); };
   double aa = pm.activations;
   if (plan.degrees.pp > 1) {
     std::vector<int64_t> slot;
-    for (int k = 0; k < model.num_chunks(); ++k) slot.push_back(model.slot_elements(k) * 4);
-    aa = double(scheduled_activation_peak(actions, slot) + model.moe().state_bytes());
+    for (int k = 0; k < model->num_chunks(); ++k) slot.push_back(model->slot_elements(k) * 4);
+    aa = double(scheduled_activation_peak(actions, slot) + model->moe().state_bytes());
   }
   return {{"params", peak(MemCat::kParams), ap},
           {"grads", peak(MemCat::kGrads), ag},

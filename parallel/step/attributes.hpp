@@ -27,7 +27,7 @@ std::string memory_formula(const Plan& plan);
 double megatron_activation_bytes_per_layer(const Plan& plan);
 std::string megatron_activation_formula(const Plan& plan);
 
-nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>& model, int threads,
+nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>* model, int threads,
                                        const StepFlops& fl, const Peak& peak, double datasheet,
                                        const std::string& gpu_name, const Setup& st);
 
@@ -36,7 +36,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
 // plan_memory (the closed forms --plan-only prints and the sweep prunes by, so a run checks
 // them); pipeline activations from the slots this stage's schedule holds at its peak, sized
 // by the model that was built, plus the MoE routing state kept per micro-batch.
-std::vector<MemoryRow> memory_rows(const Gpt<float>& model, const Plan& plan, const std::vector<Action>& actions,
+std::vector<MemoryRow> memory_rows(const Gpt<float>* model, const Plan& plan, const std::vector<Action>& actions,
                                    int pp_rank);
 
 // The MoE blocks in words, for the console's moe line.

@@ -105,11 +105,15 @@ void make_compute(Compute& cp, const Options& o, int local_rank) {
   cp.backend = cp.gpu_backend.get();
 }
 
-void check_memory(const Options& o, const Plan& plan, const Compute& cp, const comm::Topology& topo, int rank) {
+void check_memory(const Options& o, const Plan& plan, const Compute& cp, const comm::Topology& topo, int rank,
+                  const Costs* modelled) {
   const comm::RankGrid grid(plan.world, plan.mesh, plan.order);
   const auto pm = grid.membership(comm::GroupKind::kPp, rank);
-  const PlanMemory mine = plan_memory(plan, pm ? pm->index : 0);
-  double need = mine.total();
+  const int pp_rank = pm ? pm->index : 0;
+  double need = modelled ? double(replay_buffer_bytes(plan, pp_rank, *modelled))
+                         : plan_memory(plan, pp_rank).total();
+  const std::string counted = modelled ? "--compute modelled's communication buffers, at the model's message sizes"
+                                       : "parameters, gradients, optimizer, activations, buffers";
   if (o.check && rank == 0 && plan.world > 1) {
     const MemoryBytes ref = Gpt<float>::memory_analytic(plan.model, 4);
     need += double(ref.params + ref.grads + ref.optimizer + ref.activations + ref.buffers);
@@ -126,10 +130,10 @@ void check_memory(const Options& o, const Plan& plan, const Compute& cp, const c
   if (cp.gpu) {  // one GPU per rank
     for (size_t r = 0; r < needs.size() && problem.empty(); ++r)
       if (haves[r] > 0 && needs[r] > haves[r])
-        problem = fmt::format("the plan needs about {:.2f} GiB on rank {} (plan_memory: parameters, gradients, "
-                              "optimizer, activations, buffers{}) but its GPU has {:.2f} GiB free; shrink the "
-                              "model or raise the parallel degrees (step_bench --plan-only prints the estimate)",
-                              gib(needs[r]), r, r == 0 && o.check ? ", and --check's reference model" : "", gib(haves[r]));
+        problem = fmt::format("the plan needs about {:.2f} GiB on rank {} ({}{}) but its GPU has {:.2f} GiB free; shrink "
+                              "the model or raise the parallel degrees (step_bench --plan-only prints the estimate)",
+                              gib(needs[r]), r, counted, r == 0 && o.check ? ", and --check's reference model" : "",
+                              gib(haves[r]));
   } else {  // the ranks of a host share its memory
     std::map<int, std::pair<double, double>> by_node;  // node -> (sum of needs, least available seen)
     std::map<int, int> ranks_on;
@@ -144,11 +148,11 @@ void check_memory(const Options& o, const Plan& plan, const Compute& cp, const c
         std::string host;
         for (const auto& p : topo.ranks)
           if (p.node == n) host = p.host;
-        problem = fmt::format("the plan needs about {:.2f} GiB on host {} ({} ranks, plan_memory per rank: "
-                              "parameters, gradients, optimizer, activations, buffers{}) but the host has {:.2f} GiB "
+        problem = fmt::format("the plan needs about {:.2f} GiB on host {} ({} ranks, per rank: "
+                              "{}{}) but the host has {:.2f} GiB "
                               "available (MemAvailable, or its cgroup's limit); shrink the model, raise the parallel "
                               "degrees or spread the ranks over more hosts (step_bench --plan-only prints the estimate)",
-                              gib(v.first), host, ranks_on[n], o.check ? ", and --check's reference model on rank 0" : "",
+                              gib(v.first), host, ranks_on[n], counted, o.check ? ", and --check's reference model on rank 0" : "",
                               gib(v.second));
       }
   }
@@ -167,6 +171,7 @@ results::RunContext make_context(const Options& o, const Plan& plan, const Compu
   ctx.attrs["iters"] = o.steps;
   ctx.attrs["warmup"] = o.warmup;
   ctx.attrs["check"] = o.check;
+  ctx.attrs["compute"] = o.compute;  // "modelled": no model ran (docs/modelled.md)
   const auto& d = plan.degrees;
   ctx.attrs["mesh"] = nlohmann::ordered_json{{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"cp", d.cp}, {"ep", d.ep}};
   results::sync_from_root(ctx, MPI_COMM_WORLD);
@@ -181,9 +186,20 @@ void print_header(const core::Log& out, const Options& o, const Plan& plan, cons
   out.out("step_bench: {} on {} ({}; {} threads per rank, OPENBLAS_CORETYPE={})\n", describe(c),
           cp.gpu ? fmt::format("{} {}", cp.gpu_name, o.dtype) : std::string("cpu"), cp.backend->name(),
           omp_get_max_threads(), coretype ? coretype : "unset");
-  out.out("  parameters {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
-          st.model->num_params(), core::human_bytes(static_cast<double>(st.model->num_params()) * 4), fl.total(),
-          fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
+  if (st.model)
+    out.out("  parameters {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
+            st.model->num_params(), core::human_bytes(static_cast<double>(st.model->num_params()) * 4), fl.total(),
+            fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
+  else
+    out.out("  parameters {} of the whole model (none allocated), FLOPs per micro-batch {:.4g}\n",
+            Gpt<float>::full_layout(c).numel(), fl.total());
+  if (st.replay) {
+    const Cluster* cl = st.costs->cluster();
+    out.out("  compute MODELLED (--compute modelled): every compute action waits its duration from {} ({}); the "
+            "communication is real ({}), {} of buffers on rank 0\n",
+            st.costs->source(), cl ? fmt::format("cluster {}, {}", cl->name, cl->gpu.name) : std::string("a calibration of a machine"),
+            st.costs->wire_rule(), core::human_bytes(static_cast<double>(st.replay->buffer_bytes())));
+  }
   if (plan.world > 1 || plan.micro_batches > 1 || plan.zero > 0)
     out.out("  plan: {}; {} ranks{}; schedule {}\n", describe(plan), plan.world,
             topo.oversubscribed ? " (OVERSUBSCRIBED: more ranks than cores, times are not meaningful)" : "",
@@ -202,7 +218,7 @@ void print_peak(const core::Log& out, const Compute& cp, const Peak& peak, doubl
                  : std::string());
 }
 
-void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog& wd) {
+void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog& wd, std::unique_ptr<Costs> costs) {
   const double t0 = core::now_seconds();
   {
     comm::WatchScope scope(wd.active, "set-up (topology, groups, model; collective)", 0, "world");
@@ -214,9 +230,12 @@ void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog&
     l.threads = set_threads(o, l.topo, rank);
     if (l.threads.oversubscribed) l.topo.oversubscribed = true;  // the run's `oversubscribed` covers threads too
     make_compute(l.cp, o, gpu_local_rank);
-    check_memory(o, plan, l.cp, l.topo, rank);
+    check_memory(o, plan, l.cp, l.topo, rank, costs.get());
     l.st.watch = wd.active;
-    make_setup(l.st, o, plan, rank, *l.cp.backend, l.cp.device);
+    if (costs)
+      make_modelled_setup(l.st, o, plan, rank, std::move(costs));
+    else
+      make_setup(l.st, o, plan, rank, *l.cp.backend, l.cp.device);
   }
   l.setup_s[0] = core::now_seconds() - t0;
   l.setup_s[1] = l.st.comm_setup_s;

@@ -74,7 +74,11 @@ void make_compute(Compute& cp, const Options& o, int local_rank);
 // is exit 2 on every rank, with the estimate; one that fits by this count can still run out
 // (the estimate leaves out the MPI library, BLAS workspaces and the allocator), which ends the
 // run with a named error instead (step_bench.cpp).
-void check_memory(const Options& o, const Plan& plan, const Compute& cp, const comm::Topology& topo, int rank);
+// --compute modelled (`modelled`: its costs): the communication buffers the replay allocates
+// (replay_buffer_bytes) instead, the model allocating nothing; a plan whose buffers do not fit is
+// exit 2 with the size it would need.
+void check_memory(const Options& o, const Plan& plan, const Compute& cp, const comm::Topology& topo, int rank,
+                  const Costs* modelled = nullptr);
 
 // The run's provenance; created before timing with the file, so a killed run leaves the
 // finished steps readable.
@@ -92,7 +96,8 @@ struct Launched {
 
 // Topology, threads, compute backend, the memory check, then the groups and the sharded model
 // (setup.hpp); watched by the hang watchdog; the set-up times are the slowest rank's.
-void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog& wd);
+// `costs` (--compute modelled): the groups and the replay without a model (make_modelled_setup).
+void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog& wd, std::unique_ptr<Costs> costs = nullptr);
 
 // Clock offsets against rank 0 for the trace's aligned timelines (into `clock`); returns the
 // run's origin on rank 0's clock.

@@ -159,6 +159,11 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                           "console beside the measurement"));
   step_env(app.add_option("--predict-fabric", o.predict_fabric,
                           "with --predict: the collective fits' fabric tag (default: the calibration's only one)"));
+  step_env(app.add_option("--compute", o.compute,
+                          "real (run the model) or modelled: every compute action waits the duration --predict FILE "
+                          "gives it (a cluster's GPU or a calibration of this machine) while every communication runs "
+                          "for real at the model's sizes; nothing of the model is allocated (docs/modelled.md)")
+               ->check(CLI::IsMember({"real", "modelled"})));
   step_env(app.add_flag("--op-list", o.op_list,
                         "with --plan-only: add `op_list`, one step's compute ops of pipeline rank 0 per (op, phase, "
                         "part) with their FLOPs or elements (what scripts/calibrate --compute divides by)"));
@@ -187,7 +192,8 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (f.aux->count()) c.aux_loss_coef = f.m.aux_loss_coef;
   if (c.experts == 0 && (f.top_k->count() || f.moe_every->count() || f.capacity->count() || f.aux->count()))
     throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
-  validate(c, o.plan_only && !o.predict.empty());
+  // no attention matrix is allocated by a prediction or a modelled run
+  validate(c, (o.plan_only && !o.predict.empty()) || o.compute == "modelled");
   return c;
 }
 
@@ -201,6 +207,21 @@ void check_options(Options& o) {
   if (o.plan_stdin && !o.plan_only) throw UsageError("--plan-stdin: reads plans for --plan-only; add --plan-only");
   if (o.op_list && !o.plan_only) throw UsageError("--op-list: lists the ops of --plan-only; add --plan-only");
   if (!o.predict_fabric.empty() && o.predict.empty()) throw UsageError("--predict-fabric: selects the fits of --predict CAL; add --predict");
+  if (o.compute == "modelled") {
+    auto refuse = [](const char* opt, const char* why) {
+      throw UsageError(fmt::format("--compute modelled with {}: {}", opt, why));
+    };
+    if (o.predict.empty())
+      throw UsageError("--compute modelled: needs --predict FILE (a cluster description or a calibration), whose "
+                       "durations the compute actions wait");
+    if (o.check) refuse("--check", "nothing is computed, so there is nothing to compare with the reference");
+    if (o.profile) refuse("--profile", "no op runs; the waits are the step model's (docs/modelled.md)");
+    if (!o.export_dir.empty()) refuse("--export", "nothing is computed to export");
+    if (o.device != "cpu" || o.backend != "mpi")
+      refuse("--device/--backend", "the waits need no GPU and the buffers are host memory: run with --device cpu "
+                                   "--backend mpi");
+    if (o.inject_fault >= 0) refuse("--inject-fault", "there are no gradients to corrupt");
+  }
   if (o.ranks_per_node < 0) throw UsageError(fmt::format("--ranks-per-node {}: must be >= 0", o.ranks_per_node));
   mb::comm::parse_order(o.order);
   mb::comm::parse_group_kind(o.group);
@@ -320,6 +341,8 @@ Plan plan_of(const Options& o, int world) {
   if (o.inject_fault >= 0 && p.degrees.dp * p.degrees.cp == 1 && o.zero == 0)
     throw UsageError("--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none "
                      "(needs dp x cp > 1 or --zero)");
+  if (o.compute == "modelled" && p.experts_placed() && p.degrees.etp > 1)
+    throw UsageError("--compute modelled with expert tensor parallel (etp > 1): the step model lists no etp calls yet");
   if (o.inject_fault >= world)
     throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
   return p;

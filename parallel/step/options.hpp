@@ -54,6 +54,9 @@ struct Options {
   // tag. --op-list (with --plan-only): the step's compute ops per (op, phase, part).
   std::string predict, predict_fabric;
   bool op_list = false;
+  // --compute modelled: every compute action a wait of the --predict file's duration, the
+  // communication real (predict/replay.hpp, docs/modelled.md); "real" runs the model.
+  std::string compute = "real";
   core::EnvSources env;  // the options set by MESHBENCH_* variables, for error messages
 };
 

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "context_parallel/context_parallel.hpp"
 #include "expert_parallel/expert_parallel.hpp"
@@ -35,7 +36,7 @@ std::unique_ptr<StepReporters> make_reporters(const Options& o, const Launched& 
         const Plan& plan = *l.st.plan;
         auto h5 = std::make_unique<StepH5>(
             o.output, appending, ctx, plan.world,
-            step_attributes(o, plan, *l.st.model, omp_get_max_threads(), step_flops(o.model), peak, datasheet,
+            step_attributes(o, plan, l.st.model.get(), omp_get_max_threads(), step_flops(o.model), peak, datasheet,
                             l.cp.gpu_name, l.st),
             std::vector<std::string>(kPhaseNames.begin(), kPhaseNames.end()), describe_groups(l.st, l.topo));
         reps->add(std::move(h5));
@@ -64,6 +65,7 @@ double peak_after(const Options& o, const Compute& cp, const Peak& before, StepR
 }
 
 std::vector<AnalyticBytes> plan_analytic(const Plan& plan, const Setup& st, int steps) {
+  if (st.replay) return st.replay->analytic();
   std::vector<AnalyticBytes> a;
   auto add = [&](const std::vector<AnalyticBytes>& v) { a.insert(a.end(), v.begin(), v.end()); };
   if (st.sync) add(st.sync->analytic());
@@ -96,12 +98,12 @@ RankPart rank_part(const Options& o, const Setup& st, const RunResult& r, int ra
   p.peak = r.peak;
   p.analytic = plan_analytic(plan, st, static_cast<int>(rm.step_time.size()));
   p.pipeline = st.pipe ? &pipe : nullptr;
-  p.memory = memory_rows(*st.model, plan, st.actions, st.pipe ? st.pipe->rank : 0);
+  p.memory = memory_rows(st.model.get(), plan, st.actions, st.pipe ? st.pipe->rank : 0);
   if (o.profile || !o.trace_file.empty()) p.events = event_rows(st.trace, rank, r.t_origin, r.clock.offset_s);
   p.slots = slot_rows(st.trace, rank, r.t_origin, r.clock.offset_s);
   p.passes = pass_rows(st.trace, rank, r.t_origin, r.clock.offset_s);
   p.clock = r.clock;
-  p.moe = st.model->moe().totals();
+  if (st.model) p.moe = st.model->moe().totals();
   p.moe_on = plan.model.experts > 0;
   p.tp = plan.degrees.tp;
   p.ep = plan.degrees.ep;
@@ -173,7 +175,13 @@ int report_run(const Options& o, const Setup& st, const RunResult& r, const comm
       out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
     if (write_error.empty() && !o.output.empty())
       out.always("step_bench: wrote run {} to {} (status {})\n", r.run_id, o.output, rec.status);
-    if (rec.steps > 0)
+    if (rec.steps > 0 && st.replay)
+      out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s with MODELLED compute from {}{}\n",
+                 rec.summary.step_time_median * 1e3, rec.summary.tokens_per_s, st.costs->source(),
+                 std::isfinite(rec.summary.mfu_datasheet)
+                     ? fmt::format(", MFU {:.1f}% of the described GPU's bf16 peak", 100 * rec.summary.mfu_datasheet)
+                     : std::string());
+    else if (rec.steps > 0)
       out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s, {:.2f} GFLOP/s, MFU {:.1f}% (measured GEMM "
                  "peak), check {}\n",
                  rec.summary.step_time_median * 1e3, rec.summary.tokens_per_s, rec.summary.model_flops_per_s / 1e9,

@@ -164,6 +164,33 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   if (d.pp > 1) apply_pipeline_parallel(st, o, plan, rank, device);
 }
 
+void make_modelled_setup(Setup& st, const Options& o, const Plan& plan, int rank, std::unique_ptr<Costs> costs) {
+  st.plan = &plan;
+  st.grid = std::make_unique<meshbench::comm::RankGrid>(plan.world, plan.mesh, plan.order);
+  st.comms = std::make_unique<meshbench::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
+  const meshbench::comm::Degrees& d = plan.degrees;
+  // the groups in make_setup's order (each split is collective over the world)
+  if (d.tp > 1) st.tp_comm = group_comm(st, o, GroupKind::kTp, "tp", rank, -1);
+  if (d.cp > 1) st.cp_comm = group_comm(st, o, GroupKind::kCp, "cp", rank, -1);
+  if (plan.experts_placed()) {
+    if (d.ep > 1) st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, -1);
+    if (d.edp > 1 || plan.zero > 0) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, -1);
+  }
+  st.dp_rank = index_in(st, GroupKind::kDp, rank);
+  if (d.dp * d.cp > 1 || plan.zero > 0) st.dp_comm = group_comm(st, o, GroupKind::kDpCp, "dp", rank, -1);
+  const int pp_rank = index_in(st, GroupKind::kPp, rank);
+  st.actions = rank_actions(plan, pp_rank);
+  if (d.pp > 1) {
+    st.pp_comm = group_comm(st, o, GroupKind::kPp, "pp", rank, -1);
+    if (plan.model.tied) st.embedding_comm = group_comm(st, o, GroupKind::kEmbedding, "embedding", rank, -1);
+    st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), d.pp, pp_rank, plan.vpp};
+  }
+  st.costs = std::move(costs);
+  ReplayComms rc{st.dp_comm.get(), st.tp_comm.get(), st.cp_comm.get(), st.ep_comm.get(), st.edp_comm.get(),
+                 st.pipe ? &*st.pipe : nullptr};
+  st.replay = std::make_unique<Replay>(plan, *st.costs, rc, pp_rank, index_in(st, GroupKind::kEp, rank), st.trace);
+}
+
 std::vector<meshbench::results::GroupInfo> describe_groups(const Setup& st, const meshbench::comm::Topology& topo) {
   std::vector<meshbench::results::GroupInfo> g;
   std::vector<int> all(static_cast<size_t>(st.grid->world()));
@@ -173,14 +200,14 @@ std::vector<meshbench::results::GroupInfo> describe_groups(const Setup& st, cons
     const auto& groups = st.grid->groups(kind);
     for (size_t i = 0; i < groups.size(); ++i) g.push_back(meshbench::comm::describe_group(dim, static_cast<int>(i), groups[i], topo));
   };
-  if (st.sync) add(meshbench::comm::GroupKind::kDpCp, "dp");
+  if (st.dp_comm) add(meshbench::comm::GroupKind::kDpCp, "dp");
   if (st.tp) add(meshbench::comm::GroupKind::kTp, "tp");
   if (st.cp) add(meshbench::comm::GroupKind::kCp, "cp");
   if (st.ep) add(meshbench::comm::GroupKind::kEp, "ep");
   if (st.etp) add(meshbench::comm::GroupKind::kEtp, "etp");
   if (st.edp_comm) add(meshbench::comm::GroupKind::kEdp, "edp");
   if (st.pipe) add(meshbench::comm::GroupKind::kPp, "pp");
-  if (st.pipe && st.model->config().tied) add(meshbench::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
+  if (st.pipe && st.plan->model.tied) add(meshbench::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
   return g;
 }
 

@@ -18,6 +18,8 @@
 #include "kernels/comm_group.hpp"
 #include "model/model.hpp"
 #include "pipeline_parallel/schedule.hpp"
+#include "predict/costs.hpp"
+#include "predict/replay.hpp"
 #include "results/record.hpp"
 #include "step/options.hpp"
 #include "vocab/plan.hpp"
@@ -37,7 +39,9 @@ struct Setup {
   std::unique_ptr<CommGroup<float>> tp, cp, ep, etp;  // tensor, context, expert (tensor) parallel (degree > 1)
   std::unique_ptr<RecordingComm> pp_comm, embedding_comm;  // pipeline parallel
   std::optional<PipeEnv> pipe;
-  std::unique_ptr<Gpt<float>> model;
+  std::unique_ptr<Gpt<float>> model;     // null under --compute modelled
+  std::unique_ptr<Costs> costs;           // --compute modelled: the durations (--predict FILE)
+  std::unique_ptr<Replay> replay;         // --compute modelled: the action list with real calls
   std::unique_ptr<GradSync<float>> sync;  // DataParallel or Zero; null at dp x cp = 1
   DataParallel<float>* dp = nullptr;      // the plain data-parallel one, for its buckets
   Zero<float>* zero = nullptr;
@@ -48,6 +52,10 @@ struct Setup {
 
 // Builds everything for world rank `rank` of the plan on backend `be` (GPU `device` for NCCL).
 void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be, int device);
+
+// --compute modelled (predict/replay.hpp): the same groups and action list, no model; every
+// compute action a wait of its duration from `costs`.
+void make_modelled_setup(Setup& st, const Options& o, const Plan& plan, int rank, std::unique_ptr<Costs> costs);
 
 // The groups of every dimension this run uses, with their node spans (HDF5 topology/groups).
 std::vector<meshbench::results::GroupInfo> describe_groups(const Setup& st, const meshbench::comm::Topology& topo);

@@ -42,11 +42,17 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world);
-  if (plan.recompute != "none")
+  const bool modelled = o.compute == "modelled";
+  if (plan.recompute != "none" && !modelled)
     throw mb::core::UsageError(fmt::format("--recompute {}: the engine does not recompute activations yet; the step "
-                                           "model predicts it (--plan-only --predict FILE)", plan.recompute));
+                                           "model predicts it (--plan-only --predict FILE), and --compute modelled "
+                                           "runs it with modelled compute", plan.recompute));
   std::optional<Prediction> predicted;  // every rank reads it: a bad file is exit 2 on all
-  if (!o.predict.empty()) predicted = predict_step(plan, *read_costs(o.predict, o.predict_fabric, plan));
+  std::unique_ptr<Costs> costs;
+  if (!o.predict.empty()) {
+    costs = read_costs(o.predict, o.predict_fabric, plan);
+    predicted = predict_step(plan, *costs);
+  }
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw mb::core::UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
   mb::results::OutputClaim claim;
@@ -55,22 +61,34 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   Watchdog wd(rank, o.op_timeout);
   wd.start("", "");  // the set-up is watched too; restarted with the output file below
   Launched l;
-  launch(l, o, plan, rank, wd);
+  launch(l, o, plan, rank, wd, modelled ? std::move(costs) : nullptr);
   Setup& st = l.st;
   if (!o.export_dir.empty()) return run_export(o, *st.model, out);
   print_header(out, o, plan, st, l.cp, l.topo, l.threads);
-  out.out("  set-up {:.3f} s (topology, communicators, model; slowest rank), of which communicators {:.3f} s\n",
-          l.setup_s[0], l.setup_s[1]);
-  const Peak peak = measure_peak(o.model, l.cp.gpu, l.cp.prec, l.cp.device);
+  out.out("  set-up {:.3f} s (topology, communicators, {}; slowest rank), of which communicators {:.3f} s\n",
+          l.setup_s[0], modelled ? "communication buffers" : "model", l.setup_s[1]);
   RunResult r;
   r.predicted = predicted;
-  r.datasheet = l.cp.gpu ? cuda::datasheet_peak(l.cp.gpu_name, l.cp.prec) : NAN;
-  print_peak(out, l.cp, peak, r.datasheet);
+  Peak peak;
+  if (modelled) {  // no GEMM runs here: MFU is against the described GPU's peak (a cluster), else none
+    peak.best = peak.median = NAN;
+    const Cluster* cl = st.costs->cluster();
+    r.datasheet = cl ? cl->gpu.peak_bf16_flops : NAN;
+  } else {
+    peak = measure_peak(o.model, l.cp.gpu, l.cp.prec, l.cp.device);
+    r.datasheet = l.cp.gpu ? cuda::datasheet_peak(l.cp.gpu_name, l.cp.prec) : NAN;
+    print_peak(out, l.cp, peak, r.datasheet);
+  }
 
-  StepEnv<float> env{*st.model, st.sync.get(), st.trace, plan, data_kind(o), o.seed, st.dp_rank, o.adam};
-  env.pipe = st.pipe ? &*st.pipe : nullptr;
-  env.watch = st.watch;
-  r.check = run_check(o, st, env, out, r.check_rows);
+  std::optional<StepEnv<float>> env;
+  if (st.model) {
+    env.emplace(StepEnv<float>{*st.model, st.sync.get(), st.trace, plan, data_kind(o), o.seed, st.dp_rank, o.adam});
+    env->pipe = st.pipe ? &*st.pipe : nullptr;
+    env->watch = st.watch;
+    r.check = run_check(o, st, *env, out, r.check_rows);
+  } else {
+    r.check = "off";
+  }
   mb::results::RunContext ctx = make_context(o, plan, l.cp, argc, argv, l.topo);
   std::string problem;
   std::unique_ptr<StepReporters> reps = make_reporters(o, l, peak, r.datasheet, ctx, claim.appending(), out, rank, problem);
@@ -79,12 +97,12 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   r.run_id = ctx.run_id;
   if (!o.output.empty()) wd.start(o.output, ctx.run_id);
   r.t_origin = align_clocks(l.topo, reps.get(), r.clock);
-  st.model->set_profiling(o.profile);
-  r.end = timed_steps(o, env, st, reps.get(), r.losses);
+  if (st.model) st.model->set_profiling(o.profile);
+  r.end = timed_steps(o, env ? &*env : nullptr, st, reps.get(), r.losses);
   if (r.end.why & kStopWrite)
     mb::comm::agree_on_fault(MPI_COMM_WORLD, reps ? reps->error() : std::string("the results file could not be written"));
   warn_loop_end(out, o, r.end);
-  r.peak = peak_after(o, l.cp, peak, reps.get(), out);
+  r.peak = modelled ? NAN : peak_after(o, l.cp, peak, reps.get(), out);
   std::string write_error;
   const int rc = report_run(o, st, r, l.topo, rank, reps.get(), out, write_error);
   mb::comm::agree_on_fault(MPI_COMM_WORLD, write_error);  // rank 0's write error ends every rank, exit 3

@@ -55,14 +55,14 @@ void start_timing(Gpt<float>& model) {
 
 }  // namespace
 
-LoopEnd timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepReporters* reporters,
+LoopEnd timed_steps(const Options& o, StepEnv<float>* env, Setup& st, StepReporters* reporters,
                     std::vector<double>& losses) {
   const double t_origin = core::now_seconds();
   const int total = o.warmup + o.steps;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  Backend<float>& be = st.model->backend();
-  be.take_nonfinite_grads();  // the check's steps are not this loop's
+  Backend<float>* be = st.model ? &st.model->backend() : nullptr;
+  if (be) be->take_nonfinite_grads();  // the check's steps are not this loop's
   bool diverged = false;
   std::string detail;
   for (int s = 0;; ++s) {
@@ -71,15 +71,16 @@ LoopEnd timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepReport
     if (s == total) return {};
     if (st.watch) st.watch->set_context(fmt::format("step {} of {} ({} warm-up)", s, total, o.warmup));
     const bool timed = s >= o.warmup;
-    if (s == o.warmup) start_timing(*st.model);
+    if (s == o.warmup && st.model) start_timing(*st.model);
     st.trace.on = timed;
     const int step = timed ? s - o.warmup : -1;
-    const double loss_local = run_step(env, st.actions, step, s, s + 1);
+    const double loss_local = env ? run_step(*env, st.actions, step, s, s + 1) : st.replay->run_step(st.actions, step);
     st.trace.on = false;
     // Divergence: this rank's loss (its share, or a pipeline stage's part) or the gradient
     // elements its optimizer consumed (Backend::take_nonfinite_grads) are not finite.
-    const int64_t bad_grads = be.take_nonfinite_grads();
-    if (!std::isfinite(loss_local) || bad_grads > 0) {
+    // A modelled step computes no loss (NaN) and no gradients.
+    const int64_t bad_grads = be ? be->take_nonfinite_grads() : 0;
+    if (env && (!std::isfinite(loss_local) || bad_grads > 0)) {
       diverged = true;
       detail = fmt::format("step {}{}: rank {} loss {}, {} non-finite gradient elements", s,
                            timed ? fmt::format(" (timed step {})", step) : std::string(" (warm-up)"), rank,

@@ -27,7 +27,8 @@ struct LoopEnd {
 };
 
 // `reporters`: rank 0's (null elsewhere, or without -O); `losses` gains each timed step's.
-LoopEnd timed_steps(const Options& o, StepEnv<float>& env, Setup& st, StepReporters* reporters,
+// `env`: the model's step; null under --compute modelled (st.replay runs the list, no loss).
+LoopEnd timed_steps(const Options& o, StepEnv<float>* env, Setup& st, StepReporters* reporters,
                     std::vector<double>& losses);
 
 // The warnings for a loop that stopped early (rank 0).

@@ -90,6 +90,7 @@ def run_logged(cmd, say, what, load=False):
 
 def run_rounds(plans, o, say=print):
     files = [os.path.join(o["out"], f"plan-{i + 1:02d}.h5") for i in range(len(plans))]
+    modelled = [os.path.join(o["out"], f"modelled-{i + 1:02d}.h5") for i in range(len(plans))]
     n = len(plans)
     for r in range(o["rounds"]):
         if o.get("recalibrate"):  # this round's calibration, minutes before its runs
@@ -101,12 +102,19 @@ def run_rounds(plans, o, say=print):
             p = plans[i]
             cmd = ([o["mpiexec"], "-n", str(p["ranks"])] if p["ranks"] > 1 else []) + [
                 o["exe"], *p["args"], "--steps", str(o["steps"]), "--warmup", str(o["warmup"]),
-                "--threads", str(o["threads"]), "--predict", o["cal"], "--tag", f"p{i + 1:02d}", "-O", files[i], "--quiet"]
+                "--threads", str(o["threads"]), "--predict", o["cal"], "--tag", f"p{i + 1:02d}", "--quiet"]
             if o["fabric"]:
                 cmd += ["--predict-fabric", o["fabric"]]
-            if os.path.exists(files[i]):
-                cmd.append("--append")
-            run_logged(cmd, say, f"round {r + 1}/{o['rounds']}, plan {i + 1}/{n}", load=True)
+            runs = [(cmd + ["-O", files[i]], files[i], "")]
+            if o.get("modelled"):  # the same plan with modelled compute, just before or after (by round)
+                mcmd = cmd + ["--compute", "modelled", "-O", modelled[i]]
+                runs.append((mcmd, modelled[i], ", modelled"))
+                if r % 2:
+                    runs.reverse()
+            for c, f, what in runs:
+                if os.path.exists(f):
+                    c = c + ["--append"]
+                run_logged(c, say, f"round {r + 1}/{o['rounds']}, plan {i + 1}/{n}{what}", load=True)
     return files
 
 
@@ -141,6 +149,52 @@ def verdicts(rows):
                          "measured": p["bubble_meas"], "error": p["bubble_err"]} for p in ps if "bubble_err" in p],
             "per_plan": [{"tag": p["tag"], "plan": p["plan"], "predicted_s": p["step_pred"],
                           "measured_s": p["step_meas"], "error": p["step_err"]} for p in ps]}
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None and x == x)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2 if xs else float("nan")
+
+
+def closed_loop(real_rows, modelled_rows):
+    """Issue 28's closed loop: per plan (tag), the median over rounds of the real runs' median step
+    time against the modelled runs' (same calibration, --compute modelled), and the exposed time
+    per dimension of each; the verdict is every plan's step time within 10%."""
+    def by_tag(rows):
+        out = {}
+        for r in rows:
+            out.setdefault(r["tag"], []).append(r)
+        return out
+    real, mod = by_tag(real_rows), by_tag(modelled_rows)
+    plans = []
+    for tag in sorted(set(real) & set(mod)):
+        rr, mm = real[tag], mod[tag]
+        a, b = median(x.get("step_time_median") for x in rr), median(x.get("step_time_median") for x in mm)
+        dims = sorted({k[len("time.exposed."):] for x in rr + mm for k in x if k.startswith("time.exposed.")})
+        exposed = {d: (median(x.get(f"time.exposed.{d}") for x in rr), median(x.get(f"time.exposed.{d}") for x in mm))
+                   for d in dims}
+        plans.append({"tag": tag, "plan": rr[0].get("plan"), "real_s": a, "modelled_s": b,
+                      "error": b / a - 1 if a and a == a and b == b else float("nan"),
+                      "compute_real_s": median(x.get("time.compute") for x in rr),
+                      "compute_modelled_s": median(x.get("time.compute") for x in mm),
+                      "exposed": exposed, "rounds": min(len(rr), len(mm))})
+    errs = [abs(p["error"]) for p in plans if p["error"] == p["error"]]
+    return {"plans": plans, "within_10": sum(1 for e in errs if e <= 0.10), "count": len(errs),
+            "error_median": median(errs), "error_worst": max(errs) if errs else float("nan")}
+
+
+def closed_loop_text(c):
+    ms = lambda x: "-" if x != x else f"{1e3 * x:.2f}"
+    out = ["| plan | real step (ms) | modelled step (ms) | error | compute real / modelled (ms) | exposed real / modelled (ms) |",
+           "|---|---:|---:|---:|---:|---|"]
+    for p in c["plans"]:
+        ex = ", ".join(f"{d} {ms(a)} / {ms(b)}" for d, (a, b) in p["exposed"].items())
+        out.append(f"| {p['tag']} {p['plan']} | {ms(p['real_s'])} | {ms(p['modelled_s'])} | {100 * p['error']:+.1f}% | "
+                   f"{ms(p['compute_real_s'])} / {ms(p['compute_modelled_s'])} | {ex} |")
+    out.append("")
+    out.append(f"modelled compute against the real run: {c['within_10']} of {c['count']} plans within 10% "
+               f"(median |error| {100 * c['error_median']:.1f}%, worst {100 * c['error_worst']:.1f}%)")
+    return "\n".join(out) + "\n"
 
 
 def summary_text(v):
@@ -178,6 +232,9 @@ def main(argv, prog="predict-check"):
     ap.add_argument("--recalibrate", action="store_true",
                     help="before each round, measure the calibration again with the command that made --predict's "
                          "file (its argv: the same collective files and compute options) and predict that round from it")
+    ap.add_argument("--modelled", action="store_true",
+                    help="also run every plan with --compute modelled from the same calibration, next to its real "
+                         "run in each round, and report the modelled step time against the real one (docs/modelled.md)")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: report the plan files already in --out (a finished or interrupted check)")
     o = ap.parse_args(argv)
@@ -202,7 +259,7 @@ def main(argv, prog="predict-check"):
     os.makedirs(o.out, exist_ok=True)
     opts = {"out": o.out, "rounds": o.rounds, "steps": o.steps, "warmup": o.warmup, "threads": o.threads,
             "cal": o.predict, "fabric": o.predict_fabric, "exe": exe, "mpiexec": o.mpiexec,
-            "recalibrate": o.predict if o.recalibrate else None}
+            "recalibrate": o.predict if o.recalibrate else None, "modelled": o.modelled}
     t0 = time.time()
     try:
         files = (sorted(os.path.join(o.out, f) for f in os.listdir(o.out) if f.startswith("plan-") and f.endswith(".h5"))
@@ -223,6 +280,14 @@ def main(argv, prog="predict-check"):
              recalibrated_each_round=bool(o.recalibrate),
              plans_file=o.plans, load_end=os.getloadavg()[0])
     print(summary_text(v))
+    mfiles = sorted(os.path.join(o.out, f) for f in os.listdir(o.out) if f.startswith("modelled-") and f.endswith(".h5"))
+    if mfiles:
+        mruns, mbad = reader.load_steps(mfiles, quiet=True, who=prog)
+        if mbad:
+            print(f"{prog}: cannot read {', '.join(mbad)}", file=sys.stderr)
+            return 1
+        v["closed_loop"] = closed_loop(steps, plans_mod.plan_rows(mruns))
+        print(closed_loop_text(v["closed_loop"]))
     with open(os.path.join(o.out, "summary.json"), "w") as f:
         json.dump(v, f, indent=1)
     print(f"{prog}: wrote {len(files)} results files and summary.json to {o.out} ({v['seconds']:.0f} s)")

@@ -40,7 +40,7 @@ STEP_FIELDS = [
     "dp", "tp", "pp", "cp", "ep", "microbatches", "global_batch", "steps", "step_time_median",
     "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s", "mfu_measured_peak",
     "mfu_datasheet", "exposed_comm_fraction", "exposed_comm_fraction_dp", "bytes_match", "check",
-    "loss_last", "straggler_rank", "start_time"]
+    "loss_last", "straggler_rank", "start_time", "compute"]
 STEP_NUMERIC = {
     "ranks", "zero_stage", "dp", "tp", "pp", "cp", "ep", "microbatches", "global_batch", "steps",
     "step_time_median", "step_time_min", "step_time_p99", "tokens_per_s", "model_flops_per_s",
@@ -327,6 +327,11 @@ def step_table(runs):
         for dim, spans in sorted(run.get("spans", {}).items()):
             r[f"span.{dim}"] = next(iter(spans)) if len(spans) == 1 else "mixed"
         r["sequence_parallel"] = bool(a.get("sequence_parallel", False))
+        # --compute modelled (docs/modelled.md): no model ran; marked in the strategy so no table or
+        # plot mixes it with a real run
+        r["compute"] = str(a.get("compute_mode", "real"))
+        if r["compute"] == "modelled":
+            r["strategy"] += " [modelled compute]"
         for m in run["memory"]:
             if int(m["rank"]) == 0:
                 r[f"mem.{m['category']}"] = float(m["measured_bytes"])

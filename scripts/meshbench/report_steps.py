@@ -160,8 +160,18 @@ def no_split_note(steps):
             "'-' (the report does not re-derive what the binary did not store; re-run with this build)"]
 
 
+def modelled_note(steps):
+    """Runs made with --compute modelled: their compute was waited, not run."""
+    mod = [r for r in steps if r.get("compute") == "modelled"]
+    if not mod:
+        return []
+    return [f"{len(mod)} of {len(steps)} run(s) with MODELLED compute ('[modelled compute]'): every compute action "
+            "waited its predicted duration and only the communication ran (docs/modelled.md); their memory is the "
+            "analytic figure, not measured"]
+
+
 def step_notes(steps):
-    notes = oversubscribed_note(steps)
+    notes = oversubscribed_note(steps) + modelled_note(steps)
     for r in steps:
         if r.get("bytes_match") == 0:
             notes.append(f"run {r['run_id']}: measured bytes differ from the plan's (bytes_match 0): flagged")
