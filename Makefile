@@ -5,12 +5,15 @@
 #   make deps     install the Debian packages (root) or list what is missing
 #   make fabrics  the six collectives at 2 ranks under shared memory, TCP loopback and an
 #                 emulated two-node fabric (netns + tc), with a report and plots
+#   make modelled-study  Llama 3.1 405B's tensor- and pipeline-parallel slices (and a 70B block's
+#                 data-parallel one) with modelled H100 compute under shm, tcp-lo and netns
+#                 (docs/modelled.md "The fabric study")
 #   make clean    remove build/
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 RANKS ?= 2
 
-.PHONY: all build deps run test clean fabrics
+.PHONY: all build deps run test clean fabrics modelled-study
 
 all: build
 
@@ -34,6 +37,11 @@ test: deps
 fabrics: deps
 	@$(MAKE) --no-print-directory build
 	MB_BIN=$(CURDIR)/$(BUILD)/bin /usr/bin/python3 scripts/sweep examples/fabrics-local.toml
+
+modelled-study: deps
+	@$(MAKE) --no-print-directory build
+	MB_BIN=$(CURDIR)/$(BUILD)/bin /usr/bin/python3 scripts/sweep examples/modelled-405b.toml
+	MB_BIN=$(CURDIR)/$(BUILD)/bin /usr/bin/python3 scripts/sweep examples/modelled-dp.toml
 
 clean:
 	rm -rf $(BUILD)

@@ -66,7 +66,9 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
   const int P = std::max(1, plan.degrees.pp);
   const uint64_t message = uint64_t(tp_dims(plan.model, plan_rank_options(plan, 0).tp, plan_rank_options(plan, 0).cp).rows) *
                            plan.model.hidden * kSb;
-  const double p2p = P > 1 ? time(PassItem{true, Op::kMatmul, "", 'F', 0, 0, 0, 0, "pp", "sendrecv", message, 2}) : 0.0;
+  PassItem msg;  // one stage boundary's activations
+  msg.comm = true, msg.dim = "pp", msg.collective = "sendrecv", msg.bytes = message, msg.group = 2;
+  const double p2p = P > 1 ? time(msg) : 0.0;
 
   struct RankState {
     std::vector<Action> actions;

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -131,9 +132,21 @@ Replay::Replay(const Plan& plan, const Costs& costs, ReplayComms comms, int pp_r
   msg_.assign(s.msg, 0.0f);
   for (const PassItem& it : sync_.grad_sync)
     if (bucket_item(plan_, it)) bucket_items_.push_back(it);
+  if (plan.progress == Progress::kThread && !bucket_items_.empty())
+    progress_ = std::thread([this] {
+      while (!stop_) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          for (auto& b : buckets_) b->test();
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    });
 }
 
 Replay::~Replay() {
+  stop_ = true;
+  if (progress_.joinable()) progress_.join();
   for (auto& r : sends_)
     if (r) r->wait();
   for (auto& b : buckets_)
@@ -231,7 +244,9 @@ void Replay::post_ready(int64_t lo) {
   for (size_t k = 0; k < next_bucket_; ++k) off += call_floats(bucket_items_[k], costs_);
   while (next_bucket_ < bucket_items_.size() && bucket_items_[next_bucket_].ready_from >= lo) {
     const PassItem& it = bucket_items_[next_bucket_];
-    buckets_.push_back(post(it, posted_.data() + off));
+    std::unique_ptr<comm::Request> r = post(it, posted_.data() + off);
+    std::lock_guard<std::mutex> lock(mu_);
+    buckets_.push_back(std::move(r));
     off += call_floats(it, costs_);
     ++next_bucket_;
   }
@@ -243,7 +258,7 @@ void Replay::items(const PassItem* first, const PassItem* last, bool arm) {
     if (!it.comm) {
       compute(it);
       // --progress poll: DataParallel tests its posted buckets after every op
-      if (!buckets_.empty() && plan_.progress == Progress::kPoll) {
+      if (plan_.progress == Progress::kPoll && !buckets_.empty()) {
         flush();
         for (auto& b : buckets_) b->test();
       }
@@ -271,8 +286,12 @@ void Replay::grad_sync() {
   for (const PassItem& it : sync_.grad_sync)
     if (it.comm && it.dim == "embedding") call(it);
   if (plan_.zero == 0) {
-    for (auto& b : buckets_) b->wait();
-    buckets_.clear();
+    std::vector<std::unique_ptr<comm::Request>> reqs;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reqs.swap(buckets_);
+    }
+    for (auto& b : reqs) b->wait();
     next_bucket_ = 0;
     for (const PassItem& it : sync_.grad_sync)
       if (it.comm && it.dim == "edp") call(it);

@@ -25,9 +25,12 @@
 // Not here: the groups (step/setup.cpp), the durations (costs.hpp), the metrics (metrics/).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -104,6 +107,10 @@ class Replay {
   std::vector<PassItem> bucket_items_;
   std::vector<std::unique_ptr<comm::Request>> buckets_;
   size_t next_bucket_ = 0;
+  // --progress thread: a thread tests the posted buckets every 50 us (DataParallel's)
+  std::mutex mu_;
+  std::atomic<bool> stop_{false};
+  std::thread progress_;
   std::vector<std::unique_ptr<comm::Request>> sends_;
   std::vector<std::string> extrapolated_;
 };

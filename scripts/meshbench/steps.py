@@ -59,7 +59,7 @@ import subprocess
 
 from . import tables
 
-STEP_KEYS = {"model", "tp", "cp", "ep", "pp", "etp", "zero", "schedule", "vpp", "micro_batches",
+STEP_KEYS = {"model", "tp", "cp", "ep", "pp", "dp", "etp", "zero", "schedule", "vpp", "micro_batches",
              "global_batch", "orders", "memory_per_rank", "max_plans", "predict", "predict_fabric", "top", "spread",
              "recompute", "cp_algo"}
 RECOMPUTE = ["none", "selective", "full"]
@@ -278,6 +278,13 @@ def candidates(steps, world, model, order_dims, info=None):
                          "(fixed; the default), not both")
     orders = orders_for(steps.get("orders", [DEFAULT_ORDER]), order_dims)
     mesh_list = meshes(world, tps, cps, pps)
+    if steps.get("dp") is not None:  # only these data-parallel degrees (the rest of the world)
+        dps = _ints(steps["dp"], "dp", divs)
+        kept = [m for m in mesh_list if m[3] in dps]
+        if mesh_list and not kept:
+            raise StepsError(f"[steps] dp = {dps}: no mesh of {world} ranks from tp, cp, pp leaves that data-parallel "
+                             f"degree (they leave {sorted({m[3] for m in mesh_list})})")
+        mesh_list = kept
     if "micro_batches" in steps:
         gbs = None
         info.update(global_batch=None, global_batch_rule="global batch varies: b x m x dp (micro_batches given)")
@@ -466,6 +473,9 @@ def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
                                               for c in asked]) if asked else []
     answers = {id(c): d for c, d in zip(asked, docs)}
     valid, pruned = [], []
+    # --compute modelled allocates no model: the run checks its communication buffers itself
+    modelled = any(a == "modelled" and i > 0 and base_args[i - 1] == "--compute" for i, a in enumerate(base_args)) or \
+        "--compute=modelled" in base_args
     for c in cands:
         doc = answers.get(id(c))
         if doc is None:
@@ -474,7 +484,7 @@ def enumerate_plans(steps, world, exe, base_args, order_dims, info=None):
             if pred and "--predict" in str(doc.get("error", "")):
                 raise StepsError(f"plan {c['id']}: {doc.get('error')}")
             pruned.append(c | {"reason": doc.get("error", "refused"), "category": "refused"})
-        elif (over := _over_memory(doc, limit)) is not None:
+        elif not modelled and (over := _over_memory(doc, limit)) is not None:
             pruned.append(c | {"reason": over, "category": "memory", "plan": doc})
         else:
             if pred:

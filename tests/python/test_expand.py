@@ -206,3 +206,13 @@ def test_plan_label_tells_zero3_keep_from_regather():
     assert plans.plan_label(deg, "", 1, 3, "1f1b", 2, False, True) == "dp2 x pp2 1f1b zero3 keep m=2"
     assert plans.plan_label(deg, "", 1, 3, "1f1b", 2, False, False) == "dp2 x pp2 1f1b zero3 m=2"
     assert plans.plan_label(deg, "", 1, 1, "1f1b", 2, False, True) == "dp2 x pp2 1f1b zero1 m=2"
+
+
+def test_dp_keeps_only_those_data_parallel_degrees():
+    # [steps] dp: the meshes whose data-parallel rest is listed (examples/modelled-405b.toml keeps dp = 1)
+    model = {"micro_batch": 1}
+    cands = steps.candidates({"tp": [1, 2], "pp": [1, 2], "zero": [0], "dp": [1], "global_batch": 4}, 2, model,
+                             NAMES["order_dims"])
+    assert sorted((c["degrees"]["tp"], c["degrees"]["pp"], c["degrees"]["dp"]) for c in cands) == [(1, 2, 1), (2, 1, 1)]
+    with pytest.raises(steps.StepsError):
+        steps.candidates({"dp": [3]}, 2, model, NAMES["order_dims"])

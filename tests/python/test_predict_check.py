@@ -54,3 +54,26 @@ def test_recalibrate_command_repeats_the_calibration(tmp_path):
         f.attrs["argv"] = json.dumps(["scripts/calibrate", "--out", "old.h5", "a.h5"])
     with pytest.raises(pc.CheckError, match="--compute"):
         pc.recalibrate_command(str(cal), "/x/c.h5")
+
+
+def test_closed_loop_compares_modelled_with_real_per_plan():
+    """--modelled: per tag the median over rounds of real and modelled step times, their error,
+    and the exposed time per dimension of each; the verdict counts plans within 10%."""
+    real = [{"tag": "p01", "plan": "dp=2", "step_time_median": t, "time.compute": 0.09, "time.exposed.dp": 0.01}
+            for t in (0.100, 0.104, 0.098)]
+    real += [{"tag": "p02", "plan": "tp=2", "step_time_median": 0.2, "time.compute": 0.15, "time.exposed.tp": 0.05}]
+    mod = [{"tag": "p01", "plan": "dp=2", "step_time_median": t, "time.compute": 0.09, "time.exposed.dp": 0.012}
+           for t in (0.105, 0.101, 0.103)]
+    mod += [{"tag": "p02", "plan": "tp=2", "step_time_median": 0.25, "time.compute": 0.15, "time.exposed.tp": 0.1},
+            {"tag": "p03", "plan": "pp=2", "step_time_median": 0.3}]  # no real run: not compared
+    c = pc.closed_loop(real, mod)
+    assert [p["tag"] for p in c["plans"]] == ["p01", "p02"]
+    p1, p2 = c["plans"]
+    assert p1["real_s"] == pytest.approx(0.100) and p1["modelled_s"] == pytest.approx(0.103)
+    assert p1["error"] == pytest.approx(0.03) and p1["rounds"] == 3
+    assert p1["exposed"]["dp"] == (pytest.approx(0.01), pytest.approx(0.012))
+    assert p2["error"] == pytest.approx(0.25)
+    assert (c["within_10"], c["count"]) == (1, 2)
+    assert c["error_worst"] == pytest.approx(0.25)
+    text = pc.closed_loop_text(c)
+    assert "1 of 2 plans within 10%" in text and "+25.0%" in text
