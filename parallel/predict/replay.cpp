@@ -71,11 +71,11 @@ struct Sizes {
   size_t scratch = 0, posted = 0, msg = 0;
 };
 
-Sizes buffer_sizes(const Plan& plan, int pp_rank, const Costs& sb) {
+Sizes buffer_sizes(const Plan& plan, int pp_rank, const Costs& costs) {
   Sizes s;
   auto blocking = [&](const std::vector<PassItem>& v) {
     for (const PassItem& it : v)
-      if (it.comm) s.scratch = std::max(s.scratch, call_floats(it, sb));
+      if (it.comm) s.scratch = std::max(s.scratch, call_floats(it, costs));
   };
   const std::vector<Action> actions = rank_actions(plan, pp_rank);
   std::set<std::tuple<int, char, bool, bool>> seen;
@@ -90,13 +90,13 @@ Sizes buffer_sizes(const Plan& plan, int pp_rank, const Costs& sb) {
   size_t g = 0, o = 0;
   for (const PassItem& it : sync.grad_sync) {
     if (!it.comm) continue;
-    if (it.posted && it.dim != "edp") g += call_floats(it, sb);
-    else s.scratch = std::max(s.scratch, call_floats(it, sb));
+    if (it.posted && it.dim != "edp") g += call_floats(it, costs);
+    else s.scratch = std::max(s.scratch, call_floats(it, costs));
   }
   for (const PassItem& it : sync.optimizer)
-    if (it.comm) o += call_floats(it, sb);
+    if (it.comm) o += call_floats(it, costs);
   s.posted = std::max(g, o);
-  if (plan.degrees.pp > 1) s.msg = 2 * message_floats(plan, sb);
+  if (plan.degrees.pp > 1) s.msg = 2 * message_floats(plan, costs);
   return s;
 }
 

@@ -2,6 +2,8 @@
 
 #include "results/h5.hpp"
 
+#include <fmt/core.h>
+
 #include <omp.h>
 
 #include <algorithm>
@@ -116,6 +118,7 @@ void describe_run(StepRecord& rec, const Options& o, const Setup& st, const RunR
   const Plan& plan = *st.plan;
   rec.model = describe(o.model);
   rec.plan = describe(plan);
+  if (st.replay) rec.plan += fmt::format(" [modelled compute: {}]", st.costs->source());  // JSON lines, summary
   rec.tag = o.tag;
   rec.warmup = o.warmup;
   rec.threads = omp_get_max_threads();

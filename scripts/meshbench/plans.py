@@ -182,6 +182,8 @@ def plan_rows(runs):
                                  str(a.get("cp_algo", "") or ""),
                                  str(a.get("routing", "") or "") if int(a.get("experts", 0) or 0) > 0 else ""),
                  cross_nodes=cross_nodes(run, order))
+        if r.get("compute") == "modelled":  # its own plan group, table row and plot label
+            r["plan"] += " [modelled compute]"
         if a.get("global_batch") is not None and a.get("seq") is not None:
             r["tokens_per_step"] = int(a["global_batch"]) * int(a["seq"])
         split = time_split_means(run.get("time_split") or [])
