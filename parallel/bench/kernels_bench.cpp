@@ -66,6 +66,33 @@ void BM_AttentionBackward(benchmark::State& st) {
   st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Attention forward + backward at a long sequence (args: 0 materialised, 1 flash; T), the
+// medium shape's heads (C = 512, 8 heads of 64), one sample: the T x T matrix against the
+// tiles (issue 29). FLOP/s counts the causal products once, T(T+1)/2 x hs multiply-adds each
+// (2 forward, 4 backward), the same for both, so the rates compare as the times do.
+void BM_AttentionLong(benchmark::State& st) {
+  const GptConfig c = shape(1);
+  const bool flash = st.range(0) == 1;
+  const int B = 1, T = static_cast<int>(st.range(1)), NH = c.heads, KVH = c.kv_heads, hs = c.head_size();
+  const size_t qkv_n = static_cast<size_t>(B) * T * (NH + 2 * KVH) * hs, out_n = static_cast<size_t>(B) * T * NH * hs;
+  auto qkv = rnd(qkv_n), dout = rnd(out_n);
+  std::vector<float> out(out_n), dqkv(qkv_n), att(flash ? 0 : static_cast<size_t>(B) * NH * T * T), datt(att.size()),
+      lse(static_cast<size_t>(B) * NH * T);
+  for (auto _ : st) {
+    if (flash) {
+      flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, KVH, hs);
+      flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, KVH, hs);
+    } else {
+      attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, KVH, hs);
+      attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, NH, KVH, hs);
+    }
+    benchmark::DoNotOptimize(dqkv.data());
+  }
+  st.SetLabel(std::string(flash ? "flash" : "materialised") + " T=" + std::to_string(T));
+  const double flops = 6.0 * 2 * (double(T) * (T + 1) / 2) * hs * B * NH;
+  st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_LayerNormForward(benchmark::State& st) {
   const GptConfig c = shape(st.range(0));
   const int N = static_cast<int>(c.tokens()), C = c.hidden;
@@ -133,6 +160,7 @@ void BM_AdamW(benchmark::State& st) {
 BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionLong)->ArgsProduct({{0, 1}, {1024, 2048}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LayerNormForward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerNormBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_GeluForward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();

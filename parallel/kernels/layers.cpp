@@ -573,6 +573,135 @@ void attention_chunk_backward(S* dq, int lddq, S* dk, int lddk, S* dv, int lddv,
 }
 
 template <typename S>
+void flash_attention_forward(S* out, S* lse, const S* qkv, int B, int T, int NH, int KVH, int hs) {
+  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs, group = NH / KVH;
+  const S scale = S(1) / std::sqrt(S(hs));
+  const S ninf = -std::numeric_limits<S>::infinity();
+  constexpr int Bq = kFlashTileQ, Bk = kFlashTileK;
+  compute::BlasSingleThreaded one_thread;
+#pragma omp parallel
+  {
+    std::vector<S> sc(static_cast<size_t>(Bq) * Bk), acc(static_cast<size_t>(Bq) * hs), mx(Bq), sum(Bq);
+#pragma omp for schedule(static)
+    for (int bh = 0; bh < B * NH; ++bh) {
+      const int b = bh / NH, h = bh % NH, kvh = h / group;
+      const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
+      const S* q = base + h * hs;
+      const S* k = base + (NH + kvh) * hs;
+      const S* v = base + (NH + KVH + kvh) * hs;
+      S* y = out + static_cast<int64_t>(b) * T * C + h * hs;
+      S* l = lse + static_cast<int64_t>(bh) * T;
+      for (int i0 = 0; i0 < T; i0 += Bq) {
+        const int r = std::min(Bq, T - i0);
+        std::fill(acc.begin(), acc.end(), S(0));
+        std::fill(mx.begin(), mx.end(), ninf);
+        std::fill(sum.begin(), sum.end(), S(0));
+        for (int j0 = 0; j0 < i0 + r; j0 += Bk) {  // key tiles up to the tile's last row
+          const int c = std::min(Bk, i0 + r - j0);
+          gemm<S>(Trans::kNo, Trans::kYes, r, c, hs, scale, q + static_cast<int64_t>(i0) * QKV, QKV,
+                  k + static_cast<int64_t>(j0) * QKV, QKV, S(0), sc.data(), Bk);
+          for (int t = 0; t < r; ++t) {
+            S* row = sc.data() + static_cast<int64_t>(t) * Bk;
+            const int vis = std::min(c, i0 + t - j0 + 1);  // keys j < vis are visible to this row
+            if (vis <= 0) {
+              std::fill(row, row + c, S(0));
+              continue;
+            }
+            S m = mx[size_t(t)];
+            for (int j = 0; j < vis; ++j) m = std::max(m, row[j]);
+            const S corr = mx[size_t(t)] == ninf ? S(0) : exp_(mx[size_t(t)] - m);
+            S add = 0;
+            for (int j = 0; j < vis; ++j) {
+              row[j] = exp_(row[j] - m);
+              add += row[j];
+            }
+            for (int j = vis; j < c; ++j) row[j] = S(0);
+            sum[size_t(t)] = sum[size_t(t)] * corr + add;
+            mx[size_t(t)] = m;
+            S* a = acc.data() + static_cast<int64_t>(t) * hs;
+            for (int d = 0; d < hs; ++d) a[d] *= corr;
+          }
+          gemm<S>(Trans::kNo, Trans::kNo, r, hs, c, S(1), sc.data(), Bk, v + static_cast<int64_t>(j0) * QKV, QKV, S(1),
+                  acc.data(), hs);
+        }
+        for (int t = 0; t < r; ++t) {  // every row sees at least its own key
+          const S inv = S(1) / sum[size_t(t)];
+          S* o = y + static_cast<int64_t>(i0 + t) * C;
+          const S* a = acc.data() + static_cast<int64_t>(t) * hs;
+          for (int d = 0; d < hs; ++d) o[d] = a[d] * inv;
+          l[i0 + t] = mx[size_t(t)] + std::log(sum[size_t(t)]);
+        }
+      }
+    }
+  }
+}
+
+template <typename S>
+void flash_attention_backward(S* dqkv, const S* dout, const S* qkv, const S* out, const S* lse, int B, int T, int NH,
+                              int KVH, int hs) {
+  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs, group = NH / KVH;
+  const S scale = S(1) / std::sqrt(S(hs));
+  constexpr int Bq = kFlashTileQ, Bk = kFlashTileK;
+  std::memset(dqkv, 0, sizeof(S) * static_cast<size_t>(B) * T * QKV);
+  compute::BlasSingleThreaded one_thread;
+  // Parallel over (b, kv head): a group's query heads accumulate into the same dK, dV.
+#pragma omp parallel
+  {
+    std::vector<S> p(static_cast<size_t>(Bq) * Bk), ds(p.size()), D(static_cast<size_t>(T));
+#pragma omp for schedule(static)
+    for (int bg = 0; bg < B * KVH; ++bg) {
+      const int b = bg / KVH, kvh = bg % KVH;
+      const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
+      S* dbase = dqkv + static_cast<int64_t>(b) * T * QKV;
+      const S* k = base + (NH + kvh) * hs;
+      const S* v = base + (NH + KVH + kvh) * hs;
+      S* dk = dbase + (NH + kvh) * hs;
+      S* dv = dbase + (NH + KVH + kvh) * hs;
+      for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+        const S* q = base + h * hs;
+        S* dq = dbase + h * hs;
+        const S* dy = dout + static_cast<int64_t>(b) * T * C + h * hs;
+        const S* y = out + static_cast<int64_t>(b) * T * C + h * hs;
+        const S* l = lse + (static_cast<int64_t>(b) * NH + h) * T;
+        for (int t = 0; t < T; ++t) {  // D = rowsum(dO * O)
+          S acc = 0;
+          for (int d = 0; d < hs; ++d) acc += dy[static_cast<int64_t>(t) * C + d] * y[static_cast<int64_t>(t) * C + d];
+          D[size_t(t)] = acc;
+        }
+        for (int j0 = 0; j0 < T; j0 += Bk) {
+          const int c = std::min(Bk, T - j0);
+          for (int i0 = j0 / Bq * Bq; i0 < T; i0 += Bq) {  // the query tiles that see this key tile
+            const int r = std::min(Bq, T - i0);
+            gemm<S>(Trans::kNo, Trans::kYes, r, c, hs, scale, q + static_cast<int64_t>(i0) * QKV, QKV,
+                    k + static_cast<int64_t>(j0) * QKV, QKV, S(0), p.data(), Bk);
+            gemm<S>(Trans::kNo, Trans::kYes, r, c, hs, S(1), dy + static_cast<int64_t>(i0) * C, C,
+                    v + static_cast<int64_t>(j0) * QKV, QKV, S(0), ds.data(), Bk);
+            for (int t = 0; t < r; ++t) {
+              S* pr = p.data() + static_cast<int64_t>(t) * Bk;
+              S* dr = ds.data() + static_cast<int64_t>(t) * Bk;
+              const int vis = std::max(0, std::min(c, i0 + t - j0 + 1));
+              const S lt = l[i0 + t], Dt = D[size_t(i0 + t)];
+              for (int j = 0; j < vis; ++j) {
+                pr[j] = exp_(pr[j] - lt);
+                dr[j] = pr[j] * (dr[j] - Dt);
+              }
+              for (int j = vis; j < c; ++j) pr[j] = dr[j] = S(0);
+            }
+            // dV += P^T dO, dK += scale dS^T Q, dQ += scale dS K
+            gemm<S>(Trans::kYes, Trans::kNo, c, hs, r, S(1), p.data(), Bk, dy + static_cast<int64_t>(i0) * C, C, S(1),
+                    dv + static_cast<int64_t>(j0) * QKV, QKV);
+            gemm<S>(Trans::kYes, Trans::kNo, c, hs, r, scale, ds.data(), Bk, q + static_cast<int64_t>(i0) * QKV, QKV,
+                    S(1), dk + static_cast<int64_t>(j0) * QKV, QKV);
+            gemm<S>(Trans::kNo, Trans::kNo, r, hs, c, scale, ds.data(), Bk, k + static_cast<int64_t>(j0) * QKV, QKV,
+                    S(1), dq + static_cast<int64_t>(i0) * QKV, QKV);
+          }
+        }
+      }
+    }
+  }
+}
+
+template <typename S>
 void attention_rowdot(S* D, const S* dout, int lddo, const S* o, int ldo, int B, int T, int NH, int hs) {
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; ++bh) {
@@ -629,6 +758,8 @@ void add_2d(S* dst, int64_t ld_dst, const S* src, int64_t ld_src, int64_t rows, 
                                             const S*, const S*, int, const S*, int, const S*, int,  \
                                             int, int, int, int, int, int, int, int);                \
   template void attention_rowdot<S>(S*, const S*, int, const S*, int, int, int, int, int);        \
+  template void flash_attention_forward<S>(S*, S*, const S*, int, int, int, int, int);           \
+  template void flash_attention_backward<S>(S*, const S*, const S*, const S*, const S*, int, int, int, int, int); \
   template void copy_2d<S>(S*, int64_t, const S*, int64_t, int64_t, int64_t);                    \
   template void add_2d<S>(S*, int64_t, const S*, int64_t, int64_t, int64_t);                     \
   template int64_t adamw_update<S>(S*, const S*, S*, S*, int64_t, const AdamWConfig&, double, int);

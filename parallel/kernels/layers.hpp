@@ -80,6 +80,21 @@ template <typename S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B,
                         int T, int NH, int KVH, int hs);
 
+// Causal self-attention without the T x T matrix (the FlashAttention-2 algorithm, issue 29), on
+// the same fused qkv layout: per (b, h), query tiles of kFlashTileQ rows against the key tiles of
+// kFlashTileK columns up to the diagonal, an online softmax (a running maximum and sum per row);
+// only out (B,T,C) and the row log-sum-exp lse (B,NH,T) are kept. T need not be a multiple of a
+// tile. Scratch per thread: one tile of scores and one of the output.
+inline constexpr int kFlashTileQ = 64, kFlashTileK = 128;
+template <typename S>
+void flash_attention_forward(S* out, S* lse, const S* qkv, int B, int T, int NH, int KVH, int hs);
+// dqkv (written in full) from dout, the forward's out and lse: each tile's probabilities are
+// recomputed from lse (P = exp(scale Q K^T - lse)), D = rowsum(dout * out), dS = P (dO V^T - D);
+// parallel over (b, kv head), key tiles outer, so dK and dV accumulate in place.
+template <typename S>
+void flash_attention_backward(S* dqkv, const S* dout, const S* qkv, const S* out, const S* lse, int B, int T, int NH,
+                              int KVH, int hs);
+
 // Attention between chunks of the sequence (context parallel: ring, all-gather), with the
 // online-softmax merge. Queries of one chunk hold positions [q0, q0 + Tq) of each sample,
 // keys and values [k0, k0 + Tk); query i sees key j when k0 + j <= q0 + i. Arrays are per

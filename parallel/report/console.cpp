@@ -141,18 +141,22 @@ void print_step_report(const core::Log& out, const StepRecord& r) {
   out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",
           s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,
           r.ranks, std::isnan(s.mfu_datasheet) ? std::string("n/a") : fmt::format("{:.1f}%", 100 * s.mfu_datasheet));
-  out.out("  loss {:.4f} -> {:.4f}\n", s.loss_first, s.loss_last);
+  if (std::isnan(s.loss_first) && std::isnan(s.loss_last))
+    out.out("  loss: none (nothing computed: modelled compute)\n");
+  else
+    out.out("  loss {:.4f} -> {:.4f}\n", s.loss_first, s.loss_last);
   if (r.predicted.on) print_predicted(out, r);
 }
 
 void print_memory(const core::Log& out, const StepRecord& r) {
   out.out("  memory, peak per category (rank 0)  measured     analytic\n");
   for (const auto& m : r.memory)
-    out.out("    {:<16} {:>12} {:>12}\n", m.category, core::human_bytes(m.measured_bytes),
+    out.out("    {:<16} {:>12} {:>12}\n", m.category,
+            std::isnan(m.measured_bytes) ? std::string("not measured") : core::human_bytes(m.measured_bytes),
             std::isnan(m.analytic_bytes) ? std::string("-") : core::human_bytes(m.analytic_bytes));
   const double meg = r.megatron_activation_bytes;
   for (const auto& m : r.memory)
-    if (m.category == "activations")
+    if (m.category == "activations" && !std::isnan(m.measured_bytes))
       out.out("    activations beside Megatron's {} = {} (16-bit with dropout masks; this engine keeps fp32, no "
               "dropout): measured/Megatron {:.2f}\n",
               r.megatron_activation_formula, core::human_bytes(meg), m.measured_bytes / meg);

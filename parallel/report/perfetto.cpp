@@ -17,7 +17,7 @@ namespace meshbench::parallel {
 void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
                     const std::vector<comm::ClockOffset>& offsets,
                     const std::vector<std::string>& hosts, const std::vector<SlotRow>& slots,
-                    const std::vector<PassRow>& passes) {
+                    const std::vector<PassRow>& passes, const std::string& compute_track) {
   nlohmann::json ev = nlohmann::json::array();
   std::map<std::pair<int, std::string>, int> tracks;  // (rank, track name) -> tid
   auto tid = [&](int rank, const std::string& name) {
@@ -35,12 +35,12 @@ void write_perfetto(const std::string& path, const std::vector<EventRow>& rows,
     ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args",
                   {{"name", fmt::format("rank {} ({}, clock error <= {:.1f} us)", r, host, offsets[r].error_s * 1e6)}}}});
     ev.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", r}, {"args", {{"sort_index", r}}}});
-    tid(static_cast<int>(r), "compute");
+    tid(static_cast<int>(r), compute_track);
   }
   for (const EventRow& e : rows) {
     const std::string dim(e.dim), kind(e.kind);
     const bool is_comm = dim != "-";
-    const std::string track = is_comm ? fmt::format("{} group {}", dim, e.group) : "compute";
+    const std::string track = is_comm ? fmt::format("{} group {}", dim, e.group) : compute_track;
     nlohmann::json args = {{"step", e.step}, {"microbatch", e.microbatch}, {"layer", e.layer}, {"phase", e.phase}};
     if (is_comm) {
       args["bytes"] = e.bytes;

@@ -41,6 +41,13 @@ case_ "4 ranks: tp=2 dp=2 ZeRO-1" 4 --model tiny --mesh tp=2,dp=2 --zero 1
 case_ "4 ranks: pp=2 dp=2, m=2" 4 --model tiny --mesh pp=2,dp=2 --micro-batches 2
 case_ "4 ranks: cp=2 tp=2 --sp" 4 --model tiny --mesh cp=2,tp=2 --sp
 
+# The trace names its compute track as modelled.
+if expect_rc 0 2 step_bench --model tiny --mesh dp=2 --steps 1 --warmup 0 --compute modelled --predict "$CAL" \
+    --trace "$WORK/t.json"; then
+  if grep -q '"compute (modelled)"' "$WORK/t.json"; then pass "--trace: the compute track is 'compute (modelled)'"
+  else fail "--trace: no 'compute (modelled)' track in $WORK/t.json"; fi
+fi
+
 # A 405B block's tensor-parallel slice at H100 speed: 256 MiB bf16 all-reduces at s = 8192.
 h5="$WORK/h100.h5"
 if expect_rc 0 2 step_bench --model llama3-405b --layers 1 --mesh tp=2 --compute modelled \
