@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "compute/device.hpp"
@@ -32,6 +33,9 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual std::string name() const = 0;             // "cpu", "cuda fp32", "cuda bf16"
+  [[noreturn]] void no_flash() const {
+    throw std::logic_error("--attention flash: backend " + name() + " has no flash attention yet");
+  }
   virtual compute::MemKind mem() const = 0;          // where its buffers live
   virtual void* stream() const { return nullptr; }   // opaque compute stream (comm order_after)
   virtual void synchronize() {}                      // wait for every queued op
@@ -76,6 +80,14 @@ class Backend {
                                  int hs) = 0;
   virtual void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att,
                                   int B, int T, int NH, int KVH, int hs) = 0;
+  // Attention without the T x T matrix (--attention flash, layers.hpp flash_attention_*): out
+  // and the row log-sum-exp lse (B, NH, T); the backward recomputes each tile from lse. A
+  // backend without it says so (the model checks flash_attention() before it is built).
+  virtual bool flash_attention() const { return false; }
+  virtual void flash_attention_forward(S*, S*, const S*, int, int, int, int, int) { no_flash(); }
+  virtual void flash_attention_backward(S*, const S*, const S*, const S*, const S*, int, int, int, int, int) {
+    no_flash();
+  }
   virtual void gelu_forward(S* out, const S* inp, int64_t N) = 0;
   virtual void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t N) = 0;
   // Mean loss over the N rows (the one op whose result the host reads).

@@ -77,6 +77,14 @@ class CpuBackend final : public Backend<S> {
                          int hs) override {
     parallel::attention_forward(out, att, qkv, B, T, NH, KVH, hs);
   }
+  bool flash_attention() const override { return true; }
+  void flash_attention_forward(S* out, S* lse, const S* qkv, int B, int T, int NH, int KVH, int hs) override {
+    parallel::flash_attention_forward(out, lse, qkv, B, T, NH, KVH, hs);
+  }
+  void flash_attention_backward(S* dqkv, const S* dout, const S* qkv, const S* out, const S* lse, int B, int T, int NH,
+                                int KVH, int hs) override {
+    parallel::flash_attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, KVH, hs);
+  }
   void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B, int T,
                           int NH, int KVH, int hs) override {
     parallel::attention_backward(dqkv, datt, dout, qkv, att, B, T, NH, KVH, hs);

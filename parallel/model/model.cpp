@@ -40,6 +40,8 @@ template <typename S>
 Gpt<S>::Gpt(const GptConfig& cfg, Backend<S>& be, GptOptions opts)
     : cfg_(cfg), be_(&be), opts_(opts), dims_(meshbench::parallel::tp_dims(cfg, opts.tp, opts.cp)),
       moe_(cfg, opts.ep, moe_tokens(opts)) {
+  if (opts.flash && !be.flash_attention())
+    throw core::UsageError("--attention flash: backend " + be.name() + " has no flash attention yet (use --attention naive)");
   ParamTable pt = param_table(cfg, opts);
   layout_ = std::move(pt.layout);
   units_ = std::move(pt.units);
@@ -94,8 +96,9 @@ void Gpt<S>::build_activations() {
       a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
       if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
       a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
-      a.att = cp_attn_ ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
-                       : al.add(p + "att", {B, d.heads, T, T}, false);
+      a.att = cp_attn_       ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
+              : opts_.flash ? al.add(p + "lse", {B, d.heads, T}, false)  // flash: a log-sum-exp per row and head
+                            : al.add(p + "att", {B, d.heads, T, T}, false);
       a.atty = al.add(p + "atty", {N, d.attn_width}, false);
       a.res2 = al.add(p + "res2", {n, C}, false);
       a.ln2 = al.add(p + "ln2", {n, C}, false);
@@ -127,7 +130,7 @@ void Gpt<S>::build_activations() {
   dln_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);
   datty_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
   dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
-  if (!cp_attn_) datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+  if (!cp_attn_ && !opts_.flash) datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
   dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
   tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
   targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
@@ -306,6 +309,10 @@ void Gpt<S>::block_forward(int l) {
   column_forward(be, qkv_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
   if (cp_attn_)
     cp_attn_->forward(*cp_, attention_op_, a + x.atty, a + x.att, a + x.qkv);
+  else if (opts_.flash)
+    timed(Op::kAttention,
+          [&] { be.flash_attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); },
+          attn_fwd_flops);
   else
     timed(Op::kAttention,
           [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
@@ -494,6 +501,11 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
                p + w.proj_w, N, d.attn_width, C);
   if (cp_attn_)
     cp_attn_->backward(*cp_, attention_op_, dqkv_.data(), datty_.data(), a + x.atty, a + x.att, a + x.qkv);
+  else if (opts_.flash)
+    timed(Op::kAttention, [&] {
+      be.flash_attention_backward(dqkv_.data(), datty_.data(), a + x.qkv, a + x.atty, a + x.att, B, T, d.heads,
+                                  d.kv_heads, hs);
+    }, attn_bwd_flops);
   else
     timed(Op::kAttention, [&] {
       be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);

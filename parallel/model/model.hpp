@@ -95,6 +95,9 @@ struct GptOptions {
   TpSpec tp;                  // tensor parallel (set_tp_comm before the first step when size > 1)
   CpSpec cp;                  // context parallel (set_cp_comm likewise): this rank's chunks of the sequence
   EpSpec ep;                  // expert parallel (set_ep_comm likewise): this rank's experts (moe.hpp)
+  // --attention flash: attention without the T x T matrix, a log-sum-exp per row and head
+  // kept instead of the probabilities (the backend must have it; context parallel has its own)
+  bool flash = false;
   // Pipeline stage; none: the whole model as one chunk with one activation slot held for
   // the model's life. With a stage, activations live in slots per (chunk, micro-batch):
   // taken at the chunk's forward (stage_input), freed at the end of its backward.
@@ -228,8 +231,9 @@ class Gpt {
   MemoryBytes memory_allocated() const;  // the model's allocations now
   MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers
   const MemoryTracker& memory() const { return mem_; }
+  // `flash`: --attention flash (a log-sum-exp per row and head instead of the T x T matrix).
   static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {},
-                                     const CpSpec& cp = {}, const EpSpec& ep = {});
+                                     const CpSpec& cp = {}, const EpSpec& ep = {}, bool flash = false);
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }

@@ -154,7 +154,7 @@ std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
 
 template <typename S>
 MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp, const CpSpec& cp,
-                                    const EpSpec& ep) {
+                                    const EpSpec& ep, bool flash) {
   // Closed forms, written independently of the layout tables (padding not counted). With
   // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
   // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows. Context
@@ -165,6 +165,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   const int64_t F = c.ffn / t, NH = c.heads / t, KVH = c.kv_heads / t, Ca = NH * hs, QKV = (NH + 2 * KVH) * hs;
   const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T / cpn;
   int64_t att = B * NH * T * T, cp_buf = 0, datt = B * NH * T * T;  // per layer; buffers
+  if (flash) att = B * NH * T, datt = 0;  // the row log-sum-exp; the backward recomputes its tiles
   if (cpn > 1) {
     const int64_t kv = N * 2 * KVH * hs, NHu = NH / cpn, wu = (NHu + 2 * (KVH / cpn)) * hs;
     datt = 0;
@@ -214,7 +215,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   template int64_t Gpt<S>::expert_segment_elements(const GptConfig&, const GptOptions&);           \
   template std::vector<S> Gpt<S>::canonical_weights(uint64_t) const;                               \
   template MemoryBytes Gpt<S>::memory_analytic(const GptConfig&, int64_t, const TpSpec&, const CpSpec&, \
-                                               const EpSpec&);
+                                               const EpSpec&, bool);
 MB_LAYOUT_INSTANTIATE(float)
 MB_LAYOUT_INSTANTIATE(double)
 

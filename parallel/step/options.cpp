@@ -131,6 +131,10 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                           "full (each block's forward again before its backward); the step model (--plan-only "
                           "--predict) times it, the engine does not run it yet")
                ->check(CLI::IsMember({"none", "selective", "full"})));
+  step_env(app.add_option("--attention", o.attention,
+                          "naive (the probabilities stored, b x heads x seq^2 per layer) or flash (tiles with an online "
+                          "softmax, a log-sum-exp per row kept, the backward recomputing each tile; the CPU backend)")
+               ->check(CLI::IsMember({"naive", "flash"})));
   step_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
           ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"})));
   step_env(app.add_option("--vpp", o.vpp, "interleaved: model chunks V per pipeline rank"));
@@ -193,7 +197,7 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (c.experts == 0 && (f.top_k->count() || f.moe_every->count() || f.capacity->count() || f.aux->count()))
     throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
   // no attention matrix is allocated by a prediction or a modelled run
-  validate(c, (o.plan_only && !o.predict.empty()) || o.compute == "modelled");
+  validate(c, (o.plan_only && !o.predict.empty()) || o.compute == "modelled" || o.attention == "flash");
   return c;
 }
 
@@ -310,6 +314,7 @@ Plan plan_of(const Options& o, int world) {
   p.prefetch = o.prefetch;
   p.keep_params = o.keep_params;
   p.recompute = o.recompute;
+  p.flash = o.attention == "flash";
   p.sp = o.sp;
   p.sp_regather = o.sp_regather;
   p.cp_algo = o.cp_algo == "allgather" ? CpAlgo::kAllGather : (o.cp_algo == "ulysses" ? CpAlgo::kUlysses : CpAlgo::kRing);

@@ -118,7 +118,7 @@ nlohmann::ordered_json plan_json(const Plan& plan, const std::string& preset) {
       {"vpp_group", plan.vpp_group > 0 ? plan.vpp_group : d.pp},
       {"layers_per_stage", layers_per_virtual_stage(plan)},
       {"zero", plan.zero},
-      {"recompute", plan.recompute},
+      {"recompute", plan.recompute}, {"attention", plan.flash ? "flash" : "naive"},
       {"sp", plan.sp},
       {"cp_algo", cp_algo_name(plan.cp_algo)},
       {"model", model_json(c, preset)},

@@ -80,6 +80,7 @@ GptOptions model_options(const Setup& st, const Plan& plan, int rank) {
     mo.cp = CpSpec{plan.degrees.cp, index_in(st, GroupKind::kCp, rank), plan.cp_algo, plan.cp_zigzag, plan.overlap};
   if (plan.experts_placed())
     mo.ep = EpSpec{plan.degrees.ep, index_in(st, GroupKind::kEp, rank), plan.degrees.etp, index_in(st, GroupKind::kEtp, rank)};
+  mo.flash = plan.flash;
   return mo;
 }
 

@@ -42,10 +42,11 @@ struct GptConfig {
 GptConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
-// Throws core::UsageError: "--heads 3 must divide --hidden 64", etc. `predict_only` (--plan-only
-// --predict: nothing runs) lifts the limit on the materialised attention matrix (b x heads x
-// seq^2 < 2^31 elements), which the step model does not hold (it models flash attention).
-void validate(const GptConfig& c, bool predict_only = false);
+// Throws core::UsageError: "--heads 3 must divide --hidden 64", etc. `no_attention_matrix`
+// lifts the limit on the materialised attention matrix (b x heads x seq^2 < 2^31 elements) where
+// none is held: --plan-only --predict and --compute modelled (nothing runs; the step model models
+// flash attention) and --attention flash.
+void validate(const GptConfig& c, bool no_attention_matrix = false);
 
 std::string describe(const GptConfig& c);  // one line: L=2 C=64 NH=4 KVH=4 F=256 ...
 

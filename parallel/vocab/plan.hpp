@@ -38,6 +38,9 @@ struct Plan {
   // attention core again before its backward) or full (each block's forward again before its
   // backward). The step model times it; the engine does not run it yet (issue 29).
   std::string recompute = "none";
+  // --attention flash: causal attention without the T x T matrix (kernels/layers.hpp
+  // flash_attention_*); naive (the default) stores the probabilities.
+  bool flash = false;
   bool sp = false;           // tensor parallel: sequence parallel (--sp)
   bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward
   CpAlgo cp_algo = CpAlgo::kRing;  // context parallel: --cp-algo
