@@ -96,9 +96,10 @@ void Gpt<S>::build_activations() {
       a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
       if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
       a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
-      a.att = cp_attn_       ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
-              : opts_.flash ? al.add(p + "lse", {B, d.heads, T}, false)  // flash: a log-sum-exp per row and head
-                            : al.add(p + "att", {B, d.heads, T, T}, false);
+      a.att = cp_attn_                   ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
+              : opts_.flash             ? al.add(p + "lse", {B, d.heads, T}, false)  // flash: a log-sum-exp per row and head
+              : recompute_attention()   ? -1                                         // att_scratch_
+                                        : al.add(p + "att", {B, d.heads, T, T}, false);
       a.atty = al.add(p + "atty", {N, d.attn_width}, false);
       a.res2 = al.add(p + "res2", {n, C}, false);
       a.ln2 = al.add(p + "ln2", {n, C}, false);
@@ -131,6 +132,10 @@ void Gpt<S>::build_activations() {
   datty_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
   dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
   if (!cp_attn_ && !opts_.flash) datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+  if (recompute_attention()) {
+    att_scratch_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+    atty_scratch_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
+  }
   dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
   tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
   targets_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
@@ -314,8 +319,10 @@ void Gpt<S>::block_forward(int l) {
           [&] { be.flash_attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); },
           attn_fwd_flops);
   else
-    timed(Op::kAttention,
-          [&] { be.attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); }, attn_fwd_flops);
+    timed(Op::kAttention, [&] {
+      be.attention_forward(a + x.atty, recompute_attention() ? att_scratch_.data() : a + x.att, a + x.qkv, B, T, d.heads,
+                           d.kv_heads, hs);
+    }, attn_fwd_flops);
   // The residual joins the projection: res2 = res, then res2 += proj(atty).
   timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{n} * C); });
   row_forward(be, proj_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
@@ -506,10 +513,20 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
       be.flash_attention_backward(dqkv_.data(), datty_.data(), a + x.qkv, a + x.atty, a + x.att, B, T, d.heads,
                                   d.kv_heads, hs);
     }, attn_bwd_flops);
-  else
+  else {
+    if (recompute_attention()) {  // the attention core's forward again (hardware FLOPs, phase F), into scratch
+      const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
+      trace_phase_ = 'F';
+      timed(Op::kAttention, [&] {
+        be.attention_forward(atty_scratch_.data(), att_scratch_.data(), a + x.qkv, B, T, d.heads, d.kv_heads, hs);
+      }, attn_fwd_flops);
+      trace_phase_ = 'B';
+    }
+    const S* probs = recompute_attention() ? att_scratch_.data() : a + x.att;
     timed(Op::kAttention, [&] {
-      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, a + x.att, B, T, d.heads, d.kv_heads, hs);
+      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, probs, B, T, d.heads, d.kv_heads, hs);
     }, attn_bwd_flops);
+  }
   column_backward(be, qkv_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
                   gathered(l, 0), p + w.qkv_w, N, C, d.qkv);
   timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)

@@ -98,6 +98,10 @@ struct GptOptions {
   // --attention flash: attention without the T x T matrix, a log-sum-exp per row and head
   // kept instead of the probabilities (the backend must have it; context parallel has its own)
   bool flash = false;
+  // --recompute selective (materialised attention, no context parallel): the probabilities are
+  // not kept per layer; the attention core's forward runs again before its backward, into
+  // model-wide scratch (att_scratch_, atty_scratch_)
+  bool recompute_attention = false;
   // Pipeline stage; none: the whole model as one chunk with one activation slot held for
   // the model's life. With a stage, activations live in slots per (chunk, micro-batch):
   // taken at the chunk's forward (stage_input), freed at the end of its backward.
@@ -165,6 +169,8 @@ class Gpt {
   const TpSpec& tp() const { return opts_.tp; }
   const EpSpec& ep() const { return opts_.ep; }
   const TpDims& tp_dims() const { return dims_; }
+  // --recompute selective as this model runs it: the materialised attention without context parallel
+  bool recompute_attention() const { return opts_.recompute_attention && !opts_.flash && opts_.cp.size <= 1; }
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
   // entries are sliced from and gathered back to by name (sharding.hpp).
   static Layout full_layout(const GptConfig& cfg);
@@ -233,7 +239,8 @@ class Gpt {
   const MemoryTracker& memory() const { return mem_; }
   // `flash`: --attention flash (a log-sum-exp per row and head instead of the T x T matrix).
   static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {},
-                                     const CpSpec& cp = {}, const EpSpec& ep = {}, bool flash = false);
+                                     const CpSpec& cp = {}, const EpSpec& ep = {}, bool flash = false,
+                                     bool recompute_attention = false);
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }
@@ -361,6 +368,7 @@ class Gpt {
   int32_t *tok_ = nullptr, *tgt_ = nullptr;  // the token and target ids of the micro-batch in use
   // Backward scratch (activation gradients), reused across layers.
   BackendArray<S, S> dresid_, dln_, datty_, dqkv_, datt_, dfch_;
+  BackendArray<S, S> att_scratch_, atty_scratch_;  // --recompute selective
   // Tensor parallel: row-parallel outputs before their reduction; SP gathers and the
   // cross-entropy's per-row statistics (max, sum of exponentials, target logit).
   BackendArray<S, S> row_scratch_, dxfull_, dyfull_, gather_, ce_stats_;

@@ -154,7 +154,7 @@ std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
 
 template <typename S>
 MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp, const CpSpec& cp,
-                                    const EpSpec& ep, bool flash) {
+                                    const EpSpec& ep, bool flash, bool recompute_attention) {
   // Closed forms, written independently of the layout tables (padding not counted). With
   // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
   // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows. Context
@@ -166,6 +166,8 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T / cpn;
   int64_t att = B * NH * T * T, cp_buf = 0, datt = B * NH * T * T;  // per layer; buffers
   if (flash) att = B * NH * T, datt = 0;  // the row log-sum-exp; the backward recomputes its tiles
+  int64_t recompute_buf = 0;  // --recompute selective: the probabilities and output, once, as scratch
+  if (recompute_attention && !flash && cpn == 1) recompute_buf = att + B * T * NH * hs, att = 0;
   if (cpn > 1) {
     const int64_t kv = N * 2 * KVH * hs, NHu = NH / cpn, wu = (NHu + 2 * (KVH / cpn)) * hs;
     datt = 0;
@@ -195,7 +197,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
                             (keep ? 2 * a16(N * C) : 0);
   m.activations =
       (L * act_layer + 2 * a16(n * C) + 2 * a16(n) + (keep ? a16(N * C) : 0) + a16(N * V) + N) * sb;
-  m.buffers = (n * C + N * C + N * Ca + N * QKV + datt + N * F + cp_buf) * sb + 2 * N * 4;
+  m.buffers = (n * C + N * C + N * Ca + N * QKV + datt + N * F + cp_buf + recompute_buf) * sb + 2 * N * 4;
   if (par) m.buffers += ((N + n) * C + 3 * N) * sb;                       // row outputs, CE statistics
   if (sp) m.buffers += (2 * N * C + (keep ? 0 : N * C)) * sb;              // gathered gradients, re-gathers
   const MoeMemory moe = moe_memory(c, sb, ep, static_cast<int>(t), moe_tokens(tp, cp));  // against the dense MLPs
@@ -215,7 +217,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   template int64_t Gpt<S>::expert_segment_elements(const GptConfig&, const GptOptions&);           \
   template std::vector<S> Gpt<S>::canonical_weights(uint64_t) const;                               \
   template MemoryBytes Gpt<S>::memory_analytic(const GptConfig&, int64_t, const TpSpec&, const CpSpec&, \
-                                               const EpSpec&, bool);
+                                               const EpSpec&, bool, bool);
 MB_LAYOUT_INSTANTIATE(float)
 MB_LAYOUT_INSTANTIATE(double)
 

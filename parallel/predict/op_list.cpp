@@ -30,6 +30,7 @@ GptOptions plan_rank_options(const Plan& plan, int pp_rank) {
   if (d.pp > 1)
     mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == d.pp - 1, plan.micro_batches};
   mo.flash = plan.flash;
+  mo.recompute_attention = plan.recompute == "selective";
   return mo;
 }
 

@@ -346,6 +346,9 @@ Plan plan_of(const Options& o, int world) {
   if (o.inject_fault >= 0 && p.degrees.dp * p.degrees.cp == 1 && o.zero == 0)
     throw UsageError("--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none "
                      "(needs dp x cp > 1 or --zero)");
+  if (p.flash && p.recompute == "selective")
+    throw UsageError("--recompute selective with --attention flash: flash keeps no probabilities (its backward "
+                     "recomputes each tile already); use --recompute none or full");
   if (o.compute == "modelled" && p.experts_placed() && p.degrees.etp > 1)
     throw UsageError("--compute modelled with expert tensor parallel (etp > 1): the step model lists no etp calls yet");
   if (o.inject_fault >= world)

@@ -19,7 +19,7 @@ constexpr int kScalar = 4;  // fp32 parameters, gradients, moments and activatio
 GptOptions rank_options(const Plan& plan, int pp_rank) { return plan_rank_options(plan, pp_rank); }
 
 MemoryBytes analytic(const GptConfig& c, const GptOptions& mo) {
-  return Gpt<float>::memory_analytic(c, kScalar, mo.tp, mo.cp, mo.ep, mo.flash);
+  return Gpt<float>::memory_analytic(c, kScalar, mo.tp, mo.cp, mo.ep, mo.flash, mo.recompute_attention);
 }
 
 // Bytes of each of the stage's activation slots, in chunk order (pipeline parallel): a dense

@@ -187,7 +187,7 @@ def test_recomputation_adds_hardware_flops_not_model_flops(tmp_path):
 
 def test_a_real_run_refuses_recomputation():
     p = subprocess.run([STEP, "--model", "tiny", "--steps", "1", "--recompute", "full"], capture_output=True, text=True)
-    assert p.returncode == 2 and "--recompute full: the engine does not recompute activations yet" in p.stderr
+    assert p.returncode == 2 and "--recompute full: the engine does not recompute whole blocks yet" in p.stderr
 
 
 def test_published_shapes_are_predicted_past_the_engines_attention_limit():
