@@ -131,6 +131,9 @@ struct StepRecord {
   int ranks = 1, steps = 0, warmup = 0, threads = 1;
   double global_tokens = 0;          // tokens of one step's global batch
   double flops_per_step = 0;         // model FLOPs of one step, all ranks together
+  // hardware FLOPs: the model's plus what --recompute runs again (the step attribute
+  // flops_per_step_hardware; HFU on the console against the same peak as MFU)
+  double hardware_flops_per_step = 0;
   std::vector<std::vector<double>> step_time;                // [steps][ranks]
   std::vector<std::vector<std::array<double, 4>>> phases;    // [steps][ranks][kPhaseNames]
   std::vector<double> loss;                                  // [steps], the global mean

@@ -141,6 +141,11 @@ void print_step_report(const core::Log& out, const StepRecord& r) {
   out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",
           s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,
           r.ranks, std::isnan(s.mfu_datasheet) ? std::string("n/a") : fmt::format("{:.1f}%", 100 * s.mfu_datasheet));
+  if (r.hardware_flops_per_step > r.flops_per_step)  // --recompute: HFU beside MFU, the same peaks
+    out.out("  hardware FLOPs (recomputation included) {:.4g} per step: {:.2f} GFLOP/s, HFU {:.1f}% of the measured "
+            "GEMM peaks\n",
+            r.hardware_flops_per_step, r.hardware_flops_per_step / s.step_time_median / 1e9,
+            100 * r.hardware_flops_per_step / s.step_time_median / s.peak_measured_flops);
   if (std::isnan(s.loss_first) && std::isnan(s.loss_last))
     out.out("  loss: none (nothing computed: modelled compute)\n");
   else

@@ -74,6 +74,11 @@ std::string memory_formula(const Plan& plan) {
                                 : fmt::format(", d = dp x cp = {}", d.dp * d.cp));
 }
 
+double hardware_flops_per_step(const Plan& plan, const StepFlops& fl) {
+  const double again = plan.recompute == "selective" && !plan.flash && plan.degrees.cp <= 1 ? fl.attention_forward : 0.0;
+  return (fl.total() + again) * plan.micro_batches * plan.degrees.dp;
+}
+
 nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>* model, int threads,
                                        const StepFlops& fl, const Peak& peak, double datasheet,
                                        const std::string& gpu_name, const Setup& st) {
@@ -134,6 +139,9 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"bucket_rule", "--bucket-mb, else a quarter of the gradient elements clamped to [16 Ki, 40 M], rounded up to 64"},
       {"grad_bytes_padding", "the flat gradient array, each tensor aligned to 16 elements"},
       {"flops_per_step", fl.total() * plan.micro_batches * d.dp}, {"flops_per_microbatch", fl.total()},
+      {"flops_per_step_hardware", hardware_flops_per_step(plan, fl)},
+      {"flops_hardware_rule", "the model's FLOPs plus what --recompute runs again (selective: the attention "
+                              "forward's products per micro-batch)"},
       {"flops_forward_gemm", fl.forward_gemm},
       {"flops_backward_gemm", fl.backward_gemm}, {"flops_attention_forward", fl.attention_forward},
       {"flops_attention_backward", fl.attention_backward},

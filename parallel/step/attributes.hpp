@@ -27,6 +27,10 @@ std::string memory_formula(const Plan& plan);
 double megatron_activation_bytes_per_layer(const Plan& plan);
 std::string megatron_activation_formula(const Plan& plan);
 
+// The hardware FLOPs of one step, all ranks: the model's plus what --recompute runs again in
+// the engine (selective: each micro-batch's attention forward; full is not run).
+double hardware_flops_per_step(const Plan& plan, const StepFlops& fl);
+
 nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>* model, int threads,
                                        const StepFlops& fl, const Peak& peak, double datasheet,
                                        const std::string& gpu_name, const Setup& st);

@@ -124,6 +124,7 @@ void describe_run(StepRecord& rec, const Options& o, const Setup& st, const RunR
   rec.threads = omp_get_max_threads();
   rec.global_tokens = static_cast<double>(plan.global_tokens());
   rec.flops_per_step = step_flops(o.model).total() * plan.micro_batches * plan.degrees.dp;
+  rec.hardware_flops_per_step = hardware_flops_per_step(plan, step_flops(o.model));
   rec.loss = r.losses;
   rec.check = r.check;
   rec.check_rows = r.check_rows;

@@ -43,6 +43,24 @@ else
   fail "memory: selective activations $sa (analytic $sa_an), buffers $sb (analytic $sb_an); none $na; want a drop of $want"
 fi
 
+# HFU beside MFU: the hardware FLOPs add each micro-batch's attention forward (tiny: 2 layers x
+# B 4 x 4 heads x 4 x macs(70, 16)), stored and printed.
+if py - "$WORK/m-selective.h5" "$WORK/m-none.h5" <<'PY'
+import sys, h5py
+def a(path):
+    f = h5py.File(path, "r")
+    return f["runs"][list(f["runs"])[0]]["step"].attrs
+s, n = a(sys.argv[1]), a(sys.argv[2])
+macs = sum((min(70, i0 + 64) - i0) * min(70, i0 + 64) * 16 for i0 in range(0, 70, 64))
+want = s["flops_per_step"] + 2 * 4 * 4 * 4 * macs
+assert s["flops_per_step"] == n["flops_per_step"] == n["flops_per_step_hardware"], (s["flops_per_step"], n["flops_per_step"])
+assert abs(s["flops_per_step_hardware"] - want) < 1e-6 * want, (s["flops_per_step_hardware"], want)
+PY
+then pass "hardware FLOPs: the model's plus the recomputed attention forwards (none: equal)"
+else fail "hardware FLOPs attribute"; fi
+if expect_rc 0 1 step_bench "${shape[@]}" --recompute selective && grep -q "HFU .*% of the measured GEMM peaks" "$WORK/out"
+then pass "console: HFU beside MFU"; else fail "console: no HFU line: $(grep -i flops "$WORK/out" | tail -3)"; fi
+
 # The engine runs what the step model lists: a profiled step's ops and calls equal --op-list's.
 if expect_rc 0 2 step_bench --model tiny --steps 2 --warmup 0 --threads 1 --profile --mesh dp=2 --recompute selective \
     -O "$WORK/ol.h5"; then
