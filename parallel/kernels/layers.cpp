@@ -244,6 +244,24 @@ void attention_forward(S* out, S* att, const S* qkv, int B, int T, int NH, int K
   }
 }
 
+namespace {
+// Sample b's rows of the fused qkv layout [q heads | k heads | v heads] and of its gradient, with
+// kv head kvh's K, V columns (a backward's unit of parallel work: its query heads share dK, dV).
+template <typename S>
+struct KvGroup {
+  const S *base, *k, *v;
+  S *dbase, *dk, *dv;
+};
+template <typename S>
+KvGroup<S> kv_group(const S* qkv, S* dqkv, int b, int kvh, int T, int NH, int KVH, int hs) {
+  const int64_t row0 = static_cast<int64_t>(b) * T * (NH + 2 * KVH) * hs;
+  KvGroup<S> g{qkv + row0, nullptr, nullptr, dqkv + row0, nullptr, nullptr};
+  g.k = g.base + (NH + kvh) * hs, g.v = g.base + (NH + KVH + kvh) * hs;
+  g.dk = g.dbase + (NH + kvh) * hs, g.dv = g.dbase + (NH + KVH + kvh) * hs;
+  return g;
+}
+}  // namespace
+
 template <typename S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B,
                         int T, int NH, int KVH, int hs) {
@@ -257,12 +275,9 @@ void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* 
 #pragma omp parallel for schedule(static)
   for (int bg = 0; bg < B * KVH; ++bg) {
     const int b = bg / KVH, kvh = bg % KVH;
-    const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
-    S* dbase = dqkv + static_cast<int64_t>(b) * T * QKV;
-    const S* k = base + (NH + kvh) * hs;
-    const S* v = base + (NH + KVH + kvh) * hs;
-    S* dk = dbase + (NH + kvh) * hs;
-    S* dv = dbase + (NH + KVH + kvh) * hs;
+    const KvGroup<S> g = kv_group(qkv, dqkv, b, kvh, T, NH, KVH, hs);
+    const S *base = g.base, *k = g.k, *v = g.v;
+    S *dbase = g.dbase, *dk = g.dk, *dv = g.dv;
     for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
       const int64_t bh = static_cast<int64_t>(b) * NH + h;
       const S* q = base + h * hs;
@@ -651,15 +666,12 @@ void flash_attention_backward(S* dqkv, const S* dout, const S* qkv, const S* out
 #pragma omp for schedule(static)
     for (int bg = 0; bg < B * KVH; ++bg) {
       const int b = bg / KVH, kvh = bg % KVH;
-      const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
-      S* dbase = dqkv + static_cast<int64_t>(b) * T * QKV;
-      const S* k = base + (NH + kvh) * hs;
-      const S* v = base + (NH + KVH + kvh) * hs;
-      S* dk = dbase + (NH + kvh) * hs;
-      S* dv = dbase + (NH + KVH + kvh) * hs;
+      const KvGroup<S> g = kv_group(qkv, dqkv, b, kvh, T, NH, KVH, hs);
+      const S *k = g.k, *v = g.v;
+      S *dk = g.dk, *dv = g.dv;
       for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-        const S* q = base + h * hs;
-        S* dq = dbase + h * hs;
+        const S* q = g.base + h * hs;
+        S* dq = g.dbase + h * hs;
         const S* dy = dout + static_cast<int64_t>(b) * T * C + h * hs;
         const S* y = out + static_cast<int64_t>(b) * T * C + h * hs;
         const S* l = lse + (static_cast<int64_t>(b) * NH + h) * T;

@@ -63,6 +63,16 @@ expect_rc() {
 
 py() { "$MB_PYTHON" "$@"; }
 
+# check_case LABEL N ARGS...: step_bench ARGS (with --check) on N ranks must exit 0 and print at
+# least three "check ... ok" rows (loss, grads and more); passes or fails LABEL.
+check_case() {
+  local label=$1 ranks=$2; shift 2
+  if expect_rc 0 "$ranks" step_bench "$@"; then
+    if [[ $(grep -c "^  check .* ok$" "$WORK/out") -ge 3 ]]; then pass "$label: --check ok"
+    else fail "$label: $(grep check "$WORK/out" | head -5)"; fi
+  fi
+}
+
 # descendants PID: every process below PID (the ranks under an mpiexec), one per line.
 descendants() {
   local c

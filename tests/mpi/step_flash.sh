@@ -7,14 +7,7 @@
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=120
 shape=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1 --check)
-case_() {
-  local label=$1 ranks=$2; shift 2
-  if expect_rc 0 "$ranks" step_bench "${shape[@]}" --attention flash "$@"; then
-    if grep -q "check.*FAIL\|check fail" "$WORK/out"; then fail "$label: $(grep check "$WORK/out" | head -5)"
-    elif [[ $(grep -c "^  check .* ok$" "$WORK/out") -ge 3 ]]; then pass "$label: --check ok"
-    else fail "$label: no check rows: $(tail -5 "$WORK/out")"; fi
-  fi
-}
+case_() { local label=$1 ranks=$2; shift 2; check_case "$label" "$ranks" "${shape[@]}" --attention flash "$@"; }
 case_ "one rank" 1
 case_ "dp=2" 2 --mesh dp=2
 case_ "ZeRO-3, m=2" 2 --mesh dp=2 --zero 3 --micro-batches 2
