@@ -201,20 +201,46 @@ void matmul_backward(S* dinp, S* dweight, S* dbias, const S* dout, const S* inp,
   }
 }
 
+namespace {
+// Query head h of sample b in the fused qkv layout, with the K, V columns of its kv head.
+template <typename S>
+struct QkvHead {
+  const S *q, *k, *v;
+};
+template <typename S>
+QkvHead<S> qkv_head(const S* qkv, int b, int h, int T, int NH, int KVH, int hs) {
+  const S* base = qkv + static_cast<int64_t>(b) * T * (NH + 2 * KVH) * hs;
+  const int kvh = h / (NH / KVH);
+  return {base + h * hs, base + (NH + kvh) * hs, base + (NH + KVH + kvh) * hs};
+}
+// Sample b's rows of the fused qkv layout [q heads | k heads | v heads] and of its gradient, with
+// kv head kvh's K, V columns (a backward's unit of parallel work: its query heads share dK, dV).
+template <typename S>
+struct KvGroup {
+  const S *base, *k, *v;
+  S *dbase, *dk, *dv;
+};
+template <typename S>
+KvGroup<S> kv_group(const S* qkv, S* dqkv, int b, int kvh, int T, int NH, int KVH, int hs) {
+  const int64_t row0 = static_cast<int64_t>(b) * T * (NH + 2 * KVH) * hs;
+  KvGroup<S> g{qkv + row0, nullptr, nullptr, dqkv + row0, nullptr, nullptr};
+  g.k = g.base + (NH + kvh) * hs, g.v = g.base + (NH + KVH + kvh) * hs;
+  g.dk = g.dbase + (NH + kvh) * hs, g.dv = g.dbase + (NH + KVH + kvh) * hs;
+  return g;
+}
+}  // namespace
+
 template <typename S>
 void attention_forward(S* out, S* att, const S* qkv, int B, int T, int NH, int KVH, int hs) {
-  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs, group = NH / KVH;
+  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs;
   const int Tb = attention_row_block(T);
   const S scale = S(1) / std::sqrt(S(hs));
   // One GEMM per (b, h, row block): OpenMP over (b, h), OpenBLAS single-threaded inside.
   compute::BlasSingleThreaded one_thread;
 #pragma omp parallel for schedule(static)
   for (int bh = 0; bh < B * NH; ++bh) {
-    const int b = bh / NH, h = bh % NH, kvh = h / group;
-    const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
-    const S* q = base + h * hs;
-    const S* k = base + (NH + kvh) * hs;
-    const S* v = base + (NH + KVH + kvh) * hs;
+    const int b = bh / NH, h = bh % NH;
+    const auto [q, k, v] = qkv_head(qkv, b, h, T, NH, KVH, hs);
     S* p = att + static_cast<int64_t>(bh) * T * T;
     S* y = out + static_cast<int64_t>(b) * T * C + h * hs;
     // Causal: rows [i0, i1) only see columns [0, i1), so blocks skip the upper triangle.
@@ -244,23 +270,6 @@ void attention_forward(S* out, S* att, const S* qkv, int B, int T, int NH, int K
   }
 }
 
-namespace {
-// Sample b's rows of the fused qkv layout [q heads | k heads | v heads] and of its gradient, with
-// kv head kvh's K, V columns (a backward's unit of parallel work: its query heads share dK, dV).
-template <typename S>
-struct KvGroup {
-  const S *base, *k, *v;
-  S *dbase, *dk, *dv;
-};
-template <typename S>
-KvGroup<S> kv_group(const S* qkv, S* dqkv, int b, int kvh, int T, int NH, int KVH, int hs) {
-  const int64_t row0 = static_cast<int64_t>(b) * T * (NH + 2 * KVH) * hs;
-  KvGroup<S> g{qkv + row0, nullptr, nullptr, dqkv + row0, nullptr, nullptr};
-  g.k = g.base + (NH + kvh) * hs, g.v = g.base + (NH + KVH + kvh) * hs;
-  g.dk = g.dbase + (NH + kvh) * hs, g.dv = g.dbase + (NH + KVH + kvh) * hs;
-  return g;
-}
-}  // namespace
 
 template <typename S>
 void attention_backward(S* dqkv, S* datt, const S* dout, const S* qkv, const S* att, int B,
@@ -589,7 +598,7 @@ void attention_chunk_backward(S* dq, int lddq, S* dk, int lddk, S* dv, int lddv,
 
 template <typename S>
 void flash_attention_forward(S* out, S* lse, const S* qkv, int B, int T, int NH, int KVH, int hs) {
-  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs, group = NH / KVH;
+  const int C = NH * hs, QKV = (NH + 2 * KVH) * hs;
   const S scale = S(1) / std::sqrt(S(hs));
   const S ninf = -std::numeric_limits<S>::infinity();
   constexpr int Bq = kFlashTileQ, Bk = kFlashTileK;
@@ -599,11 +608,8 @@ void flash_attention_forward(S* out, S* lse, const S* qkv, int B, int T, int NH,
     std::vector<S> sc(static_cast<size_t>(Bq) * Bk), acc(static_cast<size_t>(Bq) * hs), mx(Bq), sum(Bq);
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
-      const int b = bh / NH, h = bh % NH, kvh = h / group;
-      const S* base = qkv + static_cast<int64_t>(b) * T * QKV;
-      const S* q = base + h * hs;
-      const S* k = base + (NH + kvh) * hs;
-      const S* v = base + (NH + KVH + kvh) * hs;
+      const int b = bh / NH, h = bh % NH;
+      const auto [q, k, v] = qkv_head(qkv, b, h, T, NH, KVH, hs);
       S* y = out + static_cast<int64_t>(b) * T * C + h * hs;
       S* l = lse + static_cast<int64_t>(bh) * T;
       for (int i0 = 0; i0 < T; i0 += Bq) {

@@ -63,6 +63,17 @@ expect_rc() {
 
 py() { "$MB_PYTHON" "$@"; }
 
+# check_families ARGS...: check_case on one rank and on five families at 2 ranks (dp, ZeRO-3,
+# tp with sp, pp 1F1B, ep), each with ARGS (a shape, --check and the mode under test).
+check_families() {
+  check_case "one rank" 1 "$@"
+  check_case "dp=2" 2 "$@" --mesh dp=2
+  check_case "ZeRO-3, m=2" 2 "$@" --mesh dp=2 --zero 3 --micro-batches 2
+  check_case "tp=2 --sp" 2 "$@" --mesh tp=2 --sp
+  check_case "pp=2 1F1B, m=4" 2 "$@" --mesh pp=2 --micro-batches 4
+  check_case "ep=2" 2 "$@" --experts 4 --top-k 2 --mesh ep=2
+}
+
 # check_case LABEL N ARGS...: step_bench ARGS (with --check) on N ranks must exit 0 and print at
 # least three "check ... ok" rows (loss, grads and more); passes or fails LABEL.
 check_case() {

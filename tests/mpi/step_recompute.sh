@@ -8,13 +8,7 @@
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=120
 shape=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1)
-case_() { local label=$1 ranks=$2; shift 2; check_case "$label" "$ranks" "${shape[@]}" --check --recompute selective "$@"; }
-case_ "one rank" 1
-case_ "dp=2" 2 --mesh dp=2
-case_ "ZeRO-3, m=2" 2 --mesh dp=2 --zero 3 --micro-batches 2
-case_ "tp=2 --sp" 2 --mesh tp=2 --sp
-case_ "pp=2 1F1B, m=4" 2 --mesh pp=2 --micro-batches 4
-case_ "ep=2" 2 --experts 4 --top-k 2 --mesh ep=2
+check_families "${shape[@]}" --check --recompute selective
 
 mem() {  # $1 recompute -> "activations_measured activations_analytic buffers_measured buffers_analytic"
   expect_rc 0 1 step_bench "${shape[@]}" --recompute "$1" -O "$WORK/m-$1.h5" >/dev/null &&
