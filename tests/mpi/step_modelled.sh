@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # step_bench --compute modelled (docs/modelled.md): every compute action a wait of the step
 # model's duration, the communication real. At 2 ranks for every plan family (dp, ZeRO-1/2/3,
-# tp, tp+sp, pp 1F1B, cp ring and Ulysses, ep with hot-expert routing) and at 4 ranks
+# tp, tp+sp, pp 1F1B, cp ring and Ulysses, ep balanced and hot-expert) and at 4 ranks
 # (oversubscribed: correctness only), from a calibration with known costs: exit 0, the mode and
 # its source in the attributes and the report's row, memory analytic only, every dimension's
-# bytes equal to the strategies' analytic bytes, and each rank's compute equal to the step
-# model's for its pipeline rank. A cluster description runs a 405B block's tensor-parallel
-# slice (bf16 activations on the wire). Bad input: exit 2 naming the option and the rule.
+# bytes equal to the strategies' analytic bytes, and each stage's compute (the mean over its
+# ranks) equal to the step model's, the busiest ep rank longer under a hot expert. A cluster
+# description runs a 405B block's tensor-parallel slice (bf16 activations on the wire). Bad input: exit 2 naming the option and the rule.
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=120
 CAL="$WORK/cal.h5"
@@ -35,7 +35,8 @@ case_ "pp=2 1F1B, m=4" 2 --model tiny --mesh pp=2 --micro-batches 4
 case_ "pp=2 interleaved, m=4" 2 --model tiny --layers 4 --mesh pp=2 --micro-batches 4 --schedule interleaved --vpp 2
 case_ "cp=2 ring" 2 --model tiny --mesh cp=2
 case_ "cp=2 Ulysses" 2 --model tiny --mesh cp=2 --cp-algo ulysses
-case_ "ep=2 hot-expert" 2 --model tiny --experts 4 --top-k 2 --routing hot-expert --mesh ep=2
+case_ "ep=2 balanced" 2 --model tiny --experts 4 --top-k 2 --routing balanced --mesh ep=2
+case_ "ep=2 hot-expert (uneven loads)" 2 --model tiny --experts 8 --top-k 1 --routing hot-expert --mesh ep=2
 case_ "--recompute full (modelled only)" 2 --model tiny --mesh dp=2 --recompute full
 case_ "4 ranks: tp=2 dp=2 ZeRO-1" 4 --model tiny --mesh tp=2,dp=2 --zero 1
 case_ "4 ranks: pp=2 dp=2, m=2" 4 --model tiny --mesh pp=2,dp=2 --micro-batches 2
