@@ -138,9 +138,13 @@ void print_step_report(const core::Log& out, const StepRecord& r) {
   print_phases(out, r);
   if (!r.comm.empty()) print_comm(out, r);
   if (!r.pipeline.empty()) print_pipeline(out, r);
-  out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks); datasheet MFU {}\n",
-          s.tokens_per_s, s.model_flops_per_s / 1e9, 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9,
-          r.ranks, std::isnan(s.mfu_datasheet) ? std::string("n/a") : fmt::format("{:.1f}%", 100 * s.mfu_datasheet));
+  // a modelled run (--compute modelled) measured no GEMM peak: its MFU is the datasheet's only
+  const std::string measured = std::isnan(s.peak_measured_flops)
+                                   ? std::string("n/a (no GEMM ran: modelled compute)")
+                                   : fmt::format("{:.1f}% of the measured GEMM peaks ({:.2f} GFLOP/s over {} ranks)",
+                                                 100 * s.mfu_measured_peak, s.peak_measured_flops / 1e9, r.ranks);
+  out.out("  tokens/s {:.1f}, {:.2f} GFLOP/s, MFU {}; datasheet MFU {}\n", s.tokens_per_s, s.model_flops_per_s / 1e9,
+          measured, std::isnan(s.mfu_datasheet) ? std::string("n/a") : fmt::format("{:.1f}%", 100 * s.mfu_datasheet));
   if (r.hardware_flops_per_step > r.flops_per_step)  // --recompute: HFU beside MFU, the same peaks
     out.out("  hardware FLOPs (recomputation included) {:.4g} per step: {:.2f} GFLOP/s, HFU {:.1f}% of the measured "
             "GEMM peaks\n",
