@@ -31,8 +31,9 @@ void cp_local_rows(std::vector<int>& rows, int B, int T, const CpSpec& cp) {
 }
 
 template <typename S>
-CpAttention<S>::CpAttention(int B, int T, int NH, int KVH, int hs, const CpSpec& cp, Backend<S>& be, MemoryTracker* mem)
-    : B_(B), T_(T), NH_(NH), KVH_(KVH), hs_(hs), cp_(cp), be_(be), mine_(cp_chunks(T, cp, cp.rank)) {
+CpAttention<S>::CpAttention(int B, int T, int NH, int KVH, int hs, const CpSpec& cp, Backend<S>& be, MemoryTracker* mem,
+                            bool flash)
+    : B_(B), T_(T), NH_(NH), KVH_(KVH), hs_(hs), cp_(cp), flash_(flash), be_(be), mine_(cp_chunks(T, cp, cp.rank)) {
   const MemCat kBuf = MemCat::kBuffers;
   const int64_t n = rows() * 2 * kvw(), C = cp.size;
   auto alloc = [&](BackendArray<S, S>& a, int64_t elems) { a = BackendArray<S, S>(be, elems, mem, kBuf); };
@@ -47,7 +48,7 @@ CpAttention<S>::CpAttention(int B, int T, int NH, int KVH, int hs, const CpSpec&
       const int64_t wu = int64_t{NH / C + 2 * (KVH / C)} * hs, full = int64_t{B} * T;
       alloc(send_, full * wu), alloc(recv_, full * wu), alloc(all_, full * wu);  // all_: dqkv of the sequence
       alloc(dall_, full * (NH / C) * hs);                                        // datty of the sequence
-      alloc(dkv_, int64_t{B} * (NH / C) * T * T);                                 // the probabilities' gradient
+      if (!flash_) alloc(dkv_, int64_t{B} * (NH / C) * T * T);                     // the probabilities' gradient
       break;
     }
   }
@@ -57,7 +58,7 @@ template <typename S>
 int64_t CpAttention<S>::acts_per_layer() const {
   if (cp_.algo != CpAlgo::kUlysses) return rows() * NH_;  // lse per local row and head
   const int64_t C = cp_.size, NHu = NH_ / C, full = int64_t{B_} * T_;
-  return full * (NHu + 2 * (KVH_ / C)) * hs_ + int64_t{B_} * NHu * T_ * T_ + full * NHu * hs_;
+  return full * (NHu + 2 * (KVH_ / C)) * hs_ + ulysses_att() + full * NHu * hs_;
 }
 
 template <typename S>
@@ -68,7 +69,7 @@ int64_t CpAttention<S>::buffer_elements() const {
     case CpAlgo::kAllGather: return 2 * n + 2 * C * n + rows() * NH_;
     case CpAlgo::kUlysses: {
       const int64_t NHu = NH_ / C, full = int64_t{B_} * T_, wu = (NHu + 2 * (KVH_ / C)) * hs_;
-      return 3 * full * wu + full * NHu * hs_ + int64_t{B_} * NHu * T_ * T_;
+      return 3 * full * wu + full * NHu * hs_ + (flash_ ? 0 : int64_t{B_} * NHu * T_ * T_);
     }
   }
   return 0;
@@ -246,8 +247,8 @@ void CpAttention<S>::ulysses_forward(GroupComm<S>& cp, const ComputeOp& run, S* 
   const int wu = (NHu + 2 * KVHu) * hs, cu = NHu * hs;
   const int64_t full = int64_t{B_} * T_, R = rows();
   S* qkv_seq = act;                              // (B, T, wu): head group of this rank, whole sequence
-  S* att = qkv_seq + full * wu;                  // (B, NHu, T, T)
-  S* y_seq = att + int64_t{B_} * NHu * T_ * T_;  // (B, T, cu)
+  S* att = qkv_seq + full * wu;                  // (B, NHu, T, T), flash: (B, NHu, T)
+  S* y_seq = att + ulysses_att();                // (B, T, cu)
   run({Op::kCopy, "heads.pack", 0, 0, 0, 0.0}, [&] {  // to rank j: my rows of its heads, [q | k | v]
     for (int j = 0; j < C; ++j) {
       S* d = send_.data() + j * R * wu;
@@ -259,7 +260,10 @@ void CpAttention<S>::ulysses_forward(GroupComm<S>& cp, const ComputeOp& run, S* 
   cp.all_to_all(recv_.data(), send_.data(), R * wu);
   run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { blocks_to_sequence(qkv_seq, recv_.data(), wu); });
   run({Op::kAttention, "fwd", 0, 0, 0, 4.0 * static_cast<double>(attention_block_macs(T_, hs)) * B_ * NHu},
-      [&] { be_.attention_forward(y_seq, att, qkv_seq, B_, T_, NHu, KVHu, hs); });
+      [&] {
+        if (flash_) be_.flash_attention_forward(y_seq, att, qkv_seq, B_, T_, NHu, KVHu, hs);
+        else be_.attention_forward(y_seq, att, qkv_seq, B_, T_, NHu, KVHu, hs);
+      });
   run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { sequence_to_blocks(send_.data(), y_seq, cu); });
   cp.all_to_all(recv_.data(), send_.data(), R * cu);
   run({Op::kCopy, "heads.unpack", 0, 0, 0, 0.0}, [&] {
@@ -274,6 +278,7 @@ void CpAttention<S>::ulysses_backward(GroupComm<S>& cp, const ComputeOp& run, S*
   const int64_t full = int64_t{B_} * T_, R = rows();
   const S* qkv_seq = act;
   const S* att = qkv_seq + full * wu;
+  const S* y_seq = att + ulysses_att();
   S* dy_seq = dall_.data();
   S* dqkv_seq = all_.data();
   run({Op::kCopy, "heads.pack", 0, 0, 0, 0.0}, [&] {
@@ -282,7 +287,10 @@ void CpAttention<S>::ulysses_backward(GroupComm<S>& cp, const ComputeOp& run, S*
   cp.all_to_all(recv_.data(), send_.data(), R * cu);
   run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { blocks_to_sequence(dy_seq, recv_.data(), cu); });
   run({Op::kAttention, "bwd", 0, 0, 0, 8.0 * static_cast<double>(attention_block_macs(T_, hs)) * B_ * NHu},
-      [&] { be_.attention_backward(dqkv_seq, dkv_.data(), dy_seq, qkv_seq, att, B_, T_, NHu, KVHu, hs); });
+      [&] {
+        if (flash_) be_.flash_attention_backward(dqkv_seq, dy_seq, qkv_seq, y_seq, att, B_, T_, NHu, KVHu, hs);
+        else be_.attention_backward(dqkv_seq, dkv_.data(), dy_seq, qkv_seq, att, B_, T_, NHu, KVHu, hs);
+      });
   run({Op::kCopy, "layout", 0, 0, 0, 0.0}, [&] { sequence_to_blocks(send_.data(), dqkv_seq, wu); });
   cp.all_to_all(recv_.data(), send_.data(), R * wu);
   run({Op::kCopy, "heads.unpack", 0, 0, 0, 0.0}, [&] {

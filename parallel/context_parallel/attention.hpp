@@ -51,10 +51,15 @@ void cp_local_rows(std::vector<int>& rows, int B, int T, const CpSpec& cp);
 template <typename S>
 class CpAttention {
  public:
-  // B samples of T positions; NH, KVH, hs: this rank's heads (after tensor parallel).
-  CpAttention(int B, int T, int NH, int KVH, int hs, const CpSpec& cp, Backend<S>& be, MemoryTracker* mem);
+  // B samples of T positions; NH, KVH, hs: this rank's heads (after tensor parallel). flash
+  // (--attention flash): Ulysses attends its head group with the flash kernels (a log-sum-exp
+  // per row and head instead of the T x T probabilities); ring and all-gather merge chunks by
+  // log-sum-exp either way.
+  CpAttention(int B, int T, int NH, int KVH, int hs, const CpSpec& cp, Backend<S>& be, MemoryTracker* mem,
+              bool flash = false);
   // Elements of one layer's saved state (ring/allgather: lse; ulysses: the gathered q, k, v,
-  // probabilities and output), allocated by the model among its activations.
+  // probabilities (flash: their row log-sum-exp) and output), allocated by the model among its
+  // activations.
   int64_t acts_per_layer() const;
   // Bytes of the buffers this allocates (the memory table's analytic value).
   int64_t buffer_elements() const;
@@ -90,6 +95,12 @@ class CpAttention {
 
   int B_, T_, NH_, KVH_, hs_;
   CpSpec cp_;
+  bool flash_ = false;
+  // Ulysses: elements of the head group's attention state, probabilities or log-sum-exp
+  int64_t ulysses_att() const {
+    const int64_t NHu = NH_ / cp_.size;
+    return flash_ ? int64_t{B_} * NHu * T_ : int64_t{B_} * NHu * T_ * T_;
+  }
   Backend<S>& be_;
   CpChunks mine_;
   BackendArray<S, S> kv_, kv2_, dkv_, dkv2_, all_, dall_, D_, send_, recv_;

@@ -227,6 +227,17 @@ class MoeMlp {
   const MoeRouting& routing(int layer) const { return routing_[static_cast<size_t>(cur_ * c_.layers + layer)]; }
   const MoeTotals& totals() const { return totals_; }
   void reset_totals() { totals_ = {}; }
+  // A forward run again (--recompute full) leaves the routing and exchange counts as they were
+  // before it (`before`: one forward and one backward per micro-batch, as the reports' byte
+  // formulas assume); its time in the exchanges and experts stays counted.
+  void keep_routing_totals(const MoeTotals& before) {
+    const EpTotals t = totals_.ep;
+    totals_ = before;
+    totals_.ep.counts_s = t.counts_s;
+    totals_.ep.dispatch_s = t.dispatch_s;
+    totals_.ep.combine_s = t.combine_s;
+    totals_.ep.expert_s = t.expert_s;
+  }
   // Multiply-add FLOPs of block `layer`'s expert GEMMs in the last forward (kept rows only):
   // 2 * rows * C * F per GEMM, two GEMMs; the backward is twice that.
   double expert_flops(int layer) const;

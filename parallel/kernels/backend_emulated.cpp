@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "compute/blas.hpp"
+#include "kernels/flash_tile.hpp"
 #include "kernels/operands.hpp"
 
 namespace meshbench::parallel {
@@ -14,11 +16,137 @@ namespace {
 
 using compute::Trans;
 
+// The CUDA flash kernels (cuda/backend_cuda.cu k_flash_fwd, k_flash_rowdot, k_flash_dkdv,
+// k_flash_dq) block by block: a block's rows one after another (its threads), the other side's
+// tile copied as the kernel stages it in shared memory, each row through flash_tile.hpp's step.
+// q, k, v in the fused qkv layout (B, T, QKV); out, dout (B, T, NH hs); lse, D (B, NH, T).
+struct FlashShape {
+  int B, T, NH, KVH, hs;
+  int QKV() const { return (NH + 2 * KVH) * hs; }
+  int C() const { return NH * hs; }
+  const float* q(const float* qkv, int b, int h, int i) const { return qkv + (int64_t(b) * T + i) * QKV() + h * hs; }
+  const float* k(const float* qkv, int b, int g, int j) const {
+    return qkv + (int64_t(b) * T + j) * QKV() + (NH + g) * hs;
+  }
+  const float* v(const float* qkv, int b, int g, int j) const {
+    return qkv + (int64_t(b) * T + j) * QKV() + (NH + KVH + g) * hs;
+  }
+};
+
+void stage_rows(std::vector<float>& dst, int rows, int hs, const std::function<const float*(int)>& row) {
+  dst.resize(size_t(rows) * size_t(hs));
+  for (int t = 0; t < rows; ++t) std::memcpy(dst.data() + size_t(t) * hs, row(t), sizeof(float) * size_t(hs));
+}
+
+void emulated_flash_forward(float* out, float* lse, const float* qkv, const FlashShape& s) {
+  using namespace flash;
+  const float scale = 1.f / std::sqrt(float(s.hs));
+  std::vector<float> Ks, Vs, acc(size_t(kRows) * s.hs), m(kRows), l(kRows);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h) {
+      const int g = h / (s.NH / s.KVH);
+      for (int i0 = 0; i0 < s.T; i0 += kRows) {  // one block
+        const int r = std::min(kRows, s.T - i0);
+        std::fill(acc.begin(), acc.end(), 0.f);
+        std::fill(m.begin(), m.end(), -INFINITY);
+        std::fill(l.begin(), l.end(), 0.f);
+        for (int j0 = 0; j0 < i0 + r; j0 += kTile) {
+          const int c = std::min(kTile, s.T - j0);
+          stage_rows(Ks, c, s.hs, [&](int t) { return s.k(qkv, b, g, j0 + t); });
+          stage_rows(Vs, c, s.hs, [&](int t) { return s.v(qkv, b, g, j0 + t); });
+          for (int t = 0; t < r; ++t)
+            forward_row(s.q(qkv, b, h, i0 + t), Ks.data(), Vs.data(), c, j0, i0 + t, s.hs, scale, m[size_t(t)],
+                        l[size_t(t)], acc.data() + size_t(t) * s.hs);
+        }
+        for (int t = 0; t < r; ++t) {
+          float* o = out + (int64_t(b) * s.T + i0 + t) * s.C() + h * s.hs;
+          for (int d = 0; d < s.hs; ++d) o[d] = acc[size_t(t) * s.hs + d] / l[size_t(t)];
+          lse[(int64_t(b) * s.NH + h) * s.T + i0 + t] = m[size_t(t)] + std::log(l[size_t(t)]);
+        }
+      }
+    }
+}
+
+void emulated_flash_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             const FlashShape& s) {
+  using namespace flash;
+  const float scale = 1.f / std::sqrt(float(s.hs));
+  const int group = s.NH / s.KVH, C = s.C(), QKV = s.QKV();
+  std::vector<float> D(size_t(s.B) * s.NH * s.T);
+  for (int b = 0; b < s.B; ++b)  // k_flash_rowdot: D = rowsum(dO * O), a thread per (b, h, i)
+    for (int h = 0; h < s.NH; ++h)
+      for (int i = 0; i < s.T; ++i) {
+        const int64_t at = (int64_t(b) * s.T + i) * C + h * s.hs;
+        D[(size_t(b) * s.NH + h) * s.T + i] = dot(dout + at, out + at, s.hs);
+      }
+  std::vector<float> Qs, dOs, Ls(kTile), Ds(kTile), acc(size_t(kRows) * 2 * s.hs);
+  for (int b = 0; b < s.B; ++b)  // k_flash_dkdv: a block per (key tile, kv head), a thread per key row
+    for (int g = 0; g < s.KVH; ++g)
+      for (int j0 = 0; j0 < s.T; j0 += kRows) {
+        const int r = std::min(kRows, s.T - j0);
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int h = g * group; h < (g + 1) * group; ++h)
+          for (int i0 = j0 / kTile * kTile; i0 < s.T; i0 += kTile) {
+            const int c = std::min(kTile, s.T - i0);
+            stage_rows(Qs, c, s.hs, [&](int t) { return s.q(qkv, b, h, i0 + t); });
+            stage_rows(dOs, c, s.hs, [&](int t) { return dout + (int64_t(b) * s.T + i0 + t) * C + h * s.hs; });
+            for (int t = 0; t < c; ++t) {
+              Ls[size_t(t)] = lse[(int64_t(b) * s.NH + h) * s.T + i0 + t];
+              Ds[size_t(t)] = D[(size_t(b) * s.NH + h) * s.T + i0 + t];
+            }
+            for (int t = 0; t < r; ++t) {
+              float* a = acc.data() + size_t(t) * 2 * s.hs;
+              dkdv_row(s.k(qkv, b, g, j0 + t), s.v(qkv, b, g, j0 + t), j0 + t, Qs.data(), dOs.data(), Ls.data(),
+                       Ds.data(), c, i0, s.hs, scale, a, a + s.hs);
+            }
+          }
+        for (int t = 0; t < r; ++t) {
+          float* row = dqkv + (int64_t(b) * s.T + j0 + t) * QKV;
+          const float* a = acc.data() + size_t(t) * 2 * s.hs;
+          std::memcpy(row + (s.NH + g) * s.hs, a, sizeof(float) * size_t(s.hs));
+          std::memcpy(row + (s.NH + s.KVH + g) * s.hs, a + s.hs, sizeof(float) * size_t(s.hs));
+        }
+      }
+  std::vector<float> Ks, Vs;
+  for (int b = 0; b < s.B; ++b)  // k_flash_dq: a block per (query tile, head), a thread per query row
+    for (int h = 0; h < s.NH; ++h) {
+      const int g = h / group;
+      for (int i0 = 0; i0 < s.T; i0 += kRows) {
+        const int r = std::min(kRows, s.T - i0);
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int j0 = 0; j0 < i0 + r; j0 += kTile) {
+          const int c = std::min(kTile, s.T - j0);
+          stage_rows(Ks, c, s.hs, [&](int t) { return s.k(qkv, b, g, j0 + t); });
+          stage_rows(Vs, c, s.hs, [&](int t) { return s.v(qkv, b, g, j0 + t); });
+          for (int t = 0; t < r; ++t) {
+            const int i = i0 + t;
+            dq_row(s.q(qkv, b, h, i), dout + (int64_t(b) * s.T + i) * C + h * s.hs, lse[(int64_t(b) * s.NH + h) * s.T + i],
+                   D[(size_t(b) * s.NH + h) * s.T + i], i, Ks.data(), Vs.data(), c, j0, s.hs, scale,
+                   acc.data() + size_t(t) * s.hs);
+          }
+        }
+        for (int t = 0; t < r; ++t)
+          std::memcpy(dqkv + (int64_t(b) * s.T + i0 + t) * QKV + h * s.hs, acc.data() + size_t(t) * s.hs,
+                      sizeof(float) * size_t(s.hs));
+      }
+    }
+}
+
 class EmulatedBackend final : public Backend<float> {
  public:
   explicit EmulatedBackend(Precision p) : p_(p), cpu_(cpu_backend<float>()) {}
 
   std::string name() const override { return std::string("cpu-emulated ") + precision_name(p_); }
+  // --attention flash: the CUDA kernels' blocks and rows (flash_tile.hpp), fp32 on both precisions
+  bool flash_attention() const override { return true; }
+  void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
+                               int hs) override {
+    emulated_flash_forward(out, lse, qkv, FlashShape{B, T, NH, KVH, hs});
+  }
+  void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                int B, int T, int NH, int KVH, int hs) override {
+    emulated_flash_backward(dqkv, dout, qkv, out, lse, FlashShape{B, T, NH, KVH, hs});
+  }
   compute::MemKind mem() const override { return compute::MemKind::kHost; }
   void* alloc(std::size_t bytes) override { return cpu_.alloc(bytes); }
   void release(void* p) noexcept override { cpu_.release(p); }

@@ -35,6 +35,13 @@ StepFlops step_flops(const GptConfig& c) {
   return f;
 }
 
+double block_forward_flops(const GptConfig& c, int layer) {
+  const double N = double(c.micro_batch) * c.seq, C = c.hidden, F = c.ffn;
+  double macs = N * c.qkv_width() * C + N * C * C;
+  macs += c.is_moe(layer) ? N * c.experts * C + 2.0 * N * c.top_k * F * C : 2.0 * N * F * C;
+  return 2.0 * macs + step_flops(c).attention_forward / c.layers;
+}
+
 GemmShape largest_gemm(const GptConfig& c) {
   GemmShape best = forward_gemms(c).front();
   for (const auto& g : forward_gemms(c))

@@ -34,5 +34,8 @@ struct StepFlops {
 std::vector<GemmShape> forward_gemms(const GptConfig& c);  // the linears of one forward
 StepFlops step_flops(const GptConfig& c);
 GemmShape largest_gemm(const GptConfig& c);  // by M*N*K
+// One micro-batch's forward FLOPs of block `layer` (its GEMMs, a MoE block's router and k
+// experts, and its attention products): what --recompute full runs again per recomputed block.
+double block_forward_flops(const GptConfig& c, int layer);
 
 }  // namespace meshbench::parallel

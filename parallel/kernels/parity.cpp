@@ -31,6 +31,10 @@ double parity_tolerance(const std::string& op, Precision p) {
       {"attention_chunk_forward.lse", {1e-5, 7e-4}},    // 2.38e-4
       {"attention_chunk_backward.dq", {1e-4, 2.5e-3}},  // 8.61e-4
       {"attention_chunk_backward.dkv", {1e-4, 2.5e-3}}, // 7.52e-4
+      // flash attention: fp32 arithmetic on every backend (no GEMM inputs rounded to bf16)
+      {"flash_attention_forward", {1e-5, 1e-5}},
+      {"flash_attention_forward.lse", {1e-5, 1e-5}},
+      {"flash_attention_backward", {1e-4, 1e-4}},
       {"layernorm_forward", {1e-5, 1e-5}},
       {"layernorm_backward.dinp", {1e-5, 1e-5}},
       {"layernorm_backward.dweight", {1e-5, 1e-5}},
@@ -158,6 +162,24 @@ void parity_attention(Backend<float>& be, std::mt19937& g, const RowFn& row) {
   row("attention_forward", rel_error(get(be, O), out));
   row("attention_forward.att", rel_error(get(be, A), att));
   row("attention_backward", rel_error(get(be, DQ), dqkv));
+}
+
+// flash attention (causal, GQA; T = 70: a partial query tile and key tile on every backend):
+// out, the row log-sum-exp, and dqkv (written in full) against the CPU's flash kernels
+void parity_flash_attention(Backend<float>& be, std::mt19937& g, const RowFn& row) {
+  using namespace shape;
+  if (!be.flash_attention()) return;
+  auto qkv = randn(size_t(N) * QKV, g), d = randn(size_t(N) * C, g), junk = randn(size_t(N) * QKV, g);
+  std::vector<float> out(size_t(N) * C), lse(size_t(B) * NH * T), dqkv = junk;
+  flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, KVH, hs);
+  flash_attention_backward(dqkv.data(), d.data(), qkv.data(), out.data(), lse.data(), B, T, NH, KVH, hs);
+  auto Q = put(be, qkv), D = put(be, d), DQ = put(be, junk);
+  BackendArray<float, float> O(be, int64_t(out.size())), L(be, int64_t(lse.size()));
+  be.flash_attention_forward(O.data(), L.data(), Q.data(), B, T, NH, KVH, hs);
+  be.flash_attention_backward(DQ.data(), D.data(), Q.data(), O.data(), L.data(), B, T, NH, KVH, hs);
+  row("flash_attention_forward", rel_error(get(be, O), out));
+  row("flash_attention_forward.lse", rel_error(get(be, L), lse));
+  row("flash_attention_backward", rel_error(get(be, DQ), dqkv));
 }
 
 // context-parallel chunk attention (GQA): the second half of a sequence (rows T/2..T-1) against
@@ -374,6 +396,7 @@ std::vector<ParityRow> layer_parity(Backend<float>& be, Precision p, unsigned se
   const RowFn row = [&](const std::string& op, double err) { rows.push_back({op, err, parity_tolerance(op, p)}); };
   parity_matmul(be, g, row);
   parity_attention(be, g, row);
+  parity_flash_attention(be, g, row);
   parity_chunk_attention(be, g, row);
   parity_layernorm(be, g, row);
   parity_gelu(be, g, row);

@@ -5,9 +5,9 @@
 
 namespace meshbench::parallel::cuda {
 
-std::vector<ParityRow> step_parity(const GptConfig& cfg, Precision p, unsigned seed) {
+std::vector<ParityRow> step_parity(const GptConfig& cfg, Precision p, unsigned seed, bool flash) {
   const auto be = make_backend(p, 0);
-  return parallel::step_parity(cfg, *be, p, seed);
+  return parallel::step_parity(cfg, *be, p, seed, flash);
 }
 
 GpuStepTimes run_steps(const GptConfig& cfg, Precision p, int warmup, int steps, unsigned seed,

@@ -12,7 +12,8 @@
 namespace meshbench::parallel::cuda {
 
 // step_parity (model/step_parity.hpp) of the CUDA backend on device 0.
-std::vector<ParityRow> step_parity(const GptConfig& cfg, Precision p, unsigned seed);
+// flash: the CUDA model runs --attention flash (flash_kernels.cuh).
+std::vector<ParityRow> step_parity(const GptConfig& cfg, Precision p, unsigned seed, bool flash = false);
 
 // `steps` training steps of Gpt<float> over the CUDA backend after `warmup`, each one
 // zero_grad, forward, backward and AdamW step s+1 (1-based over warm-up and timed steps), on

@@ -82,15 +82,22 @@ void Gpt<S>::build_activations() {
   const bool tp = opts_.tp.size > 1, sp = tp && opts_.tp.mode.sp, keep = sp && !opts_.tp.mode.regather;
   if (opts_.cp.size > 1)  // counted under buffers; its per-layer state takes the place of att
     cp_attn_ = std::make_unique<CpAttention<S>>(cfg_.micro_batch, cfg_.seq, d.heads, d.kv_heads, cfg_.head_size(),
-                                                opts_.cp, *be_, &mem_);
+                                                opts_.cp, *be_, &mem_, opts_.flash);
   // One layout per chunk (a slot): its input at offset 0, its blocks, the head's on the last.
   la_.resize(static_cast<size_t>(L));
+  recompute_.assign(static_cast<size_t>(L), 0);
+  for (const auto& [lb, le] : chunks_)
+    for (int l = lb; l < le && l - lb < opts_.recompute_blocks; ++l) recompute_[static_cast<size_t>(l)] = 1;
+  int64_t blk_elements = 0;
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    Layout& al = act_layouts_.emplace_back();
-    encoded_ = al.add(embed_unit_ >= 0 && c == 0 ? "encoded" : "input", {n, C}, false);
+    act_layouts_.emplace_back();
+    encoded_ = act_layouts_.back().add(embed_unit_ >= 0 && c == 0 ? "encoded" : "input", {n, C}, false);
     for (int64_t l = chunks_[c].first; l < chunks_[c].second; ++l) {
       const std::string p = fmt::format("h.{}.", l);
       LayerActs a{};
+      // --recompute full: all but the output go to the block scratch (its own layout from 0)
+      Layout scratch;
+      Layout& al = recomputed(static_cast<int>(l)) ? scratch : act_layouts_.back();
       a.ln1 = al.add(p + "ln1", {n, C}, false);
       a.ln1_mean = al.add(p + "ln1_mean", {n}, false);
       a.ln1_rstd = al.add(p + "ln1_rstd", {n}, false);
@@ -112,10 +119,12 @@ void Gpt<S>::build_activations() {
         a.fch = al.add(p + "fch", {N, d.ffn}, false);
         a.fch_gelu = al.add(p + "fch_gelu", {N, d.ffn}, false);
       }
-      a.res3 = al.add(p + "res3", {n, C}, false);
+      a.res3 = act_layouts_.back().add(p + "res3", {n, C}, false);
+      blk_elements = std::max(blk_elements, scratch.total());
       la_[static_cast<size_t>(l)] = a;
     }
     if (head_unit_ >= 0 && c + 1 == chunks_.size()) {
+      Layout& al = act_layouts_.back();
       lnf_ = al.add("lnf", {n, C}, false);
       lnf_mean_ = al.add("lnf_mean", {n}, false);
       lnf_rstd_ = al.add("lnf_rstd", {n}, false);
@@ -132,6 +141,11 @@ void Gpt<S>::build_activations() {
   datty_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
   dqkv_ = BackendArray<S, S>(*be_, N * d.qkv, &mem_, kBuf);
   if (!cp_attn_ && !opts_.flash) datt_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
+  if (blk_elements > 0) {  // --recompute full
+    blk_ = BackendArray<S, S>(*be_, blk_elements, &mem_, kBuf);
+    slot_tokens_.resize(static_cast<size_t>(token_slots_));
+    slot_step_.assign(static_cast<size_t>(token_slots_), 0);
+  }
   if (recompute_attention()) {
     att_scratch_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
     atty_scratch_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
@@ -258,7 +272,8 @@ const S* Gpt<S>::stage_output(int chunk, int micro) const {
 template <typename S>
 void Gpt<S>::use(int chunk, int micro) {
   a_ = take_slot(chunk, micro);
-  const int64_t k = int64_t{dims_.tokens} * (micro % token_slots_);
+  token_slot_ = micro % token_slots_;
+  const int64_t k = int64_t{dims_.tokens} * token_slot_;
   tok_ = tokens_.data() + k;
   tgt_ = targets_.data() + k;
   moe_.use(micro % token_slots_);
@@ -269,7 +284,7 @@ S* Gpt<S>::gathered(int l, int which) {
   if (opts_.tp.size <= 1 || !opts_.tp.mode.sp) return nullptr;
   if (opts_.tp.mode.regather) return gather_.data();  // one buffer, re-gathered in the backward
   if (l < 0) return a_ + lnf_full_;
-  return a_ + (which == 0 ? la_[l].ln1_full : la_[l].ln2_full);
+  return block_base(l) + (which == 0 ? la_[l].ln1_full : la_[l].ln2_full);
 }
 
 template <typename S>
@@ -303,42 +318,43 @@ void Gpt<S>::block_forward(int l) {
   const TpMode& mode = opts_.tp.mode;
   Backend<S>& be = *be_;
   S* a = a_;
+  S* b = block_base(l);  // the block's activations: the slot's, or the recomputed block's scratch
   const S* p = P(bu_[static_cast<size_t>(l)]);
   const LayerOffsets& w = lo_[l];
   const LayerActs& x = la_[l];
   const S* res = res_in(l);
   const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
   timed(Op::kLayerNorm, [&] {
-    be.layernorm_forward(a + x.ln1, a + x.ln1_mean, a + x.ln1_rstd, res, p + w.ln1_w, p + w.ln1_b, n, C);
+    be.layernorm_forward(b + x.ln1, b + x.ln1_mean, b + x.ln1_rstd, res, p + w.ln1_w, p + w.ln1_b, n, C);
   });
-  column_forward(be, qkv_op_, tp_, mode, a + x.qkv, a + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
+  column_forward(be, qkv_op_, tp_, mode, b + x.qkv, b + x.ln1, gathered(l, 0), p + w.qkv_w, p + w.qkv_b, N, C, d.qkv);
   if (cp_attn_)
-    cp_attn_->forward(*cp_, attention_op_, a + x.atty, a + x.att, a + x.qkv);
+    cp_attn_->forward(*cp_, attention_op_, b + x.atty, b + x.att, b + x.qkv);
   else if (opts_.flash)
     timed(Op::kAttention,
-          [&] { be.flash_attention_forward(a + x.atty, a + x.att, a + x.qkv, B, T, d.heads, d.kv_heads, hs); },
+          [&] { be.flash_attention_forward(b + x.atty, b + x.att, b + x.qkv, B, T, d.heads, d.kv_heads, hs); },
           attn_fwd_flops);
   else
     timed(Op::kAttention, [&] {
-      be.attention_forward(a + x.atty, recompute_attention() ? att_scratch_.data() : a + x.att, a + x.qkv, B, T, d.heads,
+      be.attention_forward(b + x.atty, recompute_attention() ? att_scratch_.data() : b + x.att, b + x.qkv, B, T, d.heads,
                            d.kv_heads, hs);
     }, attn_fwd_flops);
   // The residual joins the projection: res2 = res, then res2 += proj(atty).
-  timed(Op::kResidual, [&] { be.copy(a + x.res2, res, int64_t{n} * C); });
-  row_forward(be, proj_op_, tp_, mode, a + x.res2, a + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
+  timed(Op::kResidual, [&] { be.copy(b + x.res2, res, int64_t{n} * C); });
+  row_forward(be, proj_op_, tp_, mode, b + x.res2, b + x.atty, p + w.proj_w, p + w.proj_b, N, d.attn_width, C,
               row_scratch_.data());
   timed(Op::kLayerNorm, [&] {
-    be.layernorm_forward(a + x.ln2, a + x.ln2_mean, a + x.ln2_rstd, a + x.res2, p + w.ln2_w, p + w.ln2_b, n, C);
+    be.layernorm_forward(b + x.ln2, b + x.ln2_mean, b + x.ln2_rstd, b + x.res2, p + w.ln2_w, p + w.ln2_b, n, C);
   });
   if (cfg_.is_moe(l)) {  // res3 = res2 + MoE(ln2) (moe.hpp)
-    timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
-    moe_aux_ += moe_.forward(l, p, a, a + x.ln2, a + x.res3, moe_timed());
+    timed(Op::kResidual, [&] { be.copy(a + x.res3, b + x.res2, int64_t{n} * C); });
+    moe_aux_ += moe_.forward(l, p, b, b + x.ln2, a + x.res3, moe_timed());
     return;
   }
-  column_forward(be, fc_op_, tp_, mode, a + x.fch, a + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
-  timed(Op::kGelu, [&] { be.gelu_forward(a + x.fch_gelu, a + x.fch, int64_t{N} * d.ffn); });
-  timed(Op::kResidual, [&] { be.copy(a + x.res3, a + x.res2, int64_t{n} * C); });
-  row_forward(be, fcproj_op_, tp_, mode, a + x.res3, a + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, d.ffn, C,
+  column_forward(be, fc_op_, tp_, mode, b + x.fch, b + x.ln2, gathered(l, 1), p + w.fc_w, p + w.fc_b, N, C, d.ffn);
+  timed(Op::kGelu, [&] { be.gelu_forward(b + x.fch_gelu, b + x.fch, int64_t{N} * d.ffn); });
+  timed(Op::kResidual, [&] { be.copy(a + x.res3, b + x.res2, int64_t{n} * C); });
+  row_forward(be, fcproj_op_, tp_, mode, a + x.res3, b + x.fch_gelu, p + w.fcproj_w, p + w.fcproj_b, N, d.ffn, C,
               row_scratch_.data());
 }
 
@@ -381,6 +397,11 @@ S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32
   trace_layer_ = -1;
   moe_aux_ = 0;
   moe_.set_batch(tokens, trace_step_);  // a fixed routing workload's assignment reads them
+  if (!slot_tokens_.empty() && cfg_.experts > 0) {  // --recompute full: the recomputed MoE blocks route them again
+    const size_t k = static_cast<size_t>(micro % token_slots_);
+    slot_tokens_[k].assign(tokens, tokens + int64_t{cfg_.micro_batch} * cfg_.seq);
+    slot_step_[k] = trace_step_;
+  }
   if (tp_) tp_->set_layer(-1);
   std::vector<int32_t> tok, tgt;
   if (opts_.cp.size > 1) {  // this rank's chunks of the sequence, chunk-major
@@ -482,7 +503,7 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
   const TpDims& d = dims_;
   const TpMode& mode = opts_.tp.mode;
   Backend<S>& be = *be_;
-  S* a = a_;
+  S* b = block_base(l);  // the block's activations: the slot's, or the recomputed block's scratch
   S* dresid = dresid_.data();
   S* dln = dln_.data();
   S* dfch = dfch_.data();
@@ -492,25 +513,25 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
   const LayerActs& x = la_[l];
   const double attn_bwd_flops = 8.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
   if (cfg_.is_moe(l)) {  // dln = d(ln2) through the MoE MLP (moe.hpp)
-    moe_.backward(l, p, g, a, a + x.ln2, dresid, dln, loss_scale_, moe_timed());
+    moe_.backward(l, p, g, b, b + x.ln2, dresid, dln, loss_scale_, moe_timed());
   } else {
     row_backward(be, fcproj_op_, tp_, mode, dfch, g + w.fcproj_w, g + w.fcproj_b, dresid, dyfull_.data(),
-                 a + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
-    timed(Op::kGelu, [&] { be.gelu_backward(dfch, a + x.fch, dfch, int64_t{N} * d.ffn); });
-    column_backward(be, fc_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, a + x.ln2,
+                 b + x.fch_gelu, p + w.fcproj_w, N, d.ffn, C);
+    timed(Op::kGelu, [&] { be.gelu_backward(dfch, b + x.fch, dfch, int64_t{N} * d.ffn); });
+    column_backward(be, fc_op_, tp_, mode, dln, dxfull_.data(), g + w.fc_w, g + w.fc_b, dfch, b + x.ln2,
                     gathered(l, 1), p + w.fc_w, N, C, d.ffn);
   }
   timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res2)
-    be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, a + x.res2, p + w.ln2_w, a + x.ln2_mean,
-                          a + x.ln2_rstd, n, C);
+    be.layernorm_backward(dresid, g + w.ln2_w, g + w.ln2_b, dln, b + x.res2, p + w.ln2_w, b + x.ln2_mean,
+                          b + x.ln2_rstd, n, C);
   });
-  row_backward(be, proj_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), a + x.atty,
+  row_backward(be, proj_op_, tp_, mode, datty_.data(), g + w.proj_w, g + w.proj_b, dresid, dyfull_.data(), b + x.atty,
                p + w.proj_w, N, d.attn_width, C);
   if (cp_attn_)
-    cp_attn_->backward(*cp_, attention_op_, dqkv_.data(), datty_.data(), a + x.atty, a + x.att, a + x.qkv);
+    cp_attn_->backward(*cp_, attention_op_, dqkv_.data(), datty_.data(), b + x.atty, b + x.att, b + x.qkv);
   else if (opts_.flash)
     timed(Op::kAttention, [&] {
-      be.flash_attention_backward(dqkv_.data(), datty_.data(), a + x.qkv, a + x.atty, a + x.att, B, T, d.heads,
+      be.flash_attention_backward(dqkv_.data(), datty_.data(), b + x.qkv, b + x.atty, b + x.att, B, T, d.heads,
                                   d.kv_heads, hs);
     }, attn_bwd_flops);
   else {
@@ -518,26 +539,46 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
       const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
       trace_phase_ = 'F';
       timed(Op::kAttention, [&] {
-        be.attention_forward(atty_scratch_.data(), att_scratch_.data(), a + x.qkv, B, T, d.heads, d.kv_heads, hs);
+        be.attention_forward(atty_scratch_.data(), att_scratch_.data(), b + x.qkv, B, T, d.heads, d.kv_heads, hs);
       }, attn_fwd_flops);
       trace_phase_ = 'B';
     }
-    const S* probs = recompute_attention() ? att_scratch_.data() : a + x.att;
+    const S* probs = recompute_attention() ? att_scratch_.data() : b + x.att;
     timed(Op::kAttention, [&] {
-      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), a + x.qkv, probs, B, T, d.heads, d.kv_heads, hs);
+      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), b + x.qkv, probs, B, T, d.heads, d.kv_heads, hs);
     }, attn_bwd_flops);
   }
-  column_backward(be, qkv_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), a + x.ln1,
+  column_backward(be, qkv_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), b + x.ln1,
                   gathered(l, 0), p + w.qkv_w, N, C, d.qkv);
   timed(Op::kLayerNorm, [&] {  // dresid += : becomes d(res of layer l's input)
-    be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w, a + x.ln1_mean,
-                          a + x.ln1_rstd, n, C);
+    be.layernorm_backward(dresid, g + w.ln1_w, g + w.ln1_b, dln, res_in(l), p + w.ln1_w, b + x.ln1_mean,
+                          b + x.ln1_rstd, n, C);
   });
   if (sync_replicated) sync_norm_grads(g + w.ln1_w, w.ln2_b + C - w.ln1_w);
   if (sync_replicated && cfg_.is_moe(l)) {  // SP: the router (and whole experts at ep = 1) saw this rank's rows only
     const auto [at, n] = moe_.sp_sync_range(l);
     sync_norm_grads(g + at, n);
   }
+}
+
+// --recompute full: block l's forward again from its kept input, into the block scratch, just
+// before its backward (its communication too: tensor, context and expert parallel's calls run
+// again, as under Megatron). Timed as phase F (hardware FLOPs); the output it writes again is
+// the value already kept (the same ops on the same input). The MoE routing counts and aux loss
+// of the step are the first forward's.
+template <typename S>
+void Gpt<S>::recompute_forward(int l) {
+  const double aux = moe_aux_;
+  const MoeTotals totals = moe_.totals();
+  if (cfg_.is_moe(l) && !slot_tokens_.empty()) {
+    const size_t k = static_cast<size_t>(token_slot_);
+    moe_.set_batch(slot_tokens_[k].data(), slot_step_[k]);
+  }
+  trace_phase_ = 'F';
+  block_forward(l);
+  trace_phase_ = 'B';
+  moe_aux_ = aux;
+  moe_.keep_routing_totals(totals);
 }
 
 template <typename S>
@@ -579,6 +620,7 @@ void Gpt<S>::backward_chunk(int chunk, int micro, S loss_scale, const S* dout, S
     if (tp_) tp_->set_layer(l);
     const int u = bu_[static_cast<size_t>(l)];
     acquire(u, 'B');
+    if (recomputed(l)) recompute_forward(l);
     block_backward(l, sync_replicated);
     release(u, 'B');
     grads_ready(units_[u].lo, units_[u].hi);

@@ -102,6 +102,11 @@ struct GptOptions {
   // not kept per layer; the attention core's forward runs again before its backward, into
   // model-wide scratch (att_scratch_, atty_scratch_)
   bool recompute_attention = false;
+  // --recompute full: the first `recompute_blocks` blocks of each model chunk keep only their
+  // output (res3) per micro-batch; the rest of such a block's activations live in one
+  // model-wide scratch (the block being worked on) and its forward runs again before its
+  // backward (Megatron's --recompute-granularity full --recompute-method block). 0: none.
+  int recompute_blocks = 0;
   // Pipeline stage; none: the whole model as one chunk with one activation slot held for
   // the model's life. With a stage, activations live in slots per (chunk, micro-batch):
   // taken at the chunk's forward (stage_input), freed at the end of its backward.
@@ -171,6 +176,8 @@ class Gpt {
   const TpDims& tp_dims() const { return dims_; }
   // --recompute selective as this model runs it: the materialised attention without context parallel
   bool recompute_attention() const { return opts_.recompute_attention && !opts_.flash && opts_.cp.size <= 1; }
+  // --recompute full: block l keeps only its output and runs its forward again before its backward
+  bool recomputed(int l) const { return recompute_[static_cast<size_t>(l)] != 0; }
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's
   // entries are sliced from and gathered back to by name (sharding.hpp).
   static Layout full_layout(const GptConfig& cfg);
@@ -238,9 +245,11 @@ class Gpt {
   MemoryTracker& memory() { return mem_; }  // also counts a residency's buffers
   const MemoryTracker& memory() const { return mem_; }
   // `flash`: --attention flash (a log-sum-exp per row and head instead of the T x T matrix).
+  // `recompute_blocks`: --recompute full's first blocks (GptOptions::recompute_blocks) of the
+  // whole model as one chunk.
   static MemoryBytes memory_analytic(const GptConfig& cfg, int64_t scalar_bytes, const TpSpec& tp = {},
                                      const CpSpec& cp = {}, const EpSpec& ep = {}, bool flash = false,
-                                     bool recompute_attention = false);
+                                     bool recompute_attention = false, int recompute_blocks = 0);
 
   void set_profiling(bool on) { profiling_ = on; }
   void reset_profile() { op_s_.fill(0.0); }
@@ -307,6 +316,10 @@ class Gpt {
   // What the tensor-parallel linears time their ops with, one per role (runner()).
   ComputeOp qkv_op_, proj_op_, fc_op_, fcproj_op_, head_op_;
   const S* res_in(int l) const;  // block l's input in the current slot (a_)
+  // Where block l's activations other than its output live: the slot (a_), or under --recompute
+  // full the scratch of the block being worked on (blk_).
+  S* block_base(int l) { return recomputed(l) ? blk_.data() : a_; }
+  void recompute_forward(int l);  // --recompute full: block l's forward again, before its backward
   S* take_slot(int chunk, int micro);
   void use(int chunk, int micro);  // (chunk, micro)'s slot and token ids become current
 
@@ -366,9 +379,17 @@ class Gpt {
   std::map<int, std::vector<BackendArray<S, S>>> free_slots_;
   S* a_ = nullptr;  // the slot in use
   int32_t *tok_ = nullptr, *tgt_ = nullptr;  // the token and target ids of the micro-batch in use
+  int token_slot_ = 0;                        // and their token slot
   // Backward scratch (activation gradients), reused across layers.
   BackendArray<S, S> dresid_, dln_, datty_, dqkv_, datt_, dfch_;
   BackendArray<S, S> att_scratch_, atty_scratch_;  // --recompute selective
+  // --recompute full: which blocks (by global layer), the scratch of the block being worked on,
+  // and per token slot the host token ids and step of its forward (a MoE block's fixed routing
+  // assignment reads them again when the block is recomputed)
+  std::vector<char> recompute_;
+  BackendArray<S, S> blk_;
+  std::vector<std::vector<int32_t>> slot_tokens_;
+  std::vector<int> slot_step_;
   // Tensor parallel: row-parallel outputs before their reduction; SP gathers and the
   // cross-entropy's per-row statistics (max, sum of exponentials, target logit).
   BackendArray<S, S> row_scratch_, dxfull_, dyfull_, gather_, ce_stats_;

@@ -154,7 +154,7 @@ std::vector<S> Gpt<S>::canonical_weights(uint64_t seed) const {
 
 template <typename S>
 MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec& tp, const CpSpec& cp,
-                                    const EpSpec& ep, bool flash, bool recompute_attention) {
+                                    const EpSpec& ep, bool flash, bool recompute_attention, int recompute_blocks) {
   // Closed forms, written independently of the layout tables (padding not counted). With
   // tensor parallel, t ranks each hold 1/t of the heads, the MLP width and the padded
   // vocabulary; sequence parallel keeps the norm/residual regions at N/t rows. Context
@@ -174,9 +174,9 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
     switch (cp.algo) {
       case CpAlgo::kRing: att = N * NH, cp_buf = 4 * kv + N * NH; break;
       case CpAlgo::kAllGather: att = N * NH, cp_buf = 2 * kv + 2 * cpn * kv + N * NH; break;
-      case CpAlgo::kUlysses:
-        att = B * T * wu + B * NHu * T * T + B * T * NHu * hs;
-        cp_buf = 3 * B * T * wu + B * T * NHu * hs + B * NHu * T * T;
+      case CpAlgo::kUlysses:  // flash: the head group's log-sum-exp, no probabilities nor their gradient
+        att = B * T * wu + (flash ? B * NHu * T : B * NHu * T * T) + B * T * NHu * hs;
+        cp_buf = 3 * B * T * wu + B * T * NHu * hs + (flash ? 0 : B * NHu * T * T);
         break;
     }
   }
@@ -206,6 +206,23 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   m.optimizer += 2 * moe.param_elements * sb;
   m.activations += moe.activation_bytes;
   m.buffers += moe.buffer_bytes;
+  // --recompute full: the first R blocks keep only their output (res3); the rest of one
+  // block's activations, the largest of theirs, is scratch (buffers). A MoE block's extra
+  // (its activations less the dense fch, fch_gelu it replaces; the routing ints stay) moves too.
+  const int64_t R = std::min<int64_t>(recompute_blocks, L);
+  if (R > 0) {
+    const int64_t blocks = c.moe_blocks();
+    const int64_t moe_extra =
+        blocks == 0 ? 0 : moe.activation_bytes / blocks - moe_routing_ints(moe_local_config(c, moe_tokens(tp, cp)), ep) * 4;
+    const int64_t dense = (act_layer - a16(n * C)) * sb;  // a recomputed block's scratch
+    int64_t scratch = 0;
+    for (int l = 0; l < R; ++l) {
+      const int64_t b = dense + (c.is_moe(l) ? moe_extra : 0);
+      m.activations -= b;
+      scratch = std::max(scratch, b);
+    }
+    m.buffers += scratch;
+  }
   return m;
 }
 
@@ -217,7 +234,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   template int64_t Gpt<S>::expert_segment_elements(const GptConfig&, const GptOptions&);           \
   template std::vector<S> Gpt<S>::canonical_weights(uint64_t) const;                               \
   template MemoryBytes Gpt<S>::memory_analytic(const GptConfig&, int64_t, const TpSpec&, const CpSpec&, \
-                                               const EpSpec&, bool, bool);
+                                               const EpSpec&, bool, bool, int);
 MB_LAYOUT_INSTANTIATE(float)
 MB_LAYOUT_INSTANTIATE(double)
 

@@ -7,11 +7,13 @@
 namespace meshbench::parallel {
 
 std::vector<ParityRow> step_parity(const GptConfig& cfg, Backend<float>& be, Precision p,
-                                   unsigned seed) {
+                                   unsigned seed, bool flash) {
   Gpt<float> ref(cfg);
   ref.init_weights(seed);
   const std::vector<float> p0 = ref.download_params();
-  Gpt<float> dut(cfg, be);
+  GptOptions opts;
+  opts.flash = flash;
+  Gpt<float> dut(cfg, be, opts);
   dut.upload_params(p0.data());  // the Adam moments start at zero in both
   std::vector<int32_t> tok(size_t(cfg.tokens())), tgt(tok.size());
   synthetic_batch(tok.data(), tgt.data(), DataKind::kRandom, seed, 0, 0, cfg.micro_batch, cfg.seq,

@@ -31,6 +31,7 @@ GptOptions plan_rank_options(const Plan& plan, int pp_rank) {
     mo.stage = StageSpec{stage_chunks(plan, pp_rank), pp_rank == 0, pp_rank == d.pp - 1, plan.micro_batches};
   mo.flash = plan.flash;
   mo.recompute_attention = plan.recompute == "selective";
+  mo.recompute_blocks = plan.recompute_blocks();
   return mo;
 }
 
@@ -455,7 +456,8 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
   if (heads) { if (head_unit != units.embed || !embeds) gather(head_unit); b.head_bwd(sync); if (units.head >= 0) scatter(units.head); ready(all_head); }
   for (int l = hi - 1; l >= lo; --l) {
     gather(unit_of(l));
-    if (plan.recompute != "none") {  // the block's forward (full) or its attention core (selective) again
+    // the block's forward (full: the first --recompute-layers of the chunk) or its attention core (selective) again
+    if (plan.recompute == "selective" || (plan.recompute == "full" && l - lo < plan.recompute_blocks())) {
       const size_t from = b.items.size();
       b.ph_ = 'F';
       if (plan.recompute == "full") b.block_fwd(l);

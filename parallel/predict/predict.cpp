@@ -218,10 +218,12 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
                                                          : "core/routing.hpp's rules, capacity drops applied"));
   for (std::string& n : costs.notes()) out.notes.push_back(std::move(n));
   if (plan.recompute != "none")
-    out.notes.push_back(fmt::format("--recompute {}: {} again before each block's backward ({})", plan.recompute,
-                                    plan.recompute == "full" ? "the block's forward" : "the attention core",
-                                    plan.recompute == "full" ? "modelled; the engine does not run it yet"
-                                                             : "as the engine runs it"));
+    out.notes.push_back(fmt::format("--recompute {}: {} again before each block's backward, as the engine runs it",
+                                    plan.recompute,
+                                    plan.recompute != "full"    ? "the attention core"
+                                    : plan.recompute_layers > 0 ? fmt::format("the first {} blocks' forward of each chunk",
+                                                                              plan.recompute_layers)
+                                                                : std::string("the block's forward")));
   if (plan.progress == Progress::kPoll && !costs.overlaps_posted())
     out.notes.push_back("--progress poll: every communication call charged in full (no overlap with compute)");
   if (const Cluster* c = costs.cluster()) {

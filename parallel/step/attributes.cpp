@@ -75,7 +75,14 @@ std::string memory_formula(const Plan& plan) {
 }
 
 double hardware_flops_per_step(const Plan& plan, const StepFlops& fl) {
-  const double again = plan.recompute == "selective" && !plan.flash && plan.degrees.cp <= 1 ? fl.attention_forward : 0.0;
+  double again = plan.recompute == "selective" && !plan.flash && plan.degrees.cp <= 1 ? fl.attention_forward : 0.0;
+  if (plan.recompute == "full")  // each stage's chunks recompute their first blocks
+    for (int r = 0; r < std::max(1, plan.degrees.pp); ++r) {
+      const GptOptions mo = plan_rank_options(plan, r);
+      const auto chunks = mo.stage ? mo.stage->chunks : std::vector<std::pair<int, int>>{{0, plan.model.layers}};
+      for (const auto& [lo, hi] : chunks)
+        for (int l = lo; l < hi && l - lo < mo.recompute_blocks; ++l) again += block_forward_flops(plan.model, l);
+    }
   return (fl.total() + again) * plan.micro_batches * plan.degrees.dp;
 }
 
@@ -140,8 +147,9 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"grad_bytes_padding", "the flat gradient array, each tensor aligned to 16 elements"},
       {"flops_per_step", fl.total() * plan.micro_batches * d.dp}, {"flops_per_microbatch", fl.total()},
       {"flops_per_step_hardware", hardware_flops_per_step(plan, fl)},
-      {"flops_hardware_rule", "the model's FLOPs plus what --recompute runs again (selective: the attention "
-                              "forward's products per micro-batch)"},
+      {"flops_hardware_rule", "the model's FLOPs plus what --recompute runs again per micro-batch (selective: the "
+                              "attention forward's products; full: each recomputed block's forward GEMMs and "
+                              "attention products)"},
       {"flops_forward_gemm", fl.forward_gemm},
       {"flops_backward_gemm", fl.backward_gemm}, {"flops_attention_forward", fl.attention_forward},
       {"flops_attention_backward", fl.attention_backward},

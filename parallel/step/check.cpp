@@ -369,7 +369,7 @@ std::string run_check(const Options& o, Setup& st, StepEnv<float>& env, const co
   if (plain && st.model->backend().mem() == compute::MemKind::kDevice) {
     // On a GPU the reference is the CPU float32 path: one whole step, normalised errors.
     const Precision prec = o.dtype == "bf16" ? Precision::kBf16 : Precision::kFp32;
-    for (const auto& r : step_parity(c, st.model->backend(), prec, static_cast<unsigned>(o.seed)))
+    for (const auto& r : step_parity(c, st.model->backend(), prec, static_cast<unsigned>(o.seed), env.plan.flash))
       rows.push_back({"cuda_vs_cpu:" + r.op, NAN, r.rel_err, r.tolerance, r.rel_err <= r.tolerance});
   } else if (plain) {
     std::vector<int32_t> tok(static_cast<size_t>(c.tokens())), tgt(tok.size());

@@ -127,10 +127,15 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   step_env(app.add_flag("--zero3-regather", o.regather, "ZeRO-3 under a pipeline: gather each unit again before every micro-batch's forward and backward instead of keeping it")
                ->excludes(keep));
   step_env(app.add_option("--recompute", o.recompute,
-                          "activation recomputation as Megatron defines it: none, selective (the attention core) or "
-                          "full (each block's forward again before its backward); the step model (--plan-only "
-                          "--predict) times it, the engine does not run it yet")
+                          "activation recomputation as Megatron defines it: none, selective (the attention core's "
+                          "forward again before its backward; the materialised attention without cp) or full (a "
+                          "block keeps only its output, and its whole forward runs again before its backward)")
                ->check(CLI::IsMember({"none", "selective", "full"})));
+  step_env(app.add_option("--recompute-layers", o.recompute_layers,
+                          "--recompute full: recompute only the first K blocks of each model chunk (each pipeline "
+                          "stage's, each interleaved chunk's), as Megatron's --recompute-method block; 0 (the default): "
+                          "every block")
+               ->check(CLI::NonNegativeNumber));
   step_env(app.add_option("--attention", o.attention,
                           "naive (the probabilities stored, b x heads x seq^2 per layer) or flash (tiles with an online "
                           "softmax, a log-sum-exp per row kept, the backward recomputing each tile; the CPU backend)")
@@ -314,6 +319,10 @@ Plan plan_of(const Options& o, int world) {
   p.prefetch = o.prefetch;
   p.keep_params = o.keep_params;
   p.recompute = o.recompute;
+  p.recompute_layers = o.recompute_layers;
+  if (o.recompute_layers > 0 && o.recompute != "full")
+    throw UsageError(fmt::format("--recompute-layers {}: chooses the blocks --recompute full recomputes; add "
+                                 "--recompute full (or drop --recompute-layers)", o.recompute_layers));
   p.flash = o.attention == "flash";
   p.sp = o.sp;
   p.sp_regather = o.sp_regather;

@@ -39,7 +39,8 @@ struct Options {
   double bucket_mb = 0;
   int zero = 0, prefetch = 1;
   bool keep_params = false, regather = false;  // --zero3-keep-params, --zero3-regather
-  std::string recompute = "none";              // --recompute (the step model's; Plan::recompute)
+  std::string recompute = "none";              // --recompute (Plan::recompute)
+  int recompute_layers = 0;                    // --recompute-layers (Plan::recompute_layers; 0: all)
   std::string attention = "naive";             // --attention naive|flash (Plan::flash)
   double op_timeout = 300;  // seconds a communication call may stay pending (0: no watchdog)
   int inject_fault = -1;  // hidden: corrupt one gradient element on this rank

@@ -19,31 +19,57 @@ constexpr int kScalar = 4;  // fp32 parameters, gradients, moments and activatio
 GptOptions rank_options(const Plan& plan, int pp_rank) { return plan_rank_options(plan, pp_rank); }
 
 MemoryBytes analytic(const GptConfig& c, const GptOptions& mo) {
-  return Gpt<float>::memory_analytic(c, kScalar, mo.tp, mo.cp, mo.ep, mo.flash, mo.recompute_attention);
+  return Gpt<float>::memory_analytic(c, kScalar, mo.tp, mo.cp, mo.ep, mo.flash, mo.recompute_attention,
+                                     mo.recompute_blocks);
 }
 
-// Bytes of each of the stage's activation slots, in chunk order (pipeline parallel): a dense
-// block's activations from the dense model's closed form, a MoE block's plus its MoE terms
-// (without the routing ints: the stage keeps those per micro-batch, routing_bytes).
-std::vector<int64_t> slot_bytes(const Plan& plan, const GptOptions& mo) {
+// A stage's blocks: each one's activation bytes kept per micro-batch and, under --recompute
+// full, the scratch of the largest recomputed one (a dense block's from the dense model's
+// closed form, a MoE block's plus its MoE terms, without the routing ints: the stage keeps
+// those per micro-batch, routing_bytes).
+struct BlockBytes {
+  int64_t dense = 0, moe = 0, output = 0;  // one dense block, a MoE block's extra, a block's output
+  int64_t head = 0, input = 0;             // the last chunk's input and head, another chunk's input
+};
+BlockBytes block_bytes(const Plan& plan, GptOptions mo) {
+  mo.recompute_blocks = 0;
   GptConfig none = plan.model, one = plan.model;
   none.experts = one.experts = 0;
   none.layers = 0;
   one.layers = 1;
   const MemoryBytes m0 = analytic(none, mo), m1 = analytic(one, mo);
-  const int64_t dense = m1.activations - m0.activations;  // one dense block's activations
+  BlockBytes b;
+  b.dense = m1.activations - m0.activations;
   const int64_t blocks = plan.model.moe_blocks();
-  const int64_t moe = blocks == 0 ? 0
-                                  : moe_memory(plan.model, kScalar, mo.ep, mo.tp.size, moe_tokens(mo)).activation_bytes / blocks -
-                                        moe_routing_ints(moe_local_config(plan.model, moe_tokens(mo)), mo.ep) * 4;  // a MoE block's extra
-  const int64_t head = m0.activations;  // the input, final norm, logits and losses
-  const int64_t input = int64_t{tp_dims(plan.model, mo.tp, mo.cp).rows} * plan.model.hidden * kScalar;
+  b.moe = blocks == 0 ? 0
+                      : moe_memory(plan.model, kScalar, mo.ep, mo.tp.size, moe_tokens(mo)).activation_bytes / blocks -
+                            moe_routing_ints(moe_local_config(plan.model, moe_tokens(mo)), mo.ep) * 4;
+  b.head = m0.activations;  // the input, final norm, logits and losses
+  b.output = b.input = int64_t{tp_dims(plan.model, mo.tp, mo.cp).rows} * plan.model.hidden * kScalar;
+  return b;
+}
+
+// The scratch of a stage's largest recomputed block (--recompute full; 0 without).
+int64_t recompute_scratch(const Plan& plan, const GptOptions& mo) {
+  const BlockBytes bb = block_bytes(plan, mo);
+  int64_t s = 0;
+  for (const auto& [lo, hi] : mo.stage->chunks)
+    for (int l = lo; l < hi && l - lo < mo.recompute_blocks; ++l)
+      s = std::max(s, bb.dense - bb.output + (plan.model.is_moe(l) ? bb.moe : 0));
+  return s;
+}
+
+// Bytes of each of the stage's activation slots, in chunk order (pipeline parallel): a
+// recomputed block (--recompute full) keeps its output only.
+std::vector<int64_t> slot_bytes(const Plan& plan, const GptOptions& mo) {
+  const BlockBytes bb = block_bytes(plan, mo);
   std::vector<int64_t> bytes;
   const auto& chunks = mo.stage->chunks;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const bool ends_model = mo.stage->last && k + 1 == chunks.size();
-    int64_t b = ends_model ? head : input;
-    for (int l = chunks[k].first; l < chunks[k].second; ++l) b += dense + (plan.model.is_moe(l) ? moe : 0);
+    int64_t b = ends_model ? bb.head : bb.input;
+    for (int l = chunks[k].first; l < chunks[k].second; ++l)
+      b += l - chunks[k].first < mo.recompute_blocks ? bb.output : bb.dense + (plan.model.is_moe(l) ? bb.moe : 0);
     bytes.push_back(b);
   }
   return bytes;
@@ -89,6 +115,12 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
     // the received output gradient, and a gradient-send buffer except on virtual stage 0 alone
     const int messages = pp_rank == 0 && plan.vpp == 1 ? 1 : 2;
     m.buffers += 2 * N * 4 * (plan.micro_batches - 1) + messages * message;
+    // the whole model's recomputed-block scratch (ma.buffers) becomes the stage's own
+    if (mo.recompute_blocks > 0) {
+      GptOptions none = mo;
+      none.recompute_blocks = 0;
+      m.buffers += double(analytic(plan.model, none).buffers - ma.buffers + recompute_scratch(plan, mo));
+    }
   }
   return m;
 }
@@ -105,23 +137,27 @@ PlanMemory gpu_plan_memory(const Plan& plan, int pp_rank) {
   m.grads = 4 * P / (plan.zero >= 2 ? d : 1);
   m.optimizer = 12 * P / (plan.zero >= 1 ? d : 1);
   const double sbh = double(c.seq) / std::max(1, dg.cp) * c.micro_batch * c.hidden;
-  const double layer = plan.recompute == "full" ? 2 * sbh / (plan.sp ? t : 1.0)
-                                                : (plan.sp ? 34 * sbh / t : sbh * (10 + 24 / t));
+  // a block kept whole, and one --recompute full recomputes (its input, bf16); the block being
+  // recomputed holds a whole block's activations for the time of its backward (buffers)
+  const double layer = plan.sp ? 34 * sbh / t : sbh * (10 + 24 / t), kept = 2 * sbh / (plan.sp ? t : 1.0);
+  const int R = mo.recompute_blocks;
   const double logits = 4.0 * double(c.seq) / std::max(1, dg.cp) * c.micro_batch * c.vocab / t;
+  if (R > 0) m.buffers = layer;
+  auto chunk_bytes = [&](int layers) { return std::min(layers, R) * kept + std::max(0, layers - R) * layer; };
   if (dg.pp <= 1) {
-    m.activations = layer * c.layers + logits;
+    m.activations = chunk_bytes(c.layers) + logits;
     return m;
   }
   std::vector<int64_t> slots;
   const auto& chunks = mo.stage->chunks;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const bool ends_model = mo.stage->last && k + 1 == chunks.size();
-    slots.push_back(int64_t(layer * (chunks[k].second - chunks[k].first) + (ends_model ? logits : 0.0)));
+    slots.push_back(int64_t(chunk_bytes(chunks[k].second - chunks[k].first) + (ends_model ? logits : 0.0)));
   }
   const std::vector<Action> actions = pipeline_schedule(plan.schedule, pipe_shape(plan), pp_rank);
   m.activations = double(scheduled_activation_peak(actions, slots));
   // the received activation and output gradient of one micro-batch (bf16)
-  m.buffers = 2 * 2 * sbh / (plan.sp ? t : 1.0);
+  m.buffers += 2 * 2 * sbh / (plan.sp ? t : 1.0);
   return m;
 }
 

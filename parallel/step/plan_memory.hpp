@@ -50,10 +50,12 @@ std::vector<PlanMemory> plan_memory_per_stage(const Plan& plan);
 // gradients (2) and the weights (3); activations per layer and micro-batch from Korthikanti et
 // al. 2022 (arXiv:2205.05198) Section 4 without the attention matrix (flash keeps none):
 // s b h (10 + 24/t) bytes, s b h 34/t with sequence parallelism, 2 s b h (/t with SP) under
-// full recomputation (the block's input only), s the local sequence (/cp); the last stage
-// adds its fp32 logits (4 s b V/t), and the schedule's activation-slot peak counts the
-// micro-batches in flight. The engine's own layout (plan_memory) is fp32 and holds the
-// attention matrix.
+// full recomputation (the block's input only; --recompute-layers K: the first K blocks of each
+// chunk, the rest whole), s the local sequence (/cp); under full recomputation the block being
+// recomputed holds one whole block's activations (buffers). The last stage adds its fp32
+// logits (4 s b V/t), and the schedule's activation-slot peak counts the micro-batches in
+// flight. The engine's own layout (plan_memory) is fp32 and holds the attention matrix
+// unless --attention flash.
 PlanMemory gpu_plan_memory(const Plan& plan, int pp_rank);
 std::vector<PlanMemory> gpu_plan_memory_per_stage(const Plan& plan);
 PlanMemory plan_memory_worst(const Plan& plan);

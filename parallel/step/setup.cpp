@@ -82,6 +82,7 @@ GptOptions model_options(const Setup& st, const Plan& plan, int rank) {
     mo.ep = EpSpec{plan.degrees.ep, index_in(st, GroupKind::kEp, rank), plan.degrees.etp, index_in(st, GroupKind::kEtp, rank)};
   mo.flash = plan.flash;
   mo.recompute_attention = plan.recompute == "selective";
+  mo.recompute_blocks = plan.recompute_blocks();
   return mo;
 }
 

@@ -43,10 +43,6 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
   const Plan plan = make_plan(o, world);
   const bool modelled = o.compute == "modelled";
-  if (plan.recompute == "full" && !modelled)
-    throw mb::core::UsageError("--recompute full: the engine does not recompute whole blocks yet; the step model "
-                               "predicts it (--plan-only --predict FILE), and --compute modelled runs it with modelled "
-                               "compute (--recompute selective runs)");
   if (plan.recompute == "selective" && !modelled && plan.degrees.cp > 1)
     throw mb::core::UsageError("--recompute selective with context parallel (cp > 1): its ring and all-gather attention "
                                "keep no probabilities; the engine recomputes the materialised attention only");

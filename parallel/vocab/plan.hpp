@@ -36,8 +36,11 @@ struct Plan {
   bool keep_params = false;  // ZeRO-3: keep gathered units across micro-batches
   // Activation recomputation (--recompute; Megatron's definitions): none, selective (the
   // attention core again before its backward) or full (each block's forward again before its
-  // backward). The step model times it; the engine does not run it yet (issue 29).
+  // backward; --recompute-layers K: only the first K blocks of each model chunk, 0: all).
   std::string recompute = "none";
+  int recompute_layers = 0;
+  // The blocks of each model chunk that --recompute full recomputes (GptOptions::recompute_blocks).
+  int recompute_blocks() const { return recompute != "full" ? 0 : recompute_layers > 0 ? recompute_layers : 1 << 30; }
   // --attention flash: causal attention without the T x T matrix (kernels/layers.hpp
   // flash_attention_*); naive (the default) stores the probabilities.
   bool flash = false;

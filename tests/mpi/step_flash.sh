@@ -31,6 +31,41 @@ else
   fail "memory: flash activations $fa (analytic $fa_an), materialised $na, buffers $fb vs $nb, want a drop of $want"
 fi
 
+# Context parallel: Ulysses attends its head group with the flash kernels (the ring and
+# all-gather merge chunks by log-sum-exp either way); memory measured = analytic on both ranks,
+# the head group's T x T probabilities and their gradient gone.
+check_case "cp=2 ulysses" 2 "${shape[@]}" --seq 64 --max-seq 64 --mesh cp=2 --cp-algo ulysses --attention flash
+check_case "cp=2 ring" 2 "${shape[@]}" --seq 64 --max-seq 64 --mesh cp=2 --attention flash
+umem() {  # $1 attention -> lines "activations analytic buffers analytic" per rank
+  expect_rc 0 2 step_bench --model tiny --seq 64 --max-seq 64 --steps 1 --warmup 0 --threads 1 --mesh cp=2 \
+    --cp-algo ulysses --attention "$1" -O "$WORK/u-$1.h5" >/dev/null &&
+    py - "$WORK/u-$1.h5" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+rows = f["runs"][list(f["runs"])[0]]["step"]["memory"][()]
+for r in (0, 1):
+    m = {x["category"].decode(): x for x in rows if x["rank"] == r}
+    print(m["activations"]["measured_bytes"], m["activations"]["analytic_bytes"], m["buffers"]["measured_bytes"],
+          m["buffers"]["analytic_bytes"])
+PY
+}
+umem flash > "$WORK/uf"
+umem naive > "$WORK/un"
+# tiny: 2 layers, B 4, 4 heads / cp 2 per rank: probabilities 64 x 64 -> a log-sum-exp of 64 per
+# layer; the probabilities' gradient buffer (once) goes
+if py - "$WORK/uf" "$WORK/un" <<'PY'
+import sys
+f = [list(map(float, l.split())) for l in open(sys.argv[1])]
+n = [list(map(float, l.split())) for l in open(sys.argv[2])]
+assert len(f) == len(n) == 2, (f, n)
+for (fa, fa_an, fb, fb_an), (na, _, nb, _) in zip(f, n):
+    assert fa == fa_an and fb == fb_an, (fa, fa_an, fb, fb_an)
+    assert abs((na - fa) - 2 * 4 * 2 * (64 * 64 - 64) * 4) <= 2 * 4 * 64, (na, fa)
+    assert nb - fb == 4 * 2 * 64 * 64 * 4, (nb, fb)
+PY
+then pass "memory: Ulysses with flash = analytic on both ranks, without the head group's T x T terms"
+else fail "Ulysses memory: flash $(cat "$WORK/uf") naive $(cat "$WORK/un")"; fi
+
 # The 405B at seq 8192: refused with the materialised matrix, planned with flash.
 split="7,$(printf '8,%.0s' {1..14})7"
 plan=(--plan-only --world 16384 --model llama3-405b --mesh tp=8,pp=16 --sp --micro-batches 16 --zero 1 --layers-per-stage "$split")

@@ -4,7 +4,7 @@
 # --check against the single-rank reference on one rank and five families at 2 ranks (seq 70);
 # memory measured = analytic, the activations below --recompute none's by exactly the
 # probabilities; a profiled step's ops equal the step model's op list (the recomputed forward
-# included, phase F); the refusals: with --attention flash, with cp > 1, and --recompute full.
+# included, phase F); the refusals: with --attention flash, with cp > 1.
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=120
 shape=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1)
@@ -66,5 +66,4 @@ bad() {
 }
 bad "selective with flash" "--recompute selective with --attention flash" 1 --recompute selective --attention flash
 bad "selective with cp" "--recompute selective with context parallel" 2 --seq 64 --max-seq 64 --mesh cp=2 --recompute selective
-bad "full (not in the engine yet)" "--recompute full: the engine does not recompute whole blocks yet" 1 --recompute full
 finish

@@ -72,6 +72,18 @@ TEST(CudaParity, WholeStepBf16) {
   check_rows("step", Precision::kBf16, cuda::step_parity(preset("tiny"), Precision::kBf16, 4));
 }
 
+// Flash attention's kernels (flash_kernels.cuh) in the whole step, against the CPU reference
+// with the materialised attention (issue 29); the layer rows are in LayersFp32/LayersBf16.
+TEST(CudaParity, WholeStepFlashFp32) {
+  REQUIRE_GPU();
+  check_rows("step flash", Precision::kFp32, cuda::step_parity(gqa_untied(), Precision::kFp32, 3, true));
+}
+
+TEST(CudaParity, WholeStepFlashBf16) {
+  REQUIRE_GPU();
+  check_rows("step flash", Precision::kBf16, cuda::step_parity(preset("tiny"), Precision::kBf16, 4, true));
+}
+
 // Three steps (lr 1e-2, a learnable pattern, so the weights move) against the host emulation
 // of the same precision: a bf16 weight copy that missed an update would run the next forward
 // on stale weights and its loss would leave the emulation's.

@@ -182,12 +182,14 @@ def test_recomputation_adds_hardware_flops_not_model_flops(tmp_path):
     assert p["none"]["hfu"] == p["none"]["mfu"]
     assert p["full"]["mfu"] < p["none"]["mfu"] and p["full"]["hfu"] > p["full"]["mfu"]
     assert runs["full"]["recompute"] == "full"
-    assert any("--recompute full" in n and "the engine does not run it yet" in n for n in p["full"]["notes"])
+    assert any("--recompute full" in n and "as the engine runs it" in n for n in p["full"]["notes"])
 
 
-def test_a_real_run_refuses_recomputation():
-    p = subprocess.run([STEP, "--model", "tiny", "--steps", "1", "--recompute", "full"], capture_output=True, text=True)
-    assert p.returncode == 2 and "--recompute full: the engine does not recompute whole blocks yet" in p.stderr
+def test_recompute_layers_needs_full_recomputation():
+    # the engine runs --recompute full (tests/mpi/step_recompute_full.sh); choosing its blocks
+    # without it is refused, naming both options
+    p = subprocess.run([STEP, "--model", "tiny", "--steps", "1", "--recompute-layers", "2"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--recompute-layers 2: chooses the blocks --recompute full recomputes" in p.stderr
 
 
 def test_published_shapes_are_predicted_past_the_engines_attention_limit():

@@ -21,12 +21,14 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 #include <initializer_list>
 #include <memory>
 #include <vector>
 
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/flash_kernels.cuh"
 #include "kernels/cuda/kernels.cuh"
 #include "kernels/cuda/moe_kernels.cuh"
 #include "kernels/operands.hpp"
@@ -398,6 +400,31 @@ class CudaBackend final : public Backend<float> {
     stage(x, Array::kAtt, att, numel(s, Array::kAtt));  // P, once, for all heads
     for (const GemmBatch& g : attention_batches(s, false, 1)) gemm_batched(g, x);
   }
+  // --attention flash (flash_kernels.cuh): no T x T matrix; fp32 on both precisions.
+  bool flash_attention() const override { return true; }
+  void flash_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int KVH,
+                               int hs) override {
+    const FlashDims s = flash_dims(B, T, NH, KVH, hs);
+    const dim3 grid(unsigned((T + flash::kRows - 1) / flash::kRows), unsigned(NH), unsigned(B));
+    k_flash_fwd<<<grid, flash::kRows, sizeof(float) * 2 * flash::kTile * hs, stream_>>>(out, lse, qkv, s,
+                                                                                          1.f / std::sqrt(float(hs)));
+    MB_CHECK_LAUNCH(k_flash_fwd, kG);
+  }
+  void flash_attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                                int B, int T, int NH, int KVH, int hs) override {
+    const FlashDims s = flash_dims(B, T, NH, KVH, hs);
+    const float scale = 1.f / std::sqrt(float(hs));
+    float* D = static_cast<float*>(scratch(kFlashD, sizeof(float) * size_t(B) * NH * T));
+    k_flash_rowdot<<<blocks_for(size_t(B) * NH * T), 256, 0, stream_>>>(D, dout, out, s);
+    MB_CHECK_LAUNCH(k_flash_rowdot, kG);
+    const unsigned tiles = unsigned((T + flash::kRows - 1) / flash::kRows);
+    k_flash_dkdv<<<dim3(tiles, unsigned(KVH), unsigned(B)), flash::kRows,
+                   sizeof(float) * (2 * flash::kTile * hs + 2 * flash::kTile), stream_>>>(dqkv, dout, qkv, lse, D, s, scale);
+    MB_CHECK_LAUNCH(k_flash_dkdv, kG);
+    k_flash_dq<<<dim3(tiles, unsigned(NH), unsigned(B)), flash::kRows, sizeof(float) * 2 * flash::kTile * hs,
+                 stream_>>>(dqkv, dout, qkv, lse, D, s, scale);
+    MB_CHECK_LAUNCH(k_flash_dq, kG);
+  }
   void attention_backward(float* dqkv, float* datt, const float* dout, const float* qkv,
                           const float* att, int B, int T, int NH, int KVH, int hs) override {
     const AttentionShape s{B, T, NH, KVH, hs};
@@ -612,8 +639,16 @@ class CudaBackend final : public Backend<float> {
   // 0 .. kStagingSlots-1: GEMM operands converted to bf16 (chunk attention's backward stages
   // six: Q, K, V, dO, P, dS); kReduceSlot: column-sum tiles; kChunk*: chunk attention's scores,
   // score gradients, a pair's output and its rows' max and sum.
-  static constexpr int kStagingSlots = 6, kReduceSlot = 6, kChunkS = 7, kChunkDs = 8, kChunkOpair = 9, kChunkStats = 10;
-  Scratch scratch_[11];
+  // kFlashD: flash attention's rowsum(dO * O).
+  static constexpr int kStagingSlots = 6, kReduceSlot = 6, kChunkS = 7, kChunkDs = 8, kChunkOpair = 9, kChunkStats = 10,
+                       kFlashD = 11;
+  Scratch scratch_[12];
+  static FlashDims flash_dims(int B, int T, int NH, int KVH, int hs) {
+    if (hs > flash::kMaxHead)
+      throw std::invalid_argument("--attention flash on cuda: head size " + std::to_string(hs) + " exceeds " +
+                                  std::to_string(flash::kMaxHead) + " (the kernel's per-thread accumulators)");
+    return FlashDims{B, T, NH, KVH, hs};
+  }
   // Row tiles of a column sum: at least 64 rows each, at most 65535 tiles (the grid's y).
   struct ColTiles {
     int rows, tiles;
