@@ -137,8 +137,9 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                           "every block")
                ->check(CLI::NonNegativeNumber));
   step_env(app.add_option("--attention", o.attention,
-                          "naive (the probabilities stored, b x heads x seq^2 per layer) or flash (tiles with an online "
-                          "softmax, a log-sum-exp per row kept, the backward recomputing each tile; the CPU backend)")
+                          "flash (the default: tiles with an online softmax, a log-sum-exp per row kept, the backward "
+                          "recomputing each tile) or naive (the probabilities stored, b x heads x seq^2 per layer: the "
+                          "reference, and for measuring)")
                ->check(CLI::IsMember({"naive", "flash"})));
   step_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
           ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"})));
@@ -356,8 +357,9 @@ Plan plan_of(const Options& o, int world) {
     throw UsageError("--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none "
                      "(needs dp x cp > 1 or --zero)");
   if (p.flash && p.recompute == "selective")
-    throw UsageError("--recompute selective with --attention flash: flash keeps no probabilities (its backward "
-                     "recomputes each tile already); use --recompute none or full");
+    throw UsageError("--recompute selective with --attention flash (the default): selective recomputes the "
+                     "materialised attention's probabilities, and flash keeps none (its backward recomputes each tile "
+                     "already); add --attention naive, or use --recompute none or full");
   if (o.compute == "modelled" && p.experts_placed() && p.degrees.etp > 1)
     throw UsageError("--compute modelled with expert tensor parallel (etp > 1): the step model lists no etp calls yet");
   if (o.inject_fault >= world)

@@ -41,7 +41,7 @@ struct Options {
   bool keep_params = false, regather = false;  // --zero3-keep-params, --zero3-regather
   std::string recompute = "none";              // --recompute (Plan::recompute)
   int recompute_layers = 0;                    // --recompute-layers (Plan::recompute_layers; 0: all)
-  std::string attention = "naive";             // --attention naive|flash (Plan::flash)
+  std::string attention = "flash";             // --attention flash|naive (Plan::flash)
   double op_timeout = 300;  // seconds a communication call may stay pending (0: no watchdog)
   int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
   // Pipeline parallel.

@@ -42,7 +42,8 @@ struct Plan {
   // The blocks of each model chunk that --recompute full recomputes (GptOptions::recompute_blocks).
   int recompute_blocks() const { return recompute != "full" ? 0 : recompute_layers > 0 ? recompute_layers : 1 << 30; }
   // --attention flash: causal attention without the T x T matrix (kernels/layers.hpp
-  // flash_attention_*); naive (the default) stores the probabilities.
+  // flash_attention_*); naive stores the probabilities. step_bench's default is flash
+  // (Options::attention); a Plan built in code is naive unless it says so.
   bool flash = false;
   bool sp = false;           // tensor parallel: sequence parallel (--sp)
   bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward

@@ -7,7 +7,7 @@
 # included, phase F); the refusals: with --attention flash, with cp > 1.
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=120
-shape=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1)
+shape=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1 --attention naive)
 check_families "${shape[@]}" --check --recompute selective
 
 mem() {  # $1 recompute -> "activations_measured activations_analytic buffers_measured buffers_analytic"
@@ -50,20 +50,23 @@ if expect_rc 0 1 step_bench "${shape[@]}" --recompute selective && grep -q "HFU 
 then pass "console: HFU beside MFU"; else fail "console: no HFU line: $(grep -i flops "$WORK/out" | tail -3)"; fi
 
 # The engine runs what the step model lists: a profiled step's ops and calls equal --op-list's.
-if expect_rc 0 2 step_bench --model tiny --steps 2 --warmup 0 --threads 1 --profile --mesh dp=2 --recompute selective \
+if expect_rc 0 2 step_bench --model tiny --steps 2 --warmup 0 --threads 1 --profile --mesh dp=2 --recompute selective --attention naive \
     -O "$WORK/ol.h5"; then
   if py "$MB_SRC/tests/mpi/op_list_check.py" "$WORK/ol.h5" "$MB_BIN/step_bench" --model tiny --world 2 --mesh dp=2 \
-      --recompute selective > "$WORK/check" 2>&1; then pass "op list: $(cat "$WORK/check")"
+      --recompute selective --attention naive > "$WORK/check" 2>&1; then pass "op list: $(cat "$WORK/check")"
   else fail "op list: $(cat "$WORK/check")"; fi
 fi
 
-bad() {
+plain=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1)
+bad() {  # a refusal: exit 2 and the message once (without --attention)
   local label=$1 want=$2 ranks=$3; shift 3
-  if expect_rc 2 "$ranks" step_bench "${shape[@]}" "$@"; then
+  if expect_rc 2 "$ranks" step_bench "${plain[@]}" "$@"; then
     if [[ $(grep -c -- "$want" "$WORK/err") -eq 1 ]]; then pass "refused: $label"
     else fail "$label: want '$want' once in: $(cat "$WORK/err")"; fi
   fi
 }
 bad "selective with flash" "--recompute selective with --attention flash" 1 --recompute selective --attention flash
-bad "selective with cp" "--recompute selective with context parallel" 2 --seq 64 --max-seq 64 --mesh cp=2 --recompute selective
+bad "selective with flash, the default" "add --attention naive" 1 --recompute selective
+bad "selective with cp" "--recompute selective with context parallel" 2 --seq 64 --max-seq 64 --mesh cp=2 --recompute selective \
+  --attention naive
 finish

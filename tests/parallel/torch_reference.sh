@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # PyTorch cross-check (scripts/torch_reference.py): the same weights and tokens in PyTorch;
 # loss, logits, every gradient and the AdamW-updated weights within 1e-5 (normalised, fp32).
-# Two shapes: GQA with an untied head, and MHA with a tied head at 2 threads. Then a fault
+# Two shapes: GQA with an untied head, and MHA with a tied head at 2 threads; each recomputation
+# mode with its attention at seq 70. Then a fault
 # test: one corrupted gradient element must make the oracle fail (exit 1).
 set -u
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -10,6 +11,15 @@ bin="$MB_BIN/step_bench"; ref="$MB_SRC/scripts/torch_reference.py"
 set -e
 "$bin" --export "$tmp/a" --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --seq 40 --vocab 300 --micro-batch 3 --tied false --threads 1 --lr 3e-3 --seed 7
 "$MB_PYTHON" "$ref" "$tmp/a"
+# issue 29: flash attention (the default) with full recomputation, and the materialised
+# attention with selective recomputation, at a length (70) that is no multiple of the tiles
+for mode in "--attention flash --recompute full" "--attention naive --recompute selective"; do
+  rm -rf "$tmp/r"
+  "$bin" --export "$tmp/r" --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --seq 70 --max-seq 70 --vocab 300 \
+    --micro-batch 3 --tied false --threads 1 --lr 3e-3 --seed 7 $mode
+  echo "$mode:"
+  "$MB_PYTHON" "$ref" "$tmp/r"
+done
 "$bin" --export "$tmp/b" --layers 2 --hidden 128 --heads 4 --seq 96 --max-seq 128 --vocab 512 --micro-batch 2 --threads 2 --seed 8
 "$MB_PYTHON" "$ref" "$tmp/b"
 set +e

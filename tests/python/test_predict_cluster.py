@@ -169,7 +169,7 @@ def test_recomputation_adds_hardware_flops_not_model_flops(tmp_path):
     # over the peak, the model's FLOPs stay (MFU falls), the hardware's grow (HFU > MFU).
     c = tmp_path / "c.toml"
     c.write_text(cluster_text())
-    base = ("--model", "tiny", "--op-list")
+    base = ("--model", "tiny", "--op-list", "--attention", "naive")  # selective recomputes the materialised attention
     runs = {m: run(c, *base, "--recompute", m)[1] for m in ("none", "selective", "full")}
     comp = {m: j["predicted"]["per_rank"][0]["compute_s"] for m, j in runs.items()}
     ops = runs["none"]["op_list"]
@@ -194,12 +194,15 @@ def test_recompute_layers_needs_full_recomputation():
 
 def test_published_shapes_are_predicted_past_the_engines_attention_limit():
     # llama3-405b at seq 8192 holds a 128 x 8192^2 attention matrix per micro-batch in this
-    # engine: refused to plan a run, accepted for a prediction (flash attention modelled).
+    # engine's materialised attention: refused to plan a run with it, planned with flash (the
+    # default), accepted for a prediction either way (the step model holds no T x T matrix).
     lps = ",".join(["7"] + ["8"] * 14 + ["7"])
     args = ("--world", "16384", "--model", "llama3-405b", "--mesh", "tp=8,pp=16", "--sp", "--micro-batches", "16",
             "--layers-per-stage", lps)
-    p = subprocess.run([STEP, "--plan-only", *args], capture_output=True, text=True)
+    p = subprocess.run([STEP, "--plan-only", "--attention", "naive", *args], capture_output=True, text=True)
     assert p.returncode == 2 and "exceeds 2^31-1" in json.loads(p.stdout)["error"]
+    p = subprocess.run([STEP, "--plan-only", *args], capture_output=True, text=True)
+    assert p.returncode == 0 and json.loads(p.stdout)["valid"] and json.loads(p.stdout)["attention"] == "flash"
     p, j = run(PRESETS[1], *args[2:], world=16384)
     assert p.returncode == 0, p.stderr
     m = j["model"]

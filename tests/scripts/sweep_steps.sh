@@ -151,12 +151,14 @@ py "$S" --steps --world 8 --model tiny --tp 2 --pp 1 --zero 0 --orders auto --dr
   || { cat "$WORK/orders2.txt"; fail "want 2 distinct orders for tp2 x dp4"; }
 pass "orders auto: 6 distinct layouts for tp2 x pp2 x dp2 at 8 ranks, 2 for tp2 x dp4"
 
-# 2. Memory pruning: the tiny shape needs 6407168 B (6.11 MiB) per rank at dp=4 (4 x 549888 of
-# params, grads and moments, 3288064 of activations, 919552 of buffers; tests/parallel/
-# plan_memory_test.cpp), so 5M prunes the dp=4 plans by memory and keeps the smaller ones.
+# 2. Memory pruning: the tiny shape needs 6.11 MiB per rank at dp=4 with the materialised
+# attention (4 x 549888 B of params, grads and moments, 3288064 of activations, 919552 of
+# buffers; tests/parallel/plan_memory_test.cpp), 5.37 MiB with flash, the default (its
+# activations without the 4 x 64 x 64 probabilities per layer, its buffers without their
+# gradient), so 5M prunes the dp=4 plans by memory and keeps the smaller ones.
 py "$S" --steps --world 4 --model tiny --zero 0 --memory-per-rank 5M --args="$RUN_ARGS" --dry-run --bin "$MB_BIN" \
   --out "$WORK/dry" > "$WORK/mem.txt" 2>&1 || { cat "$WORK/mem.txt"; fail "memory dry run exit $?"; }
-grep -q 'step-r4-tp1cp1ep1dp4pp1-z0-m1-otcedp: memory: 6.11 MiB per rank (pp stage 0: params 537.00 KiB, grads 537.00 KiB, optimizer 1.05 MiB, activations 3.14 MiB, buffers 898.00 KiB) exceeds memory_per_rank 5.00 MiB' "$WORK/mem.txt" \
+grep -q 'step-r4-tp1cp1ep1dp4pp1-z0-m1-otcedp: memory: 5.37 MiB per rank (pp stage 0: params 537.00 KiB, grads 537.00 KiB, optimizer 1.05 MiB, activations 2.64 MiB, buffers 642.00 KiB) exceeds memory_per_rank 5.00 MiB' "$WORK/mem.txt" \
   || { cat "$WORK/mem.txt"; fail "the dp=4 plan is not pruned by memory with its breakdown"; }
 grep -q '^\[[0-9]*/[0-9]*\] step-r4-mpi-shm-tp2cp1ep1dp2pp1-z0-m2' "$WORK/mem.txt" || { cat "$WORK/mem.txt"; fail "tp2 x dp2 should fit in 5M"; }
 pass "memory pruning: dp=4 (6.11 MiB per rank) pruned against 5M, tp=2 x dp=2 kept"
