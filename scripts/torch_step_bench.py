@@ -180,16 +180,16 @@ def run_torch(a, shape, threads):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_engine(a, shape, threads):
-    """step_bench (under mpiexec -n N with --ddp N); its numbers from the HDF5 step summary,
-    read with scripts/meshbench/reader.py."""
+def run_engine(a, shape, threads, attention="flash"):
+    """step_bench (under mpiexec -n N with --ddp N) with --attention `attention`; its numbers from
+    the HDF5 step summary, read with scripts/meshbench/reader.py."""
     s = SHAPES[shape]
     with tempfile.TemporaryDirectory() as tmp:
         out_h5 = os.path.join(tmp, "step.h5")
         cmd = [a.step_bench, "--layers", str(s["layers"]), "--hidden", str(s["hidden"]),
                "--heads", str(s["heads"]), "--seq", str(s["seq"]), "--micro-batch", str(s["micro_batch"]),
                "--vocab", str(s["vocab"]), "--threads", str(threads), "--steps", str(a.steps),
-               "--warmup", str(a.warmup), "--seed", str(a.seed), "-O", out_h5]
+               "--warmup", str(a.warmup), "--seed", str(a.seed), "--attention", attention, "-O", out_h5]
         if a.ddp > 1:
             cmd = [os.environ.get("MB_MPIEXEC", "mpiexec"), "-n", str(a.ddp)] + cmd + ["--mesh", f"dp={a.ddp}"]
             if a.zero1:
@@ -225,7 +225,14 @@ def main():
     ap.add_argument("--port", type=int, default=29517, help="gloo rendezvous port on 127.0.0.1 (--ddp)")
     ap.add_argument("--zero1", action="store_true",
                     help="with --ddp: PyTorch's ZeroRedundancyOptimizer against step_bench --zero 1")
+    ap.add_argument("--attention", default="flash",
+                    help="comma list of step_bench --attention modes (flash, naive), each run after the PyTorch "
+                         "peer in every repeat (the peer's attention is the materialised one)")
     a = ap.parse_args()
+    modes = a.attention.split(",")
+    for m in modes:
+        if m not in ("flash", "naive"):
+            ap.error(f"--attention {m}: want flash or naive")
     if a.worker:
         a.threads = int(a.threads)
         if a.ddp > 1:
@@ -244,29 +251,30 @@ def main():
     rows = []
     for shape in a.shapes.split(","):
         for th in [int(t) for t in a.threads.split(",")]:
-            tt, ee, last = [], [], None
-            for _ in range(a.repeats):
-                tr = run_torch(a, shape, th)
-                er = run_engine(a, shape, th)
-                tt.append(tr["median"])
-                ee.append(er["median"])
-                last = er
-            t_med, e_med = statistics.median(tt), statistics.median(ee)
-            row = dict(shape=shape, threads=th, torch_s=t_med, step_bench_s=e_med,
-                       speedup=t_med / e_med, torch_runs=tt, step_bench_runs=ee,
-                       flops_per_step=last["flops_per_step"], peak_gflops=last["peak_gflops"],
-                       step_bench_gflops=last["flops_per_step"] / e_med / 1e9,
-                       torch_gflops=last["flops_per_step"] / t_med / 1e9)
-            row["mfu"] = row["step_bench_gflops"] / row["peak_gflops"]
-            rows.append(row)
-            print(f"{shape:>7} threads={th}: torch {t_med*1e3:8.2f} ms  step_bench {e_med*1e3:8.2f} ms  "
-                  f"speedup {row['speedup']:.2f}x  step_bench {row['step_bench_gflops']:.1f} GFLOP/s "
-                  f"({100*row['mfu']:.0f}% of SGEMM peak {row['peak_gflops']:.1f}"
-                  f"{', exposed comm %.0f%%' % (100 * last['exposed']) if a.ddp > 1 else ''})  "
-                  f"runs torch {[round(x*1e3,1) for x in tt]} engine {[round(x*1e3,1) for x in ee]}",
-                  flush=True)
-            if a.profile:
-                print(last["stdout"])
+            tt, ee, last = [], {m: [] for m in modes}, {}
+            for _ in range(a.repeats):  # the peer, then each attention mode, in turn
+                tt.append(run_torch(a, shape, th)["median"])
+                for m in modes:
+                    last[m] = run_engine(a, shape, th, m)
+                    ee[m].append(last[m]["median"])
+            t_med = statistics.median(tt)
+            for m in modes:
+                e_med, er = statistics.median(ee[m]), last[m]
+                row = dict(shape=shape, threads=th, attention=m, torch_s=t_med, step_bench_s=e_med,
+                           speedup=t_med / e_med, torch_runs=tt, step_bench_runs=ee[m],
+                           flops_per_step=er["flops_per_step"], peak_gflops=er["peak_gflops"],
+                           step_bench_gflops=er["flops_per_step"] / e_med / 1e9,
+                           torch_gflops=er["flops_per_step"] / t_med / 1e9)
+                row["mfu"] = row["step_bench_gflops"] / row["peak_gflops"]
+                rows.append(row)
+                print(f"{shape:>7} threads={th} attention={m}: torch {t_med*1e3:8.2f} ms  step_bench {e_med*1e3:8.2f} ms  "
+                      f"speedup {row['speedup']:.2f}x  step_bench {row['step_bench_gflops']:.1f} GFLOP/s "
+                      f"({100*row['mfu']:.0f}% of SGEMM peak {row['peak_gflops']:.1f}"
+                      f"{', exposed comm %.0f%%' % (100 * er['exposed']) if a.ddp > 1 else ''})  "
+                      f"runs torch {[round(x*1e3,1) for x in tt]} engine {[round(x*1e3,1) for x in ee[m]]}",
+                      flush=True)
+                if a.profile:
+                    print(er["stdout"])
     info["load_after"] = os.getloadavg()
     if a.json:
         json.dump({"info": info, "rows": rows}, open(a.json, "w"), indent=1)

@@ -93,6 +93,31 @@ void BM_AttentionLong(benchmark::State& st) {
   st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Attention forward + backward at a benchmark shape's own sizes (args: shape 0 small, 1 medium;
+// 0 materialised, 1 flash): what one layer's attention costs the step, both forms side by side.
+void BM_AttentionStep(benchmark::State& st) {
+  const GptConfig c = shape(st.range(0));
+  const bool flash = st.range(1) == 1;
+  const int B = c.micro_batch, T = c.seq, NH = c.heads, KVH = c.kv_heads, hs = c.head_size();
+  const size_t qkv_n = static_cast<size_t>(B) * T * c.qkv_width(), out_n = static_cast<size_t>(B) * T * c.hidden;
+  auto qkv = rnd(qkv_n), dout = rnd(out_n);
+  std::vector<float> out(out_n), dqkv(qkv_n), att(flash ? 0 : static_cast<size_t>(B) * NH * T * T), datt(att.size()),
+      lse(static_cast<size_t>(B) * NH * T);
+  for (auto _ : st) {
+    if (flash) {
+      flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, KVH, hs);
+      flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, KVH, hs);
+    } else {
+      attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, KVH, hs);
+      attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, NH, KVH, hs);
+    }
+    benchmark::DoNotOptimize(dqkv.data());
+  }
+  st.SetLabel(std::string(flash ? "flash" : "materialised") + (st.range(0) ? " medium" : " small"));
+  const double flops = 6.0 * 2 * attention_block_macs(T, hs) * B * NH;
+  st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 void BM_LayerNormForward(benchmark::State& st) {
   const GptConfig c = shape(st.range(0));
   const int N = static_cast<int>(c.tokens()), C = c.hidden;
@@ -160,6 +185,7 @@ void BM_AdamW(benchmark::State& st) {
 BENCHMARK(BM_Gemm)->ArgsProduct({{0, 1}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionStep)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_AttentionLong)->ArgsProduct({{0, 1}, {1024, 2048}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_LayerNormForward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerNormBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();

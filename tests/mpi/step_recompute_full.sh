@@ -2,15 +2,19 @@
 # --recompute full in the engine (issue 29): a recomputed block keeps only its output per
 # micro-batch; its other activations live in one model-wide scratch and its forward runs again
 # before its backward. --check against the single-rank reference (which recomputes nothing) on
-# one rank, five families at 2 ranks, context parallel (ring, Ulysses), flash attention, a fixed
-# MoE routing workload, and --recompute-layers under a pipeline, at seq 70 (no multiple of the
-# tiles); memory measured = analytic on every rank; the profiled ops equal the step model's op
-# list; the hardware FLOPs add each recomputed block's forward; the refusal of
-# --recompute-layers without --recompute full.
+# one rank, five families and ZeRO-1/2 at 2 ranks, tp x pp at 4 (oversubscribed), context
+# parallel (ring, Ulysses), flash attention, a fixed MoE routing workload, and
+# --recompute-layers under a pipeline, at seq 70 (no multiple of the tiles); memory measured =
+# analytic on every rank; the profiled ops equal the step model's op list; the hardware FLOPs
+# add each recomputed block's forward; the refusal of --recompute-layers without --recompute full.
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=150
 shape=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1)
 check_families "${shape[@]}" --check --recompute full
+check_case "ZeRO-1" 2 "${shape[@]}" --check --recompute full --mesh dp=2 --zero 1
+check_case "ZeRO-2, m=2" 2 "${shape[@]}" --check --recompute full --mesh dp=2 --zero 2 --micro-batches 2
+check_case "tp=2 x pp=2 --sp, 4 ranks (oversubscribed)" 4 "${shape[@]}" --check --recompute full --layers 4 \
+  --mesh tp=2,pp=2 --sp --micro-batches 2
 check_case "cp=2 ring" 2 "${shape[@]}" --check --recompute full --seq 64 --max-seq 64 --mesh cp=2
 check_case "cp=2 ulysses" 2 "${shape[@]}" --check --recompute full --seq 64 --max-seq 64 --mesh cp=2 --cp-algo ulysses
 check_case "flash, one rank" 1 "${shape[@]}" --check --recompute full --attention flash

@@ -3,6 +3,7 @@
 // 200-step training test, configuration rules, layout, memory and FLOP accounting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -32,10 +33,15 @@ GptConfig tiny(bool tied) {
   return c;
 }
 
-void model_gradcheck(bool tied) {
-  const GptConfig c = tiny(tied);
-  validate(c);
-  Gpt<double> m(c);
+// opts: the attention and recomputation under test (issue 29: the flash backward and the
+// recomputed blocks' backward against finite differences of the loss); seq: the sequence
+// length (70 crosses the flash tiles' 64-row boundary).
+void model_gradcheck(bool tied, GptOptions opts = {}, int seq = 6) {
+  GptConfig c = tiny(tied);
+  c.seq = seq;
+  c.max_seq = std::max(c.max_seq, seq);
+  validate(c, opts.flash);
+  Gpt<double> m(c, cpu_backend<double>(), opts);
   m.init_weights(7);
   // Larger, non-trivial weights than GPT-2's 0.02 so every path carries signal; norm
   // parameters and biases too.
@@ -64,6 +70,18 @@ void model_gradcheck(bool tied) {
 
 TEST(ModelGrad, TiedHeadGroupedQuery) { model_gradcheck(true); }
 TEST(ModelGrad, UntiedHeadGroupedQuery) { model_gradcheck(false); }
+
+GptOptions attention_options(bool flash, bool selective, int recompute_blocks) {
+  GptOptions o;
+  o.flash = flash;
+  o.recompute_attention = selective;
+  o.recompute_blocks = recompute_blocks;
+  return o;
+}
+TEST(ModelGrad, FlashAttention) { model_gradcheck(false, attention_options(true, false, 0), 70); }
+TEST(ModelGrad, FlashWithFullRecomputation) { model_gradcheck(true, attention_options(true, false, 2), 70); }
+TEST(ModelGrad, FullRecomputationOfTheFirstBlock) { model_gradcheck(false, attention_options(false, false, 1)); }
+TEST(ModelGrad, SelectiveRecomputation) { model_gradcheck(true, attention_options(false, true, 0)); }
 
 TEST(ModelGrad, InitialLossIsLogVocab) {
   // GPT-2 init gives near-uniform predictions: the loss starts at about ln V.
@@ -181,6 +199,29 @@ TEST(Accounting, MemoryAllocatedMatchesAnalytic) {
     EXPECT_LE(a.activations - f.activations, 16 * 4 * 64);
     EXPECT_EQ(a.buffers, f.buffers);
   }
+}
+
+// Each attention and recomputation mode: the measured categories equal the closed forms
+// (activations up to the 16-element alignment of each entry, buffers exactly).
+TEST(Accounting, MemoryMatchesAnalyticUnderFlashAndRecomputation) {
+  GptConfig c = preset("small");
+  c.kv_heads = 2;
+  c.layers = 3;
+  for (const GptOptions& o : {attention_options(true, false, 0), attention_options(false, true, 0),
+                              attention_options(true, false, 2), attention_options(false, false, 3)}) {
+    Gpt<float> m(c, cpu_backend<float>(), o);
+    const auto a = m.memory_allocated();
+    const auto f = Gpt<float>::memory_analytic(c, 4, {}, {}, {}, o.flash, o.recompute_attention, o.recompute_blocks);
+    EXPECT_LE(f.activations, a.activations) << o.flash << o.recompute_attention << o.recompute_blocks;
+    EXPECT_LE(a.activations - f.activations, 16 * 4 * 64);
+    EXPECT_EQ(a.buffers, f.buffers) << o.flash << o.recompute_attention << o.recompute_blocks;
+  }
+  // full recomputation of every block: each of the 3 gives up all but its output, and one
+  // block's worth becomes scratch
+  const auto none = Gpt<float>::memory_analytic(c, 4, {}, {}, {}, true);
+  const auto full = Gpt<float>::memory_analytic(c, 4, {}, {}, {}, true, false, 3);
+  EXPECT_GT(full.buffers, none.buffers);
+  EXPECT_EQ(none.activations - full.activations, 3 * (full.buffers - none.buffers));
 }
 
 TEST(Accounting, FlopsFromShapes) {
