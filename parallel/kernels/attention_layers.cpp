@@ -337,9 +337,11 @@ void flash_attention_backward(S* dqkv, const S* dout, const S* qkv, const S* out
           D[size_t(t)] = acc;
         }
         for (int j0 = 0; j0 < T; j0 += Bk) {
-          const int c = std::min(Bk, T - j0);
           for (int i0 = j0 / Bq * Bq; i0 < T; i0 += Bq) {  // the query tiles that see this key tile
             const int r = std::min(Bq, T - i0);
+            // the tile's keys up to its last row: on the diagonal the later keys are masked for
+            // every row, so they are neither scored nor given gradients (as the forward)
+            const int c = std::min({Bk, T - j0, i0 + r - j0});
             gemm<S>(Trans::kNo, Trans::kYes, r, c, hs, scale, q + static_cast<int64_t>(i0) * QKV, QKV,
                     k + static_cast<int64_t>(j0) * QKV, QKV, S(0), p.data(), Bk);
             gemm<S>(Trans::kNo, Trans::kYes, r, c, hs, S(1), dy + static_cast<int64_t>(i0) * C, C,
