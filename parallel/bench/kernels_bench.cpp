@@ -66,14 +66,9 @@ void BM_AttentionBackward(benchmark::State& st) {
   st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Attention forward + backward at a long sequence (args: 0 materialised, 1 flash; T), the
-// medium shape's heads (C = 512, 8 heads of 64), one sample: the T x T matrix against the
-// tiles (issue 29). FLOP/s counts the causal products once, T(T+1)/2 x hs multiply-adds each
-// (2 forward, 4 backward), the same for both, so the rates compare as the times do.
-void BM_AttentionLong(benchmark::State& st) {
-  const GptConfig c = shape(1);
-  const bool flash = st.range(0) == 1;
-  const int B = 1, T = static_cast<int>(st.range(1)), NH = c.heads, KVH = c.kv_heads, hs = c.head_size();
+// Times attention forward + backward, materialised or flash, on B samples of T positions of
+// NH query and KVH key/value heads of hs; `flops` per iteration gives the FLOP/s counter.
+void attention_pass(benchmark::State& st, bool flash, int B, int T, int NH, int KVH, int hs, double flops) {
   const size_t qkv_n = static_cast<size_t>(B) * T * (NH + 2 * KVH) * hs, out_n = static_cast<size_t>(B) * T * NH * hs;
   auto qkv = rnd(qkv_n), dout = rnd(out_n);
   std::vector<float> out(out_n), dqkv(qkv_n), att(flash ? 0 : static_cast<size_t>(B) * NH * T * T), datt(att.size()),
@@ -88,9 +83,19 @@ void BM_AttentionLong(benchmark::State& st) {
     }
     benchmark::DoNotOptimize(dqkv.data());
   }
-  st.SetLabel(std::string(flash ? "flash" : "materialised") + " T=" + std::to_string(T));
-  const double flops = 6.0 * 2 * (double(T) * (T + 1) / 2) * hs * B * NH;
   st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Attention forward + backward at a long sequence (args: 0 materialised, 1 flash; T), the
+// medium shape's heads (C = 512, 8 heads of 64), one sample: the T x T matrix against the
+// tiles (issue 29). FLOP/s counts the causal products once, T(T+1)/2 x hs multiply-adds each
+// (2 forward, 4 backward), the same for both, so the rates compare as the times do.
+void BM_AttentionLong(benchmark::State& st) {
+  const GptConfig c = shape(1);
+  const bool flash = st.range(0) == 1;
+  const int T = static_cast<int>(st.range(1)), hs = c.head_size();
+  attention_pass(st, flash, 1, T, c.heads, c.kv_heads, hs, 6.0 * 2 * (double(T) * (T + 1) / 2) * hs * c.heads);
+  st.SetLabel(std::string(flash ? "flash" : "materialised") + " T=" + std::to_string(T));
 }
 
 // Attention forward + backward at a benchmark shape's own sizes (args: shape 0 small, 1 medium;
@@ -98,24 +103,10 @@ void BM_AttentionLong(benchmark::State& st) {
 void BM_AttentionStep(benchmark::State& st) {
   const GptConfig c = shape(st.range(0));
   const bool flash = st.range(1) == 1;
-  const int B = c.micro_batch, T = c.seq, NH = c.heads, KVH = c.kv_heads, hs = c.head_size();
-  const size_t qkv_n = static_cast<size_t>(B) * T * c.qkv_width(), out_n = static_cast<size_t>(B) * T * c.hidden;
-  auto qkv = rnd(qkv_n), dout = rnd(out_n);
-  std::vector<float> out(out_n), dqkv(qkv_n), att(flash ? 0 : static_cast<size_t>(B) * NH * T * T), datt(att.size()),
-      lse(static_cast<size_t>(B) * NH * T);
-  for (auto _ : st) {
-    if (flash) {
-      flash_attention_forward(out.data(), lse.data(), qkv.data(), B, T, NH, KVH, hs);
-      flash_attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, NH, KVH, hs);
-    } else {
-      attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, KVH, hs);
-      attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, NH, KVH, hs);
-    }
-    benchmark::DoNotOptimize(dqkv.data());
-  }
+  const int hs = c.head_size();
+  attention_pass(st, flash, c.micro_batch, c.seq, c.heads, c.kv_heads, hs,
+                 6.0 * 2 * attention_block_macs(c.seq, hs) * c.micro_batch * c.heads);
   st.SetLabel(std::string(flash ? "flash" : "materialised") + (st.range(0) ? " medium" : " small"));
-  const double flops = 6.0 * 2 * attention_block_macs(T, hs) * B * NH;
-  st.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_LayerNormForward(benchmark::State& st) {

@@ -184,6 +184,7 @@ def plan_rows(runs):
                  cross_nodes=cross_nodes(run, order))
         if r.get("compute") == "modelled":  # its own plan group, table row and plot label
             r["plan"] += " [modelled compute]"
+        r["plan"] += reader.mode_suffix(a)  # a naive attention or a recomputation: its own group too
         if a.get("global_batch") is not None and a.get("seq") is not None:
             r["tokens_per_step"] = int(a["global_batch"]) * int(a["seq"])
         split = time_split_means(run.get("time_split") or [])

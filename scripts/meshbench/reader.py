@@ -51,6 +51,21 @@ MEMORY_PARTS = ["params", "grads", "optimizer", "activations", "buffers"]
 MEMORY_CATEGORIES = MEMORY_PARTS + ["engine_peak", "process_peak_rss"]
 
 
+def mode_suffix(attrs):
+    """' [attention naive]', ' [recompute full]', ' [recompute full x2]' (--recompute-layers 2):
+    a run's attention and recomputation where they are not the defaults (flash, none); '' for
+    a file that does not record them."""
+    text = lambda v: v.decode() if isinstance(v, bytes) else str(v)  # noqa: E731
+    s = ""
+    if attrs.get("attention") is not None and text(attrs["attention"]) != "flash":
+        s += f" [attention {text(attrs['attention'])}]"
+    rc = None if attrs.get("recompute") is None else text(attrs["recompute"])
+    if rc is not None and rc != "none":
+        layers = int(attrs.get("recompute_layers", 0) or 0)
+        s += f" [recompute {rc}{f' x{layers}' if layers > 0 else ''}]"
+    return s
+
+
 def text(v):
     """An HDF5 string (bytes, numpy bytes_ or str) as a Python str."""
     if hasattr(v, "tobytes") and not isinstance(v, (bytes, str)):
@@ -332,6 +347,11 @@ def step_table(runs):
         r["compute"] = str(a.get("compute_mode", "real"))
         if r["compute"] == "modelled":
             r["strategy"] += " [modelled compute]"
+        # the attention and recomputation (files before 2026-12-03 do not say: None), marked in
+        # the strategy when not the default (flash, none) so no table mixes them
+        r["attention"] = a.get("attention")
+        r["recompute"] = a.get("recompute")
+        r["strategy"] += mode_suffix(a)
         for m in run["memory"]:
             if int(m["rank"]) == 0:
                 r[f"mem.{m['category']}"] = float(m["measured_bytes"])

@@ -74,8 +74,10 @@ macs = sum((min(T, i0 + 64) - i0) * min(T, i0 + 64) * hs for i0 in range(0, T, 6
 block = 2 * (N * (NH + 2 * KVH) * hs * C + N * C * C + 2 * N * F * C) + 4 * B * NH * macs
 want = a["flops_per_step"] + L * block
 assert abs(a["flops_per_step_hardware"] - want) < 1e-9 * want, (a["flops_per_step_hardware"], want)
+text = lambda v: v.decode() if isinstance(v, bytes) else str(v)
+assert (text(a["attention"]), text(a["recompute"]), int(a["recompute_layers"])) == ("flash", "full", 0)
 PY
-then pass "hardware FLOPs: the model's plus both blocks' forward"
+then pass "hardware FLOPs: the model's plus both blocks' forward; attrs attention, recompute, recompute_layers"
 else fail "hardware FLOPs attribute"; fi
 
 # The engine runs what the step model lists, the recomputed forwards included (phase F).

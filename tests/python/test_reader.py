@@ -234,3 +234,24 @@ def test_missing_binary_is_a_clear_error(tmp_path):
     os.makedirs(empty, exist_ok=True)
     with pytest.raises(names.NamesError, match="mesh_info is missing"):
         names.load(empty)
+
+
+def test_attention_and_recomputation_mark_the_strategy(tmp_path):
+    # a run's attention and recomputation where not the defaults (flash, none) join its label,
+    # so no table or plot mixes them; a file that does not record them (before 2026-12-03) has none
+    import h5py
+    paths = []
+    for name, attrs in (("plain", {}), ("flash", {"attention": "flash", "recompute": "none"}),
+                        ("naive", {"attention": "naive", "recompute": "selective"}),
+                        ("full2", {"attention": "flash", "recompute": "full", "recompute_layers": 2})):
+        p = tmp_path / f"{name}.h5"
+        step_file(p)
+        with h5py.File(p, "a") as f:
+            for k, v in attrs.items():
+                f["runs/s0/step"].attrs[k] = v
+        paths.append(str(p))
+    runs, bad = reader.load_steps(paths)
+    assert bad == []
+    labels = [r["strategy"] for r in reader.step_table(runs)]
+    assert labels == ["data_parallel", "data_parallel", "data_parallel [attention naive] [recompute selective]",
+                      "data_parallel [recompute full x2]"], labels

@@ -29,31 +29,51 @@ __device__ inline void flash_stage(float* dst, const float* src, int b, int T, i
   }
 }
 
+// A forward or dQ block: query tile blockIdx.x of head blockIdx.y (kv group g) of sample
+// blockIdx.z; this thread's row i, held when i < T.
+struct QueryBlock {
+  int b, h, g, i0, r, i;
+  bool mine;
+};
+__device__ inline QueryBlock query_block(const FlashDims& s) {
+  QueryBlock q;
+  q.b = blockIdx.z, q.h = blockIdx.y, q.g = q.h / (s.NH / s.KVH), q.i0 = blockIdx.x * flash::kRows;
+  q.r = min(flash::kRows, s.T - q.i0), q.i = q.i0 + threadIdx.x, q.mine = int(threadIdx.x) < q.r;
+  return q;
+}
+
+// The key tiles a query block sees (up to its last row), each staged in Ks, Vs (kTile x hs of
+// shared memory) by the whole block, then row(j0, c) for its c keys from j0.
+template <typename F>
+__device__ void over_key_tiles(const float* qkv, const FlashDims& s, const QueryBlock& q, float* Ks, float* Vs, F&& row) {
+  for (int j0 = 0; j0 < q.i0 + q.r; j0 += flash::kTile) {
+    const int c = min(flash::kTile, s.T - j0);
+    __syncthreads();
+    flash_stage(Ks, qkv, q.b, s.T, j0, c, s.qkv(), (s.NH + q.g) * s.hs, s.hs);
+    flash_stage(Vs, qkv, q.b, s.T, j0, c, s.qkv(), (s.NH + s.KVH + q.g) * s.hs, s.hs);
+    __syncthreads();
+    row(j0, c);
+  }
+}
+
 // grid (ceil(T / kRows), NH, B), kRows threads, 2 kTile hs floats of shared memory.
 __global__ void k_flash_fwd(float* out, float* lse, const float* qkv, FlashDims s, float scale) {
   using namespace flash;
   extern __shared__ float sh[];
   float* Ks = sh;
   float* Vs = sh + kTile * s.hs;
-  const int b = blockIdx.z, h = blockIdx.y, g = h / (s.NH / s.KVH), i0 = blockIdx.x * kRows;
-  const int r = min(kRows, s.T - i0), i = i0 + threadIdx.x, QKV = s.qkv();
-  const bool mine = int(threadIdx.x) < r;
+  const QueryBlock qb = query_block(s);
   float q[kMaxHead], acc[kMaxHead];
   float m = -INFINITY, l = 0.f;
-  if (mine)
-    for (int d = 0; d < s.hs; ++d) q[d] = qkv[(size_t(b) * s.T + i) * QKV + h * s.hs + d], acc[d] = 0.f;
-  for (int j0 = 0; j0 < i0 + r; j0 += kTile) {
-    const int c = min(kTile, s.T - j0);
-    __syncthreads();
-    flash_stage(Ks, qkv, b, s.T, j0, c, QKV, (s.NH + g) * s.hs, s.hs);
-    flash_stage(Vs, qkv, b, s.T, j0, c, QKV, (s.NH + s.KVH + g) * s.hs, s.hs);
-    __syncthreads();
-    if (mine) forward_row(q, Ks, Vs, c, j0, i, s.hs, scale, m, l, acc);
-  }
-  if (!mine) return;
-  float* o = out + (size_t(b) * s.T + i) * s.C() + h * s.hs;
+  if (qb.mine)
+    for (int d = 0; d < s.hs; ++d) q[d] = qkv[(size_t(qb.b) * s.T + qb.i) * s.qkv() + qb.h * s.hs + d], acc[d] = 0.f;
+  over_key_tiles(qkv, s, qb, Ks, Vs, [&](int j0, int c) {
+    if (qb.mine) forward_row(q, Ks, Vs, c, j0, qb.i, s.hs, scale, m, l, acc);
+  });
+  if (!qb.mine) return;
+  float* o = out + (size_t(qb.b) * s.T + qb.i) * s.C() + qb.h * s.hs;
   for (int d = 0; d < s.hs; ++d) o[d] = acc[d] / l;
-  lse[(size_t(b) * s.NH + h) * s.T + i] = m + logf(l);
+  lse[(size_t(qb.b) * s.NH + qb.h) * s.T + qb.i] = m + logf(l);
 }
 
 // D = rowsum(dO * O), a thread per (b, h, i).
@@ -113,30 +133,23 @@ __global__ void k_flash_dq(float* dqkv, const float* dout, const float* qkv, con
   extern __shared__ float sh[];
   float* Ks = sh;
   float* Vs = sh + kTile * s.hs;
-  const int b = blockIdx.z, h = blockIdx.y, g = h / (s.NH / s.KVH), i0 = blockIdx.x * kRows;
-  const int r = min(kRows, s.T - i0), i = i0 + threadIdx.x, QKV = s.qkv();
-  const bool mine = int(threadIdx.x) < r;
+  const QueryBlock qb = query_block(s);
   float q[kMaxHead], dO[kMaxHead], dq[kMaxHead];
   float l = 0.f, Di = 0.f;
-  if (mine) {
+  if (qb.mine) {
     for (int d = 0; d < s.hs; ++d) {
-      q[d] = qkv[(size_t(b) * s.T + i) * QKV + h * s.hs + d];
-      dO[d] = dout[(size_t(b) * s.T + i) * s.C() + h * s.hs + d];
+      q[d] = qkv[(size_t(qb.b) * s.T + qb.i) * s.qkv() + qb.h * s.hs + d];
+      dO[d] = dout[(size_t(qb.b) * s.T + qb.i) * s.C() + qb.h * s.hs + d];
       dq[d] = 0.f;
     }
-    l = lse[(size_t(b) * s.NH + h) * s.T + i];
-    Di = D[(size_t(b) * s.NH + h) * s.T + i];
+    l = lse[(size_t(qb.b) * s.NH + qb.h) * s.T + qb.i];
+    Di = D[(size_t(qb.b) * s.NH + qb.h) * s.T + qb.i];
   }
-  for (int j0 = 0; j0 < i0 + r; j0 += kTile) {
-    const int c = min(kTile, s.T - j0);
-    __syncthreads();
-    flash_stage(Ks, qkv, b, s.T, j0, c, QKV, (s.NH + g) * s.hs, s.hs);
-    flash_stage(Vs, qkv, b, s.T, j0, c, QKV, (s.NH + s.KVH + g) * s.hs, s.hs);
-    __syncthreads();
-    if (mine) dq_row(q, dO, l, Di, i, Ks, Vs, c, j0, s.hs, scale, dq);
-  }
-  if (!mine) return;
-  float* row = dqkv + (size_t(b) * s.T + i) * QKV + h * s.hs;
+  over_key_tiles(qkv, s, qb, Ks, Vs, [&](int j0, int c) {
+    if (qb.mine) dq_row(q, dO, l, Di, qb.i, Ks, Vs, c, j0, s.hs, scale, dq);
+  });
+  if (!qb.mine) return;
+  float* row = dqkv + (size_t(qb.b) * s.T + qb.i) * s.qkv() + qb.h * s.hs;
   for (int d = 0; d < s.hs; ++d) row[d] = dq[d];
 }
 
