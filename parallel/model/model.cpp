@@ -104,8 +104,8 @@ void Gpt<S>::build_activations() {
       if (keep) a.ln1_full = al.add(p + "ln1_full", {N, C}, false);
       a.qkv = al.add(p + "qkv", {N, d.qkv}, false);
       a.att = cp_attn_                   ? al.add(p + "cp_attn", {cp_attn_->acts_per_layer()}, false)
-              : opts_.flash             ? al.add(p + "lse", {B, d.heads, T}, false)  // flash: a log-sum-exp per row and head
               : recompute_attention()   ? -1                                         // att_scratch_
+              : opts_.flash             ? al.add(p + "lse", {B, d.heads, T}, false)  // flash: a log-sum-exp per row and head
                                         : al.add(p + "att", {B, d.heads, T, T}, false);
       a.atty = al.add(p + "atty", {N, d.attn_width}, false);
       a.res2 = al.add(p + "res2", {n, C}, false);
@@ -147,8 +147,8 @@ void Gpt<S>::build_activations() {
     slot_step_.assign(static_cast<size_t>(token_slots_), 0);
   }
   if (recompute_attention()) {
-    att_scratch_ = BackendArray<S, S>(*be_, B * d.heads * T * T, &mem_, kBuf);
-    atty_scratch_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
+    att_scratch_ = BackendArray<S, S>(*be_, opts_.flash ? B * d.heads * T : B * d.heads * T * T, &mem_, kBuf);
+    if (!opts_.flash) atty_scratch_ = BackendArray<S, S>(*be_, N * d.attn_width, &mem_, kBuf);
   }
   dfch_ = BackendArray<S, S>(*be_, N * d.ffn, &mem_, kBuf);
   tokens_ = BackendArray<int32_t, S>(*be_, N * token_slots_, &mem_, kBuf);
@@ -332,7 +332,10 @@ void Gpt<S>::block_forward(int l) {
     cp_attn_->forward(*cp_, attention_op_, b + x.atty, b + x.att, b + x.qkv);
   else if (opts_.flash)
     timed(Op::kAttention,
-          [&] { be.flash_attention_forward(b + x.atty, b + x.att, b + x.qkv, B, T, d.heads, d.kv_heads, hs); },
+          [&] {
+            be.flash_attention_forward(b + x.atty, recompute_attention() ? att_scratch_.data() : b + x.att, b + x.qkv, B,
+                                       T, d.heads, d.kv_heads, hs);
+          },
           attn_fwd_flops);
   else
     timed(Op::kAttention, [&] {
@@ -529,23 +532,27 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
                p + w.proj_w, N, d.attn_width, C);
   if (cp_attn_)
     cp_attn_->backward(*cp_, attention_op_, dqkv_.data(), datty_.data(), b + x.atty, b + x.att, b + x.qkv);
-  else if (opts_.flash)
-    timed(Op::kAttention, [&] {
-      be.flash_attention_backward(dqkv_.data(), datty_.data(), b + x.qkv, b + x.atty, b + x.att, B, T, d.heads,
-                                  d.kv_heads, hs);
-    }, attn_bwd_flops);
   else {
     if (recompute_attention()) {  // the attention core's forward again (hardware FLOPs, phase F), into scratch
       const double attn_fwd_flops = 4.0 * static_cast<double>(attention_block_macs(T, hs)) * B * d.heads;
       trace_phase_ = 'F';
-      timed(Op::kAttention, [&] {
-        be.attention_forward(atty_scratch_.data(), att_scratch_.data(), b + x.qkv, B, T, d.heads, d.kv_heads, hs);
+      timed(Op::kAttention, [&] {  // flash: its output again over the kept one (the same values), lse to scratch
+        if (opts_.flash)
+          be.flash_attention_forward(b + x.atty, att_scratch_.data(), b + x.qkv, B, T, d.heads, d.kv_heads, hs);
+        else
+          be.attention_forward(atty_scratch_.data(), att_scratch_.data(), b + x.qkv, B, T, d.heads, d.kv_heads, hs);
       }, attn_fwd_flops);
       trace_phase_ = 'B';
     }
-    const S* probs = recompute_attention() ? att_scratch_.data() : b + x.att;
+    // the probabilities (flash: the row log-sum-exp), kept or recomputed
+    const S* att = recompute_attention() ? att_scratch_.data() : b + x.att;
     timed(Op::kAttention, [&] {
-      be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), b + x.qkv, probs, B, T, d.heads, d.kv_heads, hs);
+      if (opts_.flash)
+        be.flash_attention_backward(dqkv_.data(), datty_.data(), b + x.qkv, b + x.atty, att, B, T, d.heads,
+                                    d.kv_heads, hs);
+      else
+        be.attention_backward(dqkv_.data(), datt_.data(), datty_.data(), b + x.qkv, att, B, T, d.heads, d.kv_heads,
+                              hs);
     }, attn_bwd_flops);
   }
   column_backward(be, qkv_op_, tp_, mode, dln, dxfull_.data(), g + w.qkv_w, g + w.qkv_b, dqkv_.data(), b + x.ln1,

@@ -98,9 +98,10 @@ struct GptOptions {
   // --attention flash: attention without the T x T matrix, a log-sum-exp per row and head
   // kept instead of the probabilities (the backend must have it; context parallel has its own)
   bool flash = false;
-  // --recompute selective (materialised attention, no context parallel): the probabilities are
-  // not kept per layer; the attention core's forward runs again before its backward, into
-  // model-wide scratch (att_scratch_, atty_scratch_)
+  // --recompute selective (no context parallel): the probabilities (flash: the row log-sum-exp)
+  // are not kept per layer; the attention core's forward runs again before its backward, into
+  // model-wide scratch (att_scratch_, and atty_scratch_ for the materialised output; flash
+  // writes its output again where the forward left the same values)
   bool recompute_attention = false;
   // --recompute full: the first `recompute_blocks` blocks of each model chunk keep only their
   // output (res3) per micro-batch; the rest of such a block's activations live in one
@@ -174,8 +175,9 @@ class Gpt {
   const TpSpec& tp() const { return opts_.tp; }
   const EpSpec& ep() const { return opts_.ep; }
   const TpDims& tp_dims() const { return dims_; }
-  // --recompute selective as this model runs it: the materialised attention without context parallel
-  bool recompute_attention() const { return opts_.recompute_attention && !opts_.flash && opts_.cp.size <= 1; }
+  // --recompute selective as this model runs it (without context parallel): the materialised
+  // attention's probabilities, or flash's log-sum-exp, not kept per layer
+  bool recompute_attention() const { return opts_.recompute_attention && opts_.cp.size <= 1; }
   // --recompute full: block l keeps only its output and runs its forward again before its backward
   bool recomputed(int l) const { return recompute_[static_cast<size_t>(l)] != 0; }
   // The full (unsharded, unpadded) model's parameter layout: the reference every rank's

@@ -166,8 +166,10 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   const int64_t V = (c.vocab + t - 1) / t, maxT = c.max_seq, B = c.micro_batch, T = c.seq, N = B * T / cpn;
   int64_t att = B * NH * T * T, cp_buf = 0, datt = B * NH * T * T;  // per layer; buffers
   if (flash) att = B * NH * T, datt = 0;  // the row log-sum-exp; the backward recomputes its tiles
-  int64_t recompute_buf = 0;  // --recompute selective: the probabilities and output, once, as scratch
-  if (recompute_attention && !flash && cpn == 1) recompute_buf = att + B * T * NH * hs, att = 0;
+  // --recompute selective: the probabilities and output (flash: the log-sum-exp alone, its output
+  // written again in place), once, as scratch
+  int64_t recompute_buf = 0;
+  if (recompute_attention && cpn == 1) recompute_buf = att + (flash ? 0 : B * T * NH * hs), att = 0;
   if (cpn > 1) {
     const int64_t kv = N * 2 * KVH * hs, NHu = NH / cpn, wu = (NHu + 2 * (KVH / cpn)) * hs;
     datt = 0;

@@ -75,7 +75,7 @@ std::string memory_formula(const Plan& plan) {
 }
 
 double hardware_flops_per_step(const Plan& plan, const StepFlops& fl) {
-  double again = plan.recompute == "selective" && !plan.flash && plan.degrees.cp <= 1 ? fl.attention_forward : 0.0;
+  double again = plan.recompute == "selective" && plan.degrees.cp <= 1 ? fl.attention_forward : 0.0;
   if (plan.recompute == "full")  // each stage's chunks recompute their first blocks
     for (int r = 0; r < std::max(1, plan.degrees.pp); ++r) {
       const GptOptions mo = plan_rank_options(plan, r);

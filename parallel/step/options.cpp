@@ -128,7 +128,7 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                ->excludes(keep));
   step_env(app.add_option("--recompute", o.recompute,
                           "activation recomputation as Megatron defines it: none, selective (the attention core's "
-                          "forward again before its backward; the materialised attention without cp) or full (a "
+                          "forward again before its backward, its probabilities or flash's log-sum-exp not kept; without cp) or full (a "
                           "block keeps only its output, and its whole forward runs again before its backward)")
                ->check(CLI::IsMember({"none", "selective", "full"})));
   step_env(app.add_option("--recompute-layers", o.recompute_layers,
@@ -356,10 +356,6 @@ Plan plan_of(const Options& o, int world) {
   if (o.inject_fault >= 0 && p.degrees.dp * p.degrees.cp == 1 && o.zero == 0)
     throw UsageError("--inject-fault: corrupts a gradient before its data-parallel reduction; this plan has none "
                      "(needs dp x cp > 1 or --zero)");
-  if (p.flash && p.recompute == "selective")
-    throw UsageError("--recompute selective with --attention flash (the default): selective recomputes the "
-                     "materialised attention's probabilities, and flash keeps none (its backward recomputes each tile "
-                     "already); add --attention naive, or use --recompute none or full");
   if (o.compute == "modelled" && p.experts_placed() && p.degrees.etp > 1)
     throw UsageError("--compute modelled with expert tensor parallel (etp > 1): the step model lists no etp calls yet");
   if (o.inject_fault >= world)

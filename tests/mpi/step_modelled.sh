@@ -37,7 +37,7 @@ case_ "cp=2 ring" 2 --model tiny --mesh cp=2
 case_ "cp=2 Ulysses" 2 --model tiny --mesh cp=2 --cp-algo ulysses
 case_ "ep=2 balanced" 2 --model tiny --experts 4 --top-k 2 --routing balanced --mesh ep=2
 case_ "ep=2 hot-expert (uneven loads)" 2 --model tiny --experts 8 --top-k 1 --routing hot-expert --mesh ep=2
-case_ "--recompute full (modelled only)" 2 --model tiny --mesh dp=2 --recompute full
+case_ "--recompute full" 2 --model tiny --mesh dp=2 --recompute full
 case_ "4 ranks: tp=2 dp=2 ZeRO-1" 4 --model tiny --mesh tp=2,dp=2 --zero 1
 case_ "4 ranks: pp=2 dp=2, m=2" 4 --model tiny --mesh pp=2,dp=2 --micro-batches 2
 case_ "4 ranks: cp=2 tp=2 --sp" 4 --model tiny --mesh cp=2,tp=2 --sp

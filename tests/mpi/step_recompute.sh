@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # --recompute selective in the engine (issue 29): the attention core's forward runs again before
-# its backward, into model-wide scratch, so no layer keeps its b x heads x seq^2 probabilities.
-# --check against the single-rank reference on one rank and five families at 2 ranks (seq 70);
+# its backward, into model-wide scratch, so no layer keeps its b x heads x seq^2 probabilities
+# (--attention naive) or its row log-sum-exp (flash, the default). --check against the
+# single-rank reference on one rank and five families at 2 ranks (seq 70), for each attention;
 # memory measured = analytic, the activations below --recompute none's by exactly the
-# probabilities; a profiled step's ops equal the step model's op list (the recomputed forward
-# included, phase F); the refusals: with --attention flash, with cp > 1.
+# probabilities (log-sum-exp); a profiled step's ops equal the step model's op list (the
+# recomputed forward included, phase F); the refusal with cp > 1.
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=120
 shape=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1 --attention naive)
 check_families "${shape[@]}" --check --recompute selective
+flash=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1 --attention flash)
+check_families "${flash[@]}" --check --recompute selective
 
 mem() {  # $1 recompute -> "activations_measured activations_analytic buffers_measured buffers_analytic"
   expect_rc 0 1 step_bench "${shape[@]}" --recompute "$1" -O "$WORK/m-$1.h5" >/dev/null &&
@@ -57,16 +60,37 @@ if expect_rc 0 2 step_bench --model tiny --steps 2 --warmup 0 --threads 1 --prof
   else fail "op list: $(cat "$WORK/check")"; fi
 fi
 
-plain=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1)
-bad() {  # a refusal: exit 2 and the message once (without --attention)
-  local label=$1 want=$2 ranks=$3; shift 3
-  if expect_rc 2 "$ranks" step_bench "${plain[@]}" "$@"; then
-    if [[ $(grep -c -- "$want" "$WORK/err") -eq 1 ]]; then pass "refused: $label"
-    else fail "$label: want '$want' once in: $(cat "$WORK/err")"; fi
-  fi
+# flash: each layer's log-sum-exp (B 4 x 4 heads x 70, 16-aligned) leaves the activations and one
+# becomes scratch; the output is written again in place (no output scratch)
+fmem() {  # $1 recompute -> the same four numbers under flash
+  expect_rc 0 1 step_bench "${flash[@]}" --recompute "$1" -O "$WORK/f-$1.h5" >/dev/null &&
+    py - "$WORK/f-$1.h5" <<'PY'
+import sys, h5py
+f = h5py.File(sys.argv[1], "r")
+m = {r["category"].decode(): r for r in f["runs"][list(f["runs"])[0]]["step"]["memory"][()] if r["rank"] == 0}
+print(m["activations"]["measured_bytes"], m["activations"]["analytic_bytes"], m["buffers"]["measured_bytes"],
+      m["buffers"]["analytic_bytes"])
+PY
 }
-bad "selective with flash" "--recompute selective with --attention flash" 1 --recompute selective --attention flash
-bad "selective with flash, the default" "add --attention naive" 1 --recompute selective
-bad "selective with cp" "--recompute selective with context parallel" 2 --seq 64 --max-seq 64 --mesh cp=2 --recompute selective \
-  --attention naive
+read -r sa sa_an sb sb_an < <(fmem selective)
+read -r na na_an nb nb_an < <(fmem none)
+if py -c "import sys; sa, sa_an, sb, sb_an, na, nb = map(float, sys.argv[1:]); \
+  sys.exit(0 if sa == sa_an and sb == sb_an and na - sa == 2 * 1120 * 4 and sb - nb == 1120 * 4 else 1)" \
+  "$sa" "$sa_an" "$sb" "$sb_an" "$na" "$nb"; then
+  pass "memory, flash: activations $sa B = analytic (2 layers' log-sum-exp below none), buffers $sb B = analytic (+ one)"
+else
+  fail "memory, flash: selective activations $sa (analytic $sa_an), buffers $sb (analytic $sb_an); none $na, $nb"
+fi
+if expect_rc 0 2 step_bench --model tiny --steps 2 --warmup 0 --threads 1 --profile --mesh dp=2 --recompute selective \
+    -O "$WORK/olf.h5"; then
+  if py "$MB_SRC/tests/mpi/op_list_check.py" "$WORK/olf.h5" "$MB_BIN/step_bench" --model tiny --world 2 --mesh dp=2 \
+      --recompute selective > "$WORK/check" 2>&1; then pass "op list, flash: $(cat "$WORK/check")"
+  else fail "op list, flash: $(cat "$WORK/check")"; fi
+fi
+
+if expect_rc 2 2 step_bench --model tiny --seq 64 --max-seq 64 --steps 1 --warmup 0 --threads 1 --mesh cp=2 \
+    --recompute selective; then
+  if [[ $(grep -c -- "--recompute selective with context parallel" "$WORK/err") -eq 1 ]]; then pass "refused: selective with cp"
+  else fail "selective with cp: want the message once in: $(cat "$WORK/err")"; fi
+fi
 finish

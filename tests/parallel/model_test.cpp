@@ -82,6 +82,7 @@ TEST(ModelGrad, FlashAttention) { model_gradcheck(false, attention_options(true,
 TEST(ModelGrad, FlashWithFullRecomputation) { model_gradcheck(true, attention_options(true, false, 2), 70); }
 TEST(ModelGrad, FullRecomputationOfTheFirstBlock) { model_gradcheck(false, attention_options(false, false, 1)); }
 TEST(ModelGrad, SelectiveRecomputation) { model_gradcheck(true, attention_options(false, true, 0)); }
+TEST(ModelGrad, FlashWithSelectiveRecomputation) { model_gradcheck(false, attention_options(true, true, 0), 70); }
 
 TEST(ModelGrad, InitialLossIsLogVocab) {
   // GPT-2 init gives near-uniform predictions: the loss starts at about ln V.
@@ -208,6 +209,7 @@ TEST(Accounting, MemoryMatchesAnalyticUnderFlashAndRecomputation) {
   c.kv_heads = 2;
   c.layers = 3;
   for (const GptOptions& o : {attention_options(true, false, 0), attention_options(false, true, 0),
+                              attention_options(true, true, 0),
                               attention_options(true, false, 2), attention_options(false, false, 3)}) {
     Gpt<float> m(c, cpu_backend<float>(), o);
     const auto a = m.memory_allocated();

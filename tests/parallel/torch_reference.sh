@@ -11,9 +11,11 @@ bin="$MB_BIN/step_bench"; ref="$MB_SRC/scripts/torch_reference.py"
 set -e
 "$bin" --export "$tmp/a" --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --seq 40 --vocab 300 --micro-batch 3 --tied false --threads 1 --lr 3e-3 --seed 7
 "$MB_PYTHON" "$ref" "$tmp/a"
-# issue 29: flash attention (the default) with full recomputation, and the materialised
-# attention with selective recomputation, at a length (70) that is no multiple of the tiles
-for mode in "--attention flash --recompute full" "--attention naive --recompute selective"; do
+# issue 29: flash attention (the default) with full and with selective recomputation, and the
+# materialised attention with selective recomputation, at a length (70) that is no multiple of
+# the tiles
+for mode in "--attention flash --recompute full" "--attention naive --recompute selective" \
+            "--attention flash --recompute selective"; do
   rm -rf "$tmp/r"
   "$bin" --export "$tmp/r" --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --seq 70 --max-seq 70 --vocab 300 \
     --micro-batch 3 --tied false --threads 1 --lr 3e-3 --seed 7 $mode
