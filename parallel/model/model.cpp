@@ -276,7 +276,7 @@ void Gpt<S>::use(int chunk, int micro) {
   const int64_t k = int64_t{dims_.tokens} * token_slot_;
   tok_ = tokens_.data() + k;
   tgt_ = targets_.data() + k;
-  moe_.use(micro % token_slots_);
+  moe_.use(token_slot_);
 }
 
 template <typename S>

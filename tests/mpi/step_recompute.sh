@@ -13,9 +13,10 @@ check_families "${shape[@]}" --check --recompute selective
 flash=(--model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1 --attention flash)
 check_families "${flash[@]}" --check --recompute selective
 
-mem() {  # $1 recompute -> "activations_measured activations_analytic buffers_measured buffers_analytic"
-  expect_rc 0 1 step_bench "${shape[@]}" --recompute "$1" -O "$WORK/m-$1.h5" >/dev/null &&
-    py - "$WORK/m-$1.h5" <<'PY'
+mem() {  # $1 attention, $2 recompute -> "activations_measured activations_analytic buffers_measured buffers_analytic"
+  expect_rc 0 1 step_bench --model tiny --seq 70 --max-seq 70 --steps 1 --warmup 0 --threads 1 --attention "$1" \
+    --recompute "$2" -O "$WORK/m-$1-$2.h5" >/dev/null &&
+    py - "$WORK/m-$1-$2.h5" <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")
 m = {r["category"].decode(): r for r in f["runs"][list(f["runs"])[0]]["step"]["memory"][()] if r["rank"] == 0}
@@ -23,8 +24,8 @@ print(m["activations"]["measured_bytes"], m["activations"]["analytic_bytes"], m[
       m["buffers"]["analytic_bytes"])
 PY
 }
-read -r sa sa_an sb sb_an < <(mem selective)
-read -r na na_an nb nb_an < <(mem none)
+read -r sa sa_an sb sb_an < <(mem naive selective)
+read -r na na_an nb nb_an < <(mem naive none)
 # tiny: 2 layers x B 4 x 4 heads x 70 x 70 probabilities (each layer's entry 16-aligned)
 want=$(( 2 * 4 * 4 * 70 * 70 * 4 ))
 if py -c "import sys; sa, sa_an, sb, sb_an, na, w = map(float, sys.argv[1:]); \
@@ -36,7 +37,7 @@ fi
 
 # HFU beside MFU: the hardware FLOPs add each micro-batch's attention forward (tiny: 2 layers x
 # B 4 x 4 heads x 4 x macs(70, 16)), stored and printed.
-if py - "$WORK/m-selective.h5" "$WORK/m-none.h5" <<'PY'
+if py - "$WORK/m-naive-selective.h5" "$WORK/m-naive-none.h5" <<'PY'
 import sys, h5py
 def a(path):
     f = h5py.File(path, "r")
@@ -62,18 +63,8 @@ fi
 
 # flash: each layer's log-sum-exp (B 4 x 4 heads x 70, 16-aligned) leaves the activations and one
 # becomes scratch; the output is written again in place (no output scratch)
-fmem() {  # $1 recompute -> the same four numbers under flash
-  expect_rc 0 1 step_bench "${flash[@]}" --recompute "$1" -O "$WORK/f-$1.h5" >/dev/null &&
-    py - "$WORK/f-$1.h5" <<'PY'
-import sys, h5py
-f = h5py.File(sys.argv[1], "r")
-m = {r["category"].decode(): r for r in f["runs"][list(f["runs"])[0]]["step"]["memory"][()] if r["rank"] == 0}
-print(m["activations"]["measured_bytes"], m["activations"]["analytic_bytes"], m["buffers"]["measured_bytes"],
-      m["buffers"]["analytic_bytes"])
-PY
-}
-read -r sa sa_an sb sb_an < <(fmem selective)
-read -r na na_an nb nb_an < <(fmem none)
+read -r sa sa_an sb sb_an < <(mem flash selective)
+read -r na na_an nb nb_an < <(mem flash none)
 if py -c "import sys; sa, sa_an, sb, sb_an, na, nb = map(float, sys.argv[1:]); \
   sys.exit(0 if sa == sa_an and sb == sb_an and na - sa == 2 * 1120 * 4 and sb - nb == 1120 * 4 else 1)" \
   "$sa" "$sa_an" "$sb" "$sb_an" "$na" "$nb"; then
