@@ -55,9 +55,9 @@ MoeMemory moe_memory(const GptConfig& whole, int64_t sb, const EpSpec& ep, int t
   const int64_t epx = ep.size > 1 ? RL : 0, etx = T > 1 ? T * RL : 0;
   // (each entry starts 16-element aligned, as the activation layout places it)
   const auto a16 = [](int64_t x) { return (x + 15) / 16 * 16; };
-  m.activation_bytes = L * ((a16(N * E) + a16(N * k) + a16(E) + 2 * a16(R * C) + 2 * a16(RL * F) +
-                             2 * a16(epx * C) + 2 * a16(etx * C) - 2 * a16(Nd * Ft)) * sb +
-                            moe_routing_ints(c, ep) * 4);
+  m.block_float_bytes = (a16(N * E) + a16(N * k) + a16(E) + 2 * a16(R * C) + 2 * a16(RL * F) + 2 * a16(epx * C) +
+                         2 * a16(etx * C) - 2 * a16(Nd * Ft)) * sb;
+  m.activation_bytes = L * (m.block_float_bytes + moe_routing_ints(c, ep) * 4);
   // dlogits (N,E), dgates (N,k), dyp (R,C), dh (R,F), dxr (N,C), dprobs, zero bias, dbias (E)
   // (expert parallel: received rows and d(local rows) (RL,C), the counts 2E)
   // (a token split: the routed counts and probability sums, 2E)

@@ -123,6 +123,9 @@ struct MoeTotals {
 struct MoeMemory {
   int64_t param_elements = 0;     // + experts and routers - the replaced dense MLPs
   int64_t activation_bytes = 0;   // + MoE activations - the replaced fch, fch_gelu
+  // one block's share of activation_bytes without its routing ints: what a block's activation
+  // slot holds beyond a dense block's (pipeline slots, --recompute full's scratch)
+  int64_t block_float_bytes = 0;
   int64_t buffer_bytes = 0;       // the MoE backward scratch (once, shared by the blocks)
 };
 

@@ -85,9 +85,7 @@ void Gpt<S>::build_activations() {
                                                 opts_.cp, *be_, &mem_, opts_.flash);
   // One layout per chunk (a slot): its input at offset 0, its blocks, the head's on the last.
   la_.resize(static_cast<size_t>(L));
-  recompute_.assign(static_cast<size_t>(L), 0);
-  for (const auto& [lb, le] : chunks_)
-    for (int l = lb; l < le && l - lb < opts_.recompute_blocks; ++l) recompute_[static_cast<size_t>(l)] = 1;
+  recompute_ = recomputed_blocks(cfg_, opts_);
   int64_t blk_elements = 0;
   for (size_t c = 0; c < chunks_.size(); ++c) {
     act_layouts_.emplace_back();
@@ -401,7 +399,7 @@ S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32
   moe_aux_ = 0;
   moe_.set_batch(tokens, trace_step_);  // a fixed routing workload's assignment reads them
   if (!slot_tokens_.empty() && cfg_.experts > 0) {  // --recompute full: the recomputed MoE blocks route them again
-    const size_t k = static_cast<size_t>(micro % token_slots_);
+    const size_t k = static_cast<size_t>(token_slot_);
     slot_tokens_[k].assign(tokens, tokens + int64_t{cfg_.micro_batch} * cfg_.seq);
     slot_step_[k] = trace_step_;
   }

@@ -296,6 +296,10 @@ class Gpt {
   // and gathers, and the step model (predict/) times.
   static std::vector<Unit> units_of(const GptConfig& cfg, const GptOptions& opts) { return param_table(cfg, opts).units; }
   static Layout layout_of(const GptConfig& cfg, const GptOptions& opts) { return param_table(cfg, opts).layout; }
+  // --recompute full: the blocks (by global layer, 1: recomputed) a rank with `opts` recomputes,
+  // the first opts.recompute_blocks of each of its model chunks: what the model, its memory
+  // estimate, the step model's op list and the hardware FLOPs all read.
+  static std::vector<char> recomputed_blocks(const GptConfig& cfg, const GptOptions& opts);
  private:
   void build_activations();
   // The gathered column-parallel input of layer l's qkv (which 0) or fc (1), or the head's

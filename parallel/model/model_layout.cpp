@@ -213,9 +213,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   // (its activations less the dense fch, fch_gelu it replaces; the routing ints stay) moves too.
   const int64_t R = std::min<int64_t>(recompute_blocks, L);
   if (R > 0) {
-    const int64_t blocks = c.moe_blocks();
-    const int64_t moe_extra =
-        blocks == 0 ? 0 : moe.activation_bytes / blocks - moe_routing_ints(moe_local_config(c, moe_tokens(tp, cp)), ep) * 4;
+    const int64_t moe_extra = moe.block_float_bytes;
     const int64_t dense = (act_layer - a16(n * C)) * sb;  // a recomputed block's scratch
     int64_t scratch = 0;
     for (int l = 0; l < R; ++l) {
@@ -228,6 +226,15 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   return m;
 }
 
+template <typename S>
+std::vector<char> Gpt<S>::recomputed_blocks(const GptConfig& c, const GptOptions& o) {
+  std::vector<char> r(static_cast<size_t>(c.layers), 0);
+  const auto chunks = o.stage ? o.stage->chunks : std::vector<std::pair<int, int>>{{0, c.layers}};
+  for (const auto& [lo, hi] : chunks)
+    for (int l = lo; l < hi && l - lo < o.recompute_blocks; ++l) r[static_cast<size_t>(l)] = 1;
+  return r;
+}
+
 // The members defined here, for both scalar types (the class is instantiated in model.cpp).
 #define MB_LAYOUT_INSTANTIATE(S)                                                                    \
   template Gpt<S>::ParamTable Gpt<S>::param_table(const GptConfig&, const GptOptions&);            \
@@ -235,6 +242,7 @@ MemoryBytes Gpt<S>::memory_analytic(const GptConfig& c, int64_t sb, const TpSpec
   template int64_t Gpt<S>::flat_elements(const GptConfig&, const GptOptions&);                     \
   template int64_t Gpt<S>::expert_segment_elements(const GptConfig&, const GptOptions&);           \
   template std::vector<S> Gpt<S>::canonical_weights(uint64_t) const;                               \
+  template std::vector<char> Gpt<S>::recomputed_blocks(const GptConfig&, const GptOptions&);        \
   template MemoryBytes Gpt<S>::memory_analytic(const GptConfig&, int64_t, const TpSpec&, const CpSpec&, \
                                                const EpSpec&, bool, bool, int);
 MB_LAYOUT_INSTANTIATE(float)

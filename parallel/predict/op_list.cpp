@@ -454,10 +454,11 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
   auto all_unit_of = [&](int l) { auto it = all.block.find(l); return it == all.block.end() ? -1 : it->second; };
   const int all_head = all.head >= 0 ? all.head : all.embed;
   if (heads) { if (head_unit != units.embed || !embeds) gather(head_unit); b.head_bwd(sync); if (units.head >= 0) scatter(units.head); ready(all_head); }
+  const std::vector<char> full = Gpt<float>::recomputed_blocks(plan.model, mo);  // --recompute full's blocks
   for (int l = hi - 1; l >= lo; --l) {
     gather(unit_of(l));
-    // the block's forward (full: the first --recompute-layers of the chunk) or its attention core (selective) again
-    if (plan.recompute == "selective" || (plan.recompute == "full" && l - lo < plan.recompute_blocks())) {
+    // the block's forward (full) or its attention core (selective) again
+    if (plan.recompute == "selective" || full[size_t(l)]) {
       const size_t from = b.items.size();
       b.ph_ = 'F';
       if (plan.recompute == "full") b.block_fwd(l);

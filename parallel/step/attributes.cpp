@@ -76,12 +76,10 @@ std::string memory_formula(const Plan& plan) {
 
 double hardware_flops_per_step(const Plan& plan, const StepFlops& fl) {
   double again = plan.recompute == "selective" && plan.degrees.cp <= 1 ? fl.attention_forward : 0.0;
-  if (plan.recompute == "full")  // each stage's chunks recompute their first blocks
+  if (plan.recompute == "full")  // each stage's recomputed blocks
     for (int r = 0; r < std::max(1, plan.degrees.pp); ++r) {
-      const GptOptions mo = plan_rank_options(plan, r);
-      const auto chunks = mo.stage ? mo.stage->chunks : std::vector<std::pair<int, int>>{{0, plan.model.layers}};
-      for (const auto& [lo, hi] : chunks)
-        for (int l = lo; l < hi && l - lo < mo.recompute_blocks; ++l) again += block_forward_flops(plan.model, l);
+      const std::vector<char> rc = Gpt<float>::recomputed_blocks(plan.model, plan_rank_options(plan, r));
+      for (int l = 0; l < plan.model.layers; ++l) again += rc[size_t(l)] ? block_forward_flops(plan.model, l) : 0.0;
     }
   return (fl.total() + again) * plan.micro_batches * plan.degrees.dp;
 }

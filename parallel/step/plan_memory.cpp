@@ -40,10 +40,7 @@ BlockBytes block_bytes(const Plan& plan, GptOptions mo) {
   const MemoryBytes m0 = analytic(none, mo), m1 = analytic(one, mo);
   BlockBytes b;
   b.dense = m1.activations - m0.activations;
-  const int64_t blocks = plan.model.moe_blocks();
-  b.moe = blocks == 0 ? 0
-                      : moe_memory(plan.model, kScalar, mo.ep, mo.tp.size, moe_tokens(mo)).activation_bytes / blocks -
-                            moe_routing_ints(moe_local_config(plan.model, moe_tokens(mo)), mo.ep) * 4;
+  b.moe = moe_memory(plan.model, kScalar, mo.ep, mo.tp.size, moe_tokens(mo)).block_float_bytes;
   b.head = m0.activations;  // the input, final norm, logits and losses
   b.output = b.input = int64_t{tp_dims(plan.model, mo.tp, mo.cp).rows} * plan.model.hidden * kScalar;
   return b;
@@ -52,10 +49,10 @@ BlockBytes block_bytes(const Plan& plan, GptOptions mo) {
 // The scratch of a stage's largest recomputed block (--recompute full; 0 without).
 int64_t recompute_scratch(const Plan& plan, const GptOptions& mo) {
   const BlockBytes bb = block_bytes(plan, mo);
+  const std::vector<char> rc = Gpt<float>::recomputed_blocks(plan.model, mo);
   int64_t s = 0;
-  for (const auto& [lo, hi] : mo.stage->chunks)
-    for (int l = lo; l < hi && l - lo < mo.recompute_blocks; ++l)
-      s = std::max(s, bb.dense - bb.output + (plan.model.is_moe(l) ? bb.moe : 0));
+  for (int l = 0; l < plan.model.layers; ++l)
+    if (rc[size_t(l)]) s = std::max(s, bb.dense - bb.output + (plan.model.is_moe(l) ? bb.moe : 0));
   return s;
 }
 
@@ -63,13 +60,14 @@ int64_t recompute_scratch(const Plan& plan, const GptOptions& mo) {
 // recomputed block (--recompute full) keeps its output only.
 std::vector<int64_t> slot_bytes(const Plan& plan, const GptOptions& mo) {
   const BlockBytes bb = block_bytes(plan, mo);
+  const std::vector<char> rc = Gpt<float>::recomputed_blocks(plan.model, mo);
   std::vector<int64_t> bytes;
   const auto& chunks = mo.stage->chunks;
   for (size_t k = 0; k < chunks.size(); ++k) {
     const bool ends_model = mo.stage->last && k + 1 == chunks.size();
     int64_t b = ends_model ? bb.head : bb.input;
     for (int l = chunks[k].first; l < chunks[k].second; ++l)
-      b += l - chunks[k].first < mo.recompute_blocks ? bb.output : bb.dense + (plan.model.is_moe(l) ? bb.moe : 0);
+      b += rc[size_t(l)] ? bb.output : bb.dense + (plan.model.is_moe(l) ? bb.moe : 0);
     bytes.push_back(b);
   }
   return bytes;
@@ -87,7 +85,11 @@ int64_t routing_bytes(const Plan& plan, const GptOptions& mo) {
 
 PlanMemory plan_memory(const Plan& plan, int pp_rank) {
   const GptOptions mo = rank_options(plan, pp_rank);
-  const MemoryBytes ma = analytic(plan.model, mo);
+  const bool pipeline = plan.degrees.pp > 1;
+  // a pipeline stage's activations and recomputed-block scratch come from its own blocks below
+  GptOptions whole = mo;
+  if (pipeline) whole.recompute_blocks = 0;
+  const MemoryBytes ma = analytic(plan.model, whole);
   PlanMemory m;
   m.pp_rank = pp_rank;
   m.params = double(ma.params);
@@ -95,7 +97,6 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
   m.optimizer = double(ma.optimizer);
   m.activations = double(ma.activations);
   m.buffers = double(ma.buffers);
-  const bool pipeline = plan.degrees.pp > 1;
   if (plan.zero > 0 || pipeline) {
     const int64_t flat = Gpt<float>::flat_elements(plan.model, mo);
     const StateBytes z = zero_state_bytes(flat, Gpt<float>::expert_segment_elements(plan.model, mo), kScalar,
@@ -114,13 +115,7 @@ PlanMemory plan_memory(const Plan& plan, int pp_rank) {
     const double message = double(tp_dims(plan.model, mo.tp, mo.cp).rows) * plan.model.hidden * kScalar;
     // the received output gradient, and a gradient-send buffer except on virtual stage 0 alone
     const int messages = pp_rank == 0 && plan.vpp == 1 ? 1 : 2;
-    m.buffers += 2 * N * 4 * (plan.micro_batches - 1) + messages * message;
-    // the whole model's recomputed-block scratch (ma.buffers) becomes the stage's own
-    if (mo.recompute_blocks > 0) {
-      GptOptions none = mo;
-      none.recompute_blocks = 0;
-      m.buffers += double(analytic(plan.model, none).buffers - ma.buffers + recompute_scratch(plan, mo));
-    }
+    m.buffers += 2 * N * 4 * (plan.micro_batches - 1) + messages * message + double(recompute_scratch(plan, mo));
   }
   return m;
 }
