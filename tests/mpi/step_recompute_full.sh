@@ -50,17 +50,23 @@ if py -c "import sys; fa, fa_an, fb, fb_an, na, nb = map(float, sys.argv[1:]); \
 else
   fail "memory: full activations $fa (analytic $fa_an), buffers $fb (analytic $fb_an); none $na, $nb"
 fi
-mem pp 2 --recompute full --layers 4 --mesh pp=2 --micro-batches 4 --recompute-layers 1 > "$WORK/pp-mem"
-# (buffers: the estimate counts one gradient-send buffer; the exchange takes another when the
-# previous send is still in flight, so a rank may measure whole messages of 280 x 64 floats more)
-if [[ $(wc -l < "$WORK/pp-mem") -eq 2 ]] && py - "$WORK/pp-mem" <<'PY'
+# Under pp=2, every rank's activations equal plan_memory's, and its buffers too (the estimate
+# counts one gradient-send buffer; the exchange takes another when the previous send is still
+# in flight, so a rank may measure whole messages of 280 x 64 floats more).
+pp_mem() {  # LABEL ARGS...: the pp=2 run of ARGS, checked on both ranks
+  local label=$1; shift
+  mem "$label" 2 --recompute full --layers 4 --mesh pp=2 --micro-batches 4 "$@" > "$WORK/$label-mem"
+  if [[ $(wc -l < "$WORK/$label-mem") -eq 2 ]] && py - "$WORK/$label-mem" <<'PY'
 import sys
 for line in open(sys.argv[1]):
     r, a, a_an, b, b_an = map(float, line.split())
     assert a == a_an and b >= b_an and (b - b_an) % (280 * 64 * 4) == 0, line
 PY
-then pass "memory: pp=2, --recompute-layers 1: each stage's activations = plan_memory's, buffers too (+ in-flight sends)"
-else fail "memory under pp=2: $(cat "$WORK/pp-mem")"; fi
+  then pass "memory, pp=2, $label: each stage's activations and buffers = plan_memory's"
+  else fail "memory, pp=2, $label: $(cat "$WORK/$label-mem")"; fi
+}
+pp_mem "--recompute-layers 1" --recompute-layers 1
+pp_mem "MoE blocks recomputed" --experts 4 --top-k 2 --moe-every 2  # every other block MoE, all recomputed
 
 # Hardware FLOPs: the model's plus each recomputed block's forward per micro-batch (tiny, dense:
 # its GEMMs and its attention products), stored and printed as HFU.
