@@ -11,7 +11,10 @@ median, exposed is the time split's mean over ranks and rounds, the bubble the m
 rounds of each run's mean over ranks (step/summary bubble_measured). The predicted numbers are
 as step_bench stored them (pred.* columns of meshbench.plans), the median over the rounds
 that hold one (they are the same calibration's: normally equal). An extrapolated prediction
-(a size or shape beyond the calibration's measured range) is marked * with what was.
+(a size or shape beyond the calibration's measured range) is marked * with what was. The
+exposed rows also keep each round's measured and predicted value (measured_rounds,
+predicted_rounds; measured_min and measured_max), so that a reader, and scripts/predict-check's
+verdicts, can see how far the rounds themselves spread around the mean compared.
 """
 import math
 
@@ -50,8 +53,9 @@ def group_rows(g):
             "fabric": ",".join(sorted({str(r.get("pred.fabric", "")) for r in rows})), "runs": len(rows)}
     out = []
 
-    def add(quantity, unit, pred, meas):
-        out.append(dict(base, quantity=quantity, unit=unit, predicted=pred, measured=meas, error=_error(pred, meas)))
+    def add(quantity, unit, pred, meas, **extra):
+        out.append(dict(base, quantity=quantity, unit=unit, predicted=pred, measured=meas, error=_error(pred, meas),
+                        **extra))
     add("step time", "s", _pred(rows, "pred.step_time"), g["step"].med if g.get("step") else None)
     add("tokens/s", "tokens/s", _pred(rows, "pred.tokens_per_s"), g["tokens"].med if g.get("tokens") else None)
     if (g.get("pp") or 1) > 1:
@@ -63,7 +67,13 @@ def group_rows(g):
         pred, meas = _pred(rows, f"pred.exposed.{d}"), g.get(f"time.exposed.{d}")
         if not pred and not meas:
             continue  # neither side has any: nothing to compare
-        add(f"exposed {d}", "s", pred, meas)
+        # each round's own numbers, for the spread the mean hides (a run with the time split: the
+        # rounds the measured mean is over; a dimension a round did not block on counts 0)
+        split = [r for r in g["rows"] if plans._has_numbers(r) and "time.step" in r]
+        mr = [r.get(f"time.exposed.{d}", 0.0) for r in split]
+        add(f"exposed {d}", "s", pred, meas, measured_rounds=mr, measured_min=min(mr) if mr else None,
+            measured_max=max(mr) if mr else None,
+            predicted_rounds=[r[f"pred.exposed.{d}"] for r in rows if isinstance(r.get(f"pred.exposed.{d}"), (int, float))])
     return out
 
 
@@ -99,8 +109,12 @@ def predicted_markdown(steps):
         for r in group_rows(g):
             star = " *" if r["extrapolated"] else ""
             q = r["quantity"] + (" (ms)" if r["unit"] == "s" else "")
+            meas = _cell(r, r["measured"], p)
+            if len(r.get("measured_rounds") or []) >= 2 and r["measured_max"] > r["measured_min"]:
+                # the rounds' min-max beside their mean
+                meas += f" ({_cell(r, r['measured_min'], p)}-{_cell(r, r['measured_max'], p)})"
             rows.append(dict(r, _q=q, _pred=_cell(r, r["predicted"], p) + (star if r["predicted"] is not None else ""),
-                             _meas=_cell(r, r["measured"], p)))
+                             _meas=meas))
     first = set()
     for r in rows:
         r["_first"] = r["position"] not in first
@@ -128,12 +142,13 @@ def predicted_markdown(steps):
     notes.append("predicted: step/predicted as step_bench --predict stored it (calibration "
                  f"{', '.join(c or '?' for c in cals)}; exposed: per step, the mean over ranks); measured: "
                  "the plan table's numbers: step time and tokens/s the median over rounds, exposed the time split's "
-                 "mean over ranks and rounds, bubble the median over rounds of the mean over ranks of each rank's "
+                 "mean over ranks and rounds (in brackets the rounds' min-max), bubble the median over rounds of the mean over ranks of each rank's "
                  "bubble share (step/summary bubble_measured) (docs/report.md, \"Predicted against measured\")")
     return text + "\n" + "\n".join("- " + n for n in notes) + "\n"
 
 
-PREDICTED_COLUMNS = ["position", "plan", "tag", "ranks", "quantity", "unit", "predicted", "measured", "error",
+PREDICTED_COLUMNS = ["position", "plan", "tag", "ranks", "quantity", "unit", "predicted", "measured", "measured_min",
+                     "measured_max", "error",
                      "extrapolated", "extrapolated_what", "calibration", "fabric", "runs"]
 
 

@@ -41,6 +41,32 @@ def test_verdicts():
     assert "median |error| 10.0%, worst 30.0%" in pc.summary_text(v)
 
 
+def test_exposed_misses_are_told_from_the_rounds_own_noise():
+    """A miss whose rounds lie more than 25% from their own mean is 'noise' (unresolved on this
+    machine), one whose rounds agree with their mean to 25% a 'miss' (the model's)."""
+    assert pc.round_spread([0.8, 1.0, 1.2], 1.0) == pytest.approx(0.2)
+    assert pc.round_spread([0.5, 1.5], 1.0) == pytest.approx(0.5)
+    assert pc.round_spread([1.0], 1.0) is None and pc.round_spread([], 1.0) is None
+    assert pc.exposed_verdict(0.24, 0.5) == "within" and pc.exposed_verdict(-0.25, None) == "within"
+    assert pc.exposed_verdict(-0.4, 0.5) == "noise"
+    assert pc.exposed_verdict(-0.4, 0.2) == "miss" and pc.exposed_verdict(0.4, None) == "miss"
+    rows = [row(1, "p01", "step time", 1.0, 1.0), row(1, "p01", "tokens/s", 100.0, 100.0),
+            dict(row(1, "p01", "exposed dp", 0.06, 0.1), measured_rounds=[0.05, 0.1, 0.15],
+                 predicted_rounds=[0.06, 0.06, 0.07]),   # 40% low, rounds 50% from their mean: noise
+            dict(row(1, "p01", "exposed tp", 0.06, 0.1), measured_rounds=[0.09, 0.1, 0.11]),  # 40% low, rounds 10%: miss
+            dict(row(1, "p01", "exposed cp", 0.11, 0.1), measured_rounds=[0.05, 0.1, 0.15])]  # 10% high: within
+    v = pc.verdicts(rows)
+    got = {b["dim"]: (b["verdict"], b["round_spread"]) for b in v["exposed_over_5pct"]}
+    assert got["dp"] == ("noise", pytest.approx(0.5)) and got["tp"] == ("miss", pytest.approx(0.1))
+    assert got["cp"] == ("within", pytest.approx(0.5))
+    text = pc.summary_text(dict(v, bubbles=[]))
+    assert "1 of 3 within 25%; of the 2 not within, 1 where the measurement's own rounds" in text
+    assert "1 beyond that noise (the model's)" in text
+    assert "exposed dp 60.00 ms predicted, 100.00 ms measured (-40.0%) [unresolved: noise]; rounds measured 50.0, " \
+           "100.0, 150.0, predicted 60.0, 60.0, 70.0 ms, rounds within 50% of their mean" in text
+    assert "(-40.0%) [miss]" in text
+
+
 def test_recalibrate_command_repeats_the_calibration(tmp_path):
     cal = tmp_path / "cal.h5"
     with h5py.File(cal, "w") as f:

@@ -6,6 +6,7 @@ import io
 import json
 import math
 
+import h5py
 import h5files
 import pytest
 from meshbench import plans, reader, regression, report_collectives, report_plans, report_steps, spread
@@ -256,6 +257,9 @@ def test_predicted_against_measured(cli, capsys, tmp_path):
         ("2", "bubble"), ("2", "exposed dp"), ("2", "exposed pp")]
     dp = {r["quantity"]: r for r in rows if r["position"] == "1"}
     assert float(dp["exposed dp"]["measured"]) == pytest.approx(0.075)
+    # both rounds' own exposed dp (the same split): the min-max the mean is over
+    assert float(dp["exposed dp"]["measured_min"]) == float(dp["exposed dp"]["measured_max"]) == pytest.approx(0.075)
+    assert dp["step time"]["measured_min"] == ""  # only the exposed rows keep their rounds
     assert float(dp["exposed dp"]["error"]) == pytest.approx(-0.2)
     assert (dp["step time"]["extrapolated"], dp["step time"]["runs"], dp["step time"]["calibration"]) == \
         ("1", "2", "cal.h5")
@@ -267,6 +271,20 @@ def test_predicted_against_measured(cli, capsys, tmp_path):
     assert by["dp.0"]["pred.exposed.dp"] == 0.06 and by["dp.0"]["pred.extrapolated"] == 1
     assert by["pp"]["pred.bubble"] == 0.3 and by["pp"]["bubble_mean"] == 0.25
     assert "pred.step_time" not in by["tp"] and [r["predicted"] for r in runs if r["run_id"] == "tp"] == [None]
+
+
+def test_predicted_exposed_shows_the_rounds_spread(cli, capsys, tmp_path):
+    """Rounds whose exposed time differs: the measured cell is their mean with their min-max."""
+    folder = predicted_files(tmp_path)
+    with h5py.File(folder / "dp1.h5", "a") as f:  # round 2: exposed dp 0.15 on both ranks; the mean over rounds 0.1125
+        ts = f["runs/dp.1/step/time_split"][...]
+        for row in ts:
+            if row["category"] == b"exposed.dp":
+                row["seconds"] = 0.15
+        f["runs/dp.1/step/time_split"][...] = ts
+    rc, out, _ = run(cli, capsys, folder)
+    assert rc == 0 and "|   |   | exposed dp (ms) | 60 * | 112 (75-150) | -46.7% |" in out
+    assert "exposed the time split's mean over ranks and rounds (in brackets the rounds' min-max)" in out
 
 
 def test_predicted_table_needs_a_prediction(cli, capsys, tmp_path):
