@@ -455,17 +455,35 @@ def matched_calls(run, posted=False):
     return [c for c in seen.values() if len(c) == len(by_rank)]
 
 
+# Routing workloads whose uneven expert loads the step model charges itself (the group's mean
+# rank waits for the busiest: parallel/predict, "Expert parallel"): a run under one of them is
+# no sample of the random drift between ranks (its ranks arrive apart by design).
+UNEVEN_ROUTINGS = ("hot-expert", "hot-rank", "zipf", "rotating")
+
+
+def uneven_routing(run):
+    """The run's routing workload when the step model times its uneven loads itself, else ''."""
+    routing = str((run.get("attrs") or {}).get("routing") or "")
+    return routing if routing.split(":", 1)[0] in UNEVEN_ROUTINGS else ""
+
+
 def arrival_skew(runs):
     """(skew, calls, per_run): how far apart the ranks of a run reach the same collective, per
     second since each last met the others (its compute and host work in between). Per run of 2
-    or more ranks: the sum over its matched calls, posted ones included (matched_calls(run,
-    posted=True): data parallel's sync after the whole backward is where the longest segments
-    end) of max - min arrival, over the sum of the ranks' mean segment; `skew` is the median
-    over the runs (the lower middle of an even count): one run whose rank the OS descheduled for
-    tens of milliseconds moves it little (a pooled sum over the runs let one such run set it:
-    0.08 against 0.05 here). (None, 0, []) when no run has two ranks."""
+    or more ranks, except those under an uneven routing workload (uneven_routing: the model
+    charges their waits as exposed ep already, and their ranks arrive apart by design): the sum
+    over its matched calls, posted ones included (matched_calls(run, posted=True): data
+    parallel's sync after the whole backward is where the longest segments end) of max - min
+    arrival, over the sum of the ranks' mean segment; `skew` is the median over the runs (the
+    lower middle of an even count): one run whose rank the OS descheduled for tens of
+    milliseconds moves it little (a pooled sum over the runs let one such run set it: 0.08
+    against 0.05 here; pooled again on 2026-12-03, it did no better out of sample:
+    docs/measurements.md, "Checks I, J and K"). per_run: each counted run's ratio. (None, 0, [])
+    when no run counts."""
     per_run, calls = [], 0
     for run in runs:
+        if uneven_routing(run):
+            continue
         num = den = 0.0
         for c in matched_calls(run, posted=True):
             arrivals = [_arrival(e) for e, _ in c.values()]
@@ -564,7 +582,8 @@ def attrs(runs, threads, model, opts, predict=None):
                               "the ranks reach the next collective: per run of 2+ ranks, the sum over matched calls "
                               "(step, dim, kind, index; posted calls arriving when their wait began) of max - min "
                               "arrival over the sum of the ranks' mean segment; the median over the runs (lower "
-                              "middle); pipeline calls left out")}
+                              "middle; runs under an uneven routing workload left out: the model times their "
+                              "waits); pipeline calls left out")}
     if factor is not None:
         extra.update({"in_step_factor": factor, "in_step_factors": json.dumps(factors), "in_step_factor_calls": fcalls,
                       "in_step_factor_rule": ("per collective: the sum over blocking calls matched across the ranks "

@@ -597,6 +597,17 @@ def test_arrival_skew_and_in_step_factor_from_matched_calls():
     slow += [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 2.0, 2.0)]  # 1.0 over 1.5
     skew3, calls3, per3 = compute.arrival_skew([runs[0], {"events": ev}, {"events": slow}])
     assert calls3 == 7 and sorted(per3)[-1] == pytest.approx(1.0 / 1.5) and skew3 == pytest.approx(skew)
+    # a run under an uneven routing workload is left out (the model times its waits as exposed
+    # ep); a balanced one counts: of two runs the lower middle, the drifting one left out
+    fast = {"events": [_ev(r, 0, "-", "matmul.fwd", 0.0, 0.5) for r in (0, 1)] +
+            [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 1.01, 2.0)]}  # 0.01 over 1.005
+    hot = dict(fast, attrs={"routing": "hot-expert"})
+    assert compute.arrival_skew([runs[0], hot])[0] == pytest.approx(skew)
+    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "zipf:1.2"})])[0] == pytest.approx(skew)
+    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "rotating"})])[0] == pytest.approx(skew)
+    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "balanced"})])[0] == \
+        pytest.approx(0.01 / 1.005)
+    assert compute.arrival_skew([hot]) == (None, 0, [])
     fits = lambda coll, n, size: 0.2 if (coll, n, size) == ("all_reduce", 2, 1024) else None
     f, per, calls = compute.in_step_factors(runs, fits)
     assert calls == 2 and f == pytest.approx(1.5) and per == {"all_reduce": pytest.approx(1.5)}
