@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numbers>
 #include <set>
 #include <tuple>
 
@@ -54,6 +55,14 @@ class Timer {
 
 }  // namespace
 
+double arrival_wait(double offset, double drift) {
+  offset = std::abs(offset);
+  if (!(drift > 0)) return offset / 2;
+  const double sigma = drift * std::sqrt(std::numbers::pi / 2);  // E|delta| = sigma sqrt(2 / pi)
+  const double z = offset / sigma;
+  return 0.5 * (drift * std::exp(-0.5 * z * z) + offset * std::erf(z / std::numbers::sqrt2));
+}
+
 Prediction predict_step(const Plan& plan, const Calibration& cal, const std::string& fabric) {
   return predict_step(plan, CalibrationCosts(cal, fabric));
 }
@@ -77,6 +86,10 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
     RankPrediction pred;
     std::set<int> seen_fwd;
     double since_sync = 0;  // compute since this rank's last communication
+    // the group's mean rank's wait for its busiest (the modelled uneven expert loads) since the
+    // last call of that group's dimension: half the busiest's lead there
+    double idle_since = 0;
+    std::string idle_dim;
     double recompute_flops = 0;  // GEMM and attention FLOPs of --recompute
   };
   std::vector<RankState> ranks(static_cast<size_t>(P));
@@ -95,8 +108,13 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
     for (const PassItem& it : items) {
       double dt = time(it);
       if (it.comm) {
-        dt += 0.5 * skew * s.since_sync;
+        // the wait for the group's last rank: the random drift over the compute since the last
+        // call, combined with the busiest rank's lead where this call's group has one (charged
+        // already, as the idle share of the uneven ops: only what the drift adds to it here)
+        const double lead = it.dim == s.idle_dim ? 2 * s.idle_since : 0.0;
+        dt += arrival_wait(lead, skew * s.since_sync) - lead / 2;
         s.since_sync = 0;
+        if (it.dim == s.idle_dim) s.idle_since = 0;
         s.pred.exposed[it.dim] += dt;
       } else {
         s.pred.compute_s += dt;
@@ -106,6 +124,8 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
         if (it.idle > 0) {  // the group's mean rank waits this share at the next exchange
           s.pred.exposed[it.idle_dim] += it.idle * dt;
           s.pred.compute_s -= it.idle * dt;
+          s.idle_since += it.idle * dt;
+          s.idle_dim = it.idle_dim;
         }
       }
       s.t += dt;

@@ -69,4 +69,13 @@ Prediction predict_step(const Plan& plan, const Calibration& cal, const std::str
 // The same with any costs (a calibration's or a cluster's: costs.hpp; read_costs picks).
 Prediction predict_step(const Plan& plan, const Costs& costs);
 
+// The mean over a group's two ranks of the waiting one's wait at a collective, when one rank
+// arrives `offset` seconds after the other by the modelled work (an EP rank's heavier expert
+// load) and the two also drift apart at random with a mean gap of `drift` (the arrival skew's
+// share of the segment): half the mean of |offset + delta| for a Gaussian delta of mean
+// absolute value `drift` (a folded normal's mean). offset / 2 without drift, drift / 2 without
+// an offset; close to offset / 2 once the offset is a few drifts: the drift changes by how
+// much the later rank is late, not that one rank waits.
+double arrival_wait(double offset, double drift);
+
 }  // namespace meshbench::parallel

@@ -240,6 +240,32 @@ def test_uneven_expert_loads_are_waited_for_as_exposed_ep(tmp_path):
     assert any("hot-expert" in n for n in hot["notes"])
 
 
+def test_the_drift_adds_less_where_the_busiest_rank_leads(tmp_path):
+    # The same tiny MoE model as above, with an arrival skew: each ep call also waits for the
+    # drift between the ranks. Balanced, that is half the skew's share of the compute since the
+    # last call; hot-expert, the busiest rank already leads the exchange after the experts by
+    # the loads' difference (charged as the idle share), and the drift changes by how much it
+    # leads rather than adding its own wait (arrival_wait: a folded normal's mean). So the skew
+    # adds less exposed ep to the hot plan than to the balanced one, and the busiest rank's step
+    # (the plan's) grows by what it adds.
+    fits = FREE + [("all_to_all", 2, "shm", [(1, 1 << 30, 0.0, 0.0)])]
+    parts = ("fwd", "dinput", "dweight", "bwd", "router.fwd", "router.bwd", "expert.fc.fwd", "expert.proj.fwd",
+             "expert.fc.bwd", "expert.proj.bwd")
+    plain, skewed = tmp_path / "plain.h5", tmp_path / "skewed.h5"
+    write_cal(plain, fits, gemm_parts=parts)
+    write_cal(skewed, fits, gemm_parts=parts, compute_attrs={"arrival_skew": 0.1})
+    moe = ["--model", "tiny", "--experts", "8", "--top-k", "2", "--mesh", "ep=2"]
+    got = {(c, r): plan(cal, *moe, "--routing", r, world=2) for c, cal in (("plain", plain), ("skewed", skewed))
+           for r in ("balanced", "hot-expert")}
+    added = {r: got["skewed", r]["exposed_s"]["ep"] - got["plain", r]["exposed_s"].get("ep", 0.0)
+             for r in ("balanced", "hot-expert")}
+    assert 0 < added["hot-expert"] < added["balanced"]
+    for r in ("balanced", "hot-expert"):
+        a, b = got["plain", r], got["skewed", r]
+        extra = sum(b["exposed_s"].values()) - sum(a["exposed_s"].values())
+        assert b["step_time_s"] == pytest.approx(a["step_time_s"] + extra, rel=1e-9)
+
+
 def test_posted_factors_time_the_data_parallel_calls(tmp_path):
     # dp=2 over tp=2 (world 4): the gradient buckets (dp) are posted, the tensor-parallel
     # all-reduces blocking. A posted factor of 0.5 halves exposed dp and leaves exposed tp as the
