@@ -244,7 +244,7 @@ def sort_by_throughput(rows):
 
 
 # --- rounds: the runs of one plan and tag, ranked by their median tokens/s ------------------
-def _has_numbers(r):
+def has_numbers(r):
     t = r.get("tokens_per_s")
     return isinstance(t, (int, float)) and not math.isnan(t) and t > 0 and \
         isinstance(r.get("step_time_median"), (int, float)) and r["step_time_median"] > 0
@@ -297,7 +297,7 @@ def plan_groups(rows):
         for c in ("order", "schedule", "vpp", "zero_stage", "microbatches", "dp", "tp", "cp", "pp", "ep",
                   "sequence_parallel", "tokens_per_step", "cross_nodes"):
             g[c] = first.get(c)
-        ok = [r for r in rs if _has_numbers(r)]
+        ok = [r for r in rs if has_numbers(r)]
         g.update(rows=rs, rounds=len(ok), run_ids=[r.get("run_id") for r in rs], step=None, tokens=None, mfu=None)
         if ok:
             g["step"] = step_measure(ok)

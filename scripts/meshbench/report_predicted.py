@@ -63,17 +63,18 @@ def group_rows(g):
     dims = {k.split(".", 2)[2] for r in rows for k in r if k.startswith("pred.exposed.")}
     dims |= {k.split(".", 2)[2] for k in g if k.startswith("time.exposed.")}
     rank = {d: i for i, d in enumerate(plans.order_dims(""))}
+    # the runs the measured exposed mean is over (plans.plan_groups: those with numbers and the
+    # time split), for each round's own value: the spread the mean hides
+    split = [r for r in g["rows"] if plans.has_numbers(r) and "time.step" in r]
     for d in sorted(dims, key=lambda d: (rank.get(d, len(rank)), d)):
         pred, meas = _pred(rows, f"pred.exposed.{d}"), g.get(f"time.exposed.{d}")
         if not pred and not meas:
             continue  # neither side has any: nothing to compare
-        # each round's own numbers, for the spread the mean hides (a run with the time split: the
-        # rounds the measured mean is over; a dimension a round did not block on counts 0)
-        split = [r for r in g["rows"] if plans._has_numbers(r) and "time.step" in r]
-        mr = [r.get(f"time.exposed.{d}", 0.0) for r in split]
+        mr = [r.get(f"time.exposed.{d}", 0.0) for r in split]  # a round that never blocked on d: 0
         add(f"exposed {d}", "s", pred, meas, measured_rounds=mr, measured_min=min(mr) if mr else None,
             measured_max=max(mr) if mr else None,
-            predicted_rounds=[r[f"pred.exposed.{d}"] for r in rows if isinstance(r.get(f"pred.exposed.{d}"), (int, float))])
+            predicted_rounds=[r[f"pred.exposed.{d}"] for r in rows
+                              if isinstance(r.get(f"pred.exposed.{d}"), (int, float))])
     return out
 
 
@@ -142,8 +143,9 @@ def predicted_markdown(steps):
     notes.append("predicted: step/predicted as step_bench --predict stored it (calibration "
                  f"{', '.join(c or '?' for c in cals)}; exposed: per step, the mean over ranks); measured: "
                  "the plan table's numbers: step time and tokens/s the median over rounds, exposed the time split's "
-                 "mean over ranks and rounds (in brackets the rounds' min-max), bubble the median over rounds of the mean over ranks of each rank's "
-                 "bubble share (step/summary bubble_measured) (docs/report.md, \"Predicted against measured\")")
+                 "mean over ranks and rounds (in brackets the rounds' min-max), bubble the median over rounds of "
+                 "the mean over ranks of each rank's bubble share (step/summary bubble_measured) (docs/report.md, "
+                 "\"Predicted against measured\")")
     return text + "\n" + "\n".join("- " + n for n in notes) + "\n"
 
 

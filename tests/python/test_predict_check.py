@@ -53,7 +53,7 @@ def test_exposed_misses_are_told_from_the_rounds_own_noise():
     rows = [row(1, "p01", "step time", 1.0, 1.0), row(1, "p01", "tokens/s", 100.0, 100.0),
             dict(row(1, "p01", "exposed dp", 0.06, 0.1), measured_rounds=[0.05, 0.1, 0.15],
                  predicted_rounds=[0.06, 0.06, 0.07]),   # 40% low, rounds 50% from their mean: noise
-            dict(row(1, "p01", "exposed tp", 0.06, 0.1), measured_rounds=[0.09, 0.1, 0.11]),  # 40% low, rounds 10%: miss
+            dict(row(1, "p01", "exposed tp", 0.06, 0.1), measured_rounds=[0.09, 0.1, 0.11]),  # 40% low, 10%: miss
             dict(row(1, "p01", "exposed cp", 0.11, 0.1), measured_rounds=[0.05, 0.1, 0.15])]  # 10% high: within
     v = pc.verdicts(rows)
     got = {b["dim"]: (b["verdict"], b["round_spread"]) for b in v["exposed_over_5pct"]}
