@@ -462,9 +462,16 @@ UNEVEN_ROUTINGS = ("hot-expert", "hot-rank", "zipf", "rotating")
 
 
 def uneven_routing(run):
-    """The run's routing workload when the step model times its uneven loads itself, else ''."""
-    routing = str((run.get("attrs") or {}).get("routing") or "")
-    return routing if routing.split(":", 1)[0] in UNEVEN_ROUTINGS else ""
+    """The run's routing workload when the step model times its uneven loads itself (one of
+    UNEVEN_ROUTINGS over an expert-parallel group: parallel/predict/op_list.cpp charges the idle
+    share only for ep > 1; under dp alone every rank computes its own tokens), else ''."""
+    a = run.get("attrs") or {}
+    routing = str(a.get("routing") or "")
+    try:
+        ep = int(json.loads(a.get("degrees") or "{}").get("ep", 1))
+    except (ValueError, TypeError, AttributeError):
+        ep = 1
+    return routing if ep > 1 and routing.split(":", 1)[0] in UNEVEN_ROUTINGS else ""
 
 
 def arrival_skew(runs):
@@ -582,8 +589,8 @@ def attrs(runs, threads, model, opts, predict=None):
                               "the ranks reach the next collective: per run of 2+ ranks, the sum over matched calls "
                               "(step, dim, kind, index; posted calls arriving when their wait began) of max - min "
                               "arrival over the sum of the ranks' mean segment; the median over the runs (lower "
-                              "middle; runs under an uneven routing workload left out: the model times their "
-                              "waits); pipeline calls left out")}
+                              "middle; runs with an uneven routing workload over ep > 1 left out: the model "
+                              "times their waits); pipeline calls left out")}
     if factor is not None:
         extra.update({"in_step_factor": factor, "in_step_factors": json.dumps(factors), "in_step_factor_calls": fcalls,
                       "in_step_factor_rule": ("per collective: the sum over blocking calls matched across the ranks "

@@ -601,11 +601,16 @@ def test_arrival_skew_and_in_step_factor_from_matched_calls():
     # ep); a balanced one counts: of two runs the lower middle, the drifting one left out
     fast = {"events": [_ev(r, 0, "-", "matmul.fwd", 0.0, 0.5) for r in (0, 1)] +
             [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 1.01, 2.0)]}  # 0.01 over 1.005
-    hot = dict(fast, attrs={"routing": "hot-expert"})
+    ep2 = '{"dp":1,"tp":1,"pp":1,"cp":1,"ep":2}'
+    hot = dict(fast, attrs={"routing": "hot-expert", "degrees": ep2})
     assert compute.arrival_skew([runs[0], hot])[0] == pytest.approx(skew)
-    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "zipf:1.2"})])[0] == pytest.approx(skew)
-    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "rotating"})])[0] == pytest.approx(skew)
-    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "balanced"})])[0] == \
+    for r in ("zipf:1.2", "rotating", "hot-rank"):
+        assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": r, "degrees": ep2})])[0] == pytest.approx(skew)
+    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "balanced", "degrees": ep2})])[0] == \
+        pytest.approx(0.01 / 1.005)
+    # without an expert-parallel group no rank leads by its loads: the run counts
+    dp2 = '{"dp":2,"tp":1,"pp":1,"cp":1,"ep":1}'
+    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "hot-expert", "degrees": dp2})])[0] == \
         pytest.approx(0.01 / 1.005)
     assert compute.arrival_skew([hot]) == (None, 0, [])
     fits = lambda coll, n, size: 0.2 if (coll, n, size) == ("all_reduce", 2, 1024) else None
