@@ -280,7 +280,9 @@ def plan_groups(rows):
     """The rounds of each plan (rows with the same ROUND_KEY), best median tokens/s first, groups
     without numbers last. Each group is a dict: the key columns, 'rows' (every run), 'rounds'
     (how many have numbers), 'step', 'tokens', 'mfu' (spread.Measure or None), the time.*
-    columns as the mean over rounds of each run's means over ranks (so they still add up),
+    columns as the median over rounds of each run's means over ranks (as the step time and the
+    bubble share: one round whose rank the machine slowed moves a mean by more than the
+    others' spread; the medians add up only nearly),
     'status' ('ok' or the rounds' other statuses), 'check' (fail if any round failed),
     'bubble_worst' and 'mem_peak' (the largest over rounds, with the rank), 'bubble_mean' (the
     median over the rounds with numbers of each run's bubble_mean), 'straggler'
@@ -308,7 +310,7 @@ def plan_groups(rows):
             if len(split) == len(ok):
                 cats = sorted({k for r in split for k in r if k.startswith("time.")})
                 for c in cats:
-                    g[c] = sum(r.get(c, 0.0) for r in split) / len(split)
+                    g[c] = spread.median([r.get(c, 0.0) for r in split])
         statuses = sorted({str(r.get("status")) for r in rs if r.get("status") != "ok"})
         g["status"] = "ok" if not statuses else ",".join(statuses)
         checks = {str(r.get("check") or "") for r in rs}

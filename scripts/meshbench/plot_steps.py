@@ -76,8 +76,9 @@ def step_bar_parts(groups):
 def plot_step_bars(plt, groups, path, title):
     """One stacked bar per plan (groups from plans.plan_groups, best median tokens/s first): its
     step/time_split per token, in microseconds: compute, exposed communication per dimension,
-    bubble and other, each the mean over ranks (and rounds) of a rank's seconds per step divided
-    by the global batch's tokens; they add up to the bar (the mean rank's step per token).
+    bubble and other, each the median over rounds of the mean over ranks of a rank's seconds per
+    step, divided by the global batch's tokens; they add up to the bar (about the mean rank's
+    step per token: each part is its own median).
     tokens/s (median of the rounds) on top."""
     parts = step_bar_parts(groups)
     fig, ax = plt.subplots(figsize=(max(5.5, 1.2 * len(groups) + 3.5), 4.4))
@@ -95,7 +96,7 @@ def plot_step_bars(plt, groups, path, title):
                 fontsize=7)
     ax.set_xticks(x)
     ax.set_xticklabels(plan_labels(groups), rotation=20, fontsize=8)
-    ax.set_ylabel("µs per token (step/time_split,\nmean over ranks, / global batch tokens)")
+    ax.set_ylabel("µs per token (step/time_split,\nmedian over rounds)")
     ax.set_title(title + "time per token per plan: compute, exposed communication per dimension, bubble, other "
                  "(best median tokens/s first)", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

@@ -121,21 +121,25 @@ def run_rounds(plans, o, say=print):
 EXPOSED_TOLERANCE = 0.25  # the issue's: exposed communication within 25% of the measured
 
 
-def round_spread(rounds, mean):
-    """How far the measurement's own rounds lie from the mean they make: the largest |x - mean|
-    / mean over the rounds (None with fewer than 2 rounds or a zero mean). Over 25%, at least one
-    round of the plan would itself miss its own mean by more than the issue's tolerance: the
-    check cannot tell a 25% model error from this machine's noise there."""
-    xs = [x for x in rounds or [] if isinstance(x, (int, float))]
-    if len(xs) < 2 or not mean:
+def round_spread(rounds, median):
+    """How far the measurement's middle rounds lie from the median they make: the largest
+    |x - median| / median over the rounds left when the lowest and the highest quarter are set
+    aside (with 5 rounds the 2nd to 4th, with 3 all of them; None with fewer than 2 rounds or a
+    zero median). One round whose rank the machine slowed moves neither the median nor this.
+    Over 25%, the middle half of the plan's rounds disagree with their own median by more than
+    the issue's tolerance: the check cannot tell a 25% model error from this machine's noise
+    there."""
+    xs = sorted(x for x in rounds or [] if isinstance(x, (int, float)))
+    if len(xs) < 2 or not median:
         return None
-    return max(abs(x - mean) for x in xs) / mean
+    k = len(xs) // 4
+    return max(abs(x - median) for x in xs[k:len(xs) - k]) / median
 
 
 def exposed_verdict(err, spread):
-    """'within' (|error| <= 25%), 'noise' (not within, but the rounds themselves spread more than
-    25% around their mean: unresolved on this machine) or 'miss' (not within, and the rounds
-    agree with their mean to 25%: the model's error)."""
+    """'within' (|error| <= 25%), 'noise' (not within, but the middle rounds themselves spread
+    more than 25% around their median: unresolved on this machine) or 'miss' (not within, and
+    they agree with it to 25%: the model's error)."""
     if err is not None and abs(err) <= EXPOSED_TOLERANCE:
         return "within"
     return "noise" if spread is not None and spread > EXPOSED_TOLERANCE else "miss"
@@ -234,16 +238,16 @@ def summary_text(v):
     ok = sum(1 for b in big if b["within_25"])
     noise = sum(1 for b in big if b.get("verdict") == "noise")
     out.append(f"exposed communication over 5% of the step: {ok} of {len(big)} within 25%"
-               + (f"; of the {len(big) - ok} not within, {noise} where the measurement's own rounds lie more than 25% "
-                  f"from their mean (unresolved here), {len(big) - ok - noise} beyond that noise (the model's)"
+               + (f"; of the {len(big) - ok} not within, {noise} where the measurement's middle rounds lie more than 25% "
+                  f"from their median (unresolved here), {len(big) - ok - noise} beyond that noise (the model's)"
                   if len(big) > ok else ""))
     ms = lambda xs: ", ".join(f"{1e3 * x:.1f}" for x in xs)
     for b in big:
         tail = ""
         if b.get("measured_rounds"):
             tail = (f"; rounds measured {ms(b['measured_rounds'])}, predicted {ms(b.get('predicted_rounds') or [])} ms"
-                    + ("" if b.get("round_spread") is None else f", rounds within {100 * b['round_spread']:.0f}% of "
-                       "their mean"))
+                    + ("" if b.get("round_spread") is None else f", middle rounds within "
+                       f"{100 * b['round_spread']:.0f}% of their median"))
         verdict = {"within": "", "noise": " [unresolved: noise]", "miss": " [miss]"}.get(b.get("verdict"), "")
         out.append(f"  {b['tag']} {b['plan']}: exposed {b['dim']} {1e3 * b['predicted']:.2f} ms predicted, "
                    f"{1e3 * b['measured']:.2f} ms measured ({pct(b['error'])}){verdict}{tail}")

@@ -115,7 +115,7 @@ def plan_markdown(steps):
                  "the min-max over rounds, or with one round its steps' min-max (95% CI of the median from 6 steps "
                  "on); numbers to 2 significant digits of their spread; vs next: separable when the tokens/s "
                  "intervals of this plan and the next do not overlap; exposed and bubble (ms): step/time_split per "
-                 "rank and step, mean over ranks and rounds (docs/metrics.md); bubble (worst stage): the largest "
+                 "rank and step, mean over ranks, median over rounds (docs/metrics.md); bubble (worst stage): the largest "
                  "share of a rank's step blocked on a stage that had not posted; peak memory: the largest engine "
                  "peak over ranks; groups across nodes: from topology/groups (docs/report.md, \"Reading the report\")")
     return text + "\n" + "\n".join("- " + n for n in notes) + "\n"

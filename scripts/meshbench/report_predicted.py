@@ -7,14 +7,14 @@ its order), one row per quantity: step time, tokens/s, the bubble (pipeline plan
 exposed communication per dimension, each predicted, measured and the signed error
 predicted / measured - 1. Every measured number is the plan table's own (no second
 definition): the step time and tokens/s are the median over the plan's rounds of each run's
-median, exposed is the time split's mean over ranks and rounds, the bubble the median over
+median, exposed the median over rounds of the time split's mean over ranks, the bubble the median over
 rounds of each run's mean over ranks (step/summary bubble_measured). The predicted numbers are
 as step_bench stored them (pred.* columns of meshbench.plans), the median over the rounds
 that hold one (they are the same calibration's: normally equal). An extrapolated prediction
 (a size or shape beyond the calibration's measured range) is marked * with what was. The
 exposed rows also keep each round's measured and predicted value (measured_rounds,
 predicted_rounds; measured_min and measured_max), so that a reader, and scripts/predict-check's
-verdicts, can see how far the rounds themselves spread around the mean compared.
+verdicts, can see how far the rounds themselves spread around the median compared.
 """
 import math
 
@@ -63,8 +63,8 @@ def group_rows(g):
     dims = {k.split(".", 2)[2] for r in rows for k in r if k.startswith("pred.exposed.")}
     dims |= {k.split(".", 2)[2] for k in g if k.startswith("time.exposed.")}
     rank = {d: i for i, d in enumerate(plans.order_dims(""))}
-    # the runs the measured exposed mean is over (plans.plan_groups: those with numbers and the
-    # time split), for each round's own value: the spread the mean hides
+    # the runs the measured exposed median is over (plans.plan_groups: those with numbers and the
+    # time split), for each round's own value: the spread the median hides
     split = [r for r in g["rows"] if plans.has_numbers(r) and "time.step" in r]
     for d in sorted(dims, key=lambda d: (rank.get(d, len(rank)), d)):
         pred, meas = _pred(rows, f"pred.exposed.{d}"), g.get(f"time.exposed.{d}")
@@ -142,8 +142,8 @@ def predicted_markdown(steps):
     cals = sorted({str(r.get("pred.calibration", "")) for g in groups for r in g["rows"] if "pred.step_time" in r})
     notes.append("predicted: step/predicted as step_bench --predict stored it (calibration "
                  f"{', '.join(c or '?' for c in cals)}; exposed: per step, the mean over ranks); measured: "
-                 "the plan table's numbers: step time and tokens/s the median over rounds, exposed the time split's "
-                 "mean over ranks and rounds (in brackets the rounds' min-max), bubble the median over rounds of "
+                 "the plan table's numbers: step time and tokens/s the median over rounds, exposed the median over "
+                 "rounds of the time split's mean over ranks (in brackets the rounds' min-max), bubble the median over rounds of "
                  "the mean over ranks of each rank's bubble share (step/summary bubble_measured) (docs/report.md, "
                  "\"Predicted against measured\")")
     return text + "\n" + "\n".join("- " + n for n in notes) + "\n"

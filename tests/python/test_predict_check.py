@@ -42,17 +42,22 @@ def test_verdicts():
 
 
 def test_exposed_misses_are_told_from_the_rounds_own_noise():
-    """A miss whose rounds lie more than 25% from their own mean is 'noise' (unresolved on this
-    machine), one whose rounds agree with their mean to 25% a 'miss' (the model's)."""
+    """A miss whose middle rounds lie more than 25% from their median is 'noise' (unresolved on
+    this machine), one whose middle rounds agree with it to 25% a 'miss' (the model's)."""
     assert pc.round_spread([0.8, 1.0, 1.2], 1.0) == pytest.approx(0.2)
     assert pc.round_spread([0.5, 1.5], 1.0) == pytest.approx(0.5)
+    # 5 rounds: the lowest and highest set aside; one slowed round (5.0) moves nothing
+    assert pc.round_spread([5.0, 0.9, 1.0, 1.1, 0.1], 1.0) == pytest.approx(0.1)
+    assert pc.round_spread([5.0, 0.7, 1.0, 1.1, 0.1], 1.0) == pytest.approx(0.3)
+    # 10 rounds: the 3rd to 8th
+    assert pc.round_spread([0.1, 0.2, 0.8, 0.9, 1.0, 1.0, 1.1, 1.2, 3.0, 9.0], 1.0) == pytest.approx(0.2)
     assert pc.round_spread([1.0], 1.0) is None and pc.round_spread([], 1.0) is None
     assert pc.exposed_verdict(0.24, 0.5) == "within" and pc.exposed_verdict(-0.25, None) == "within"
     assert pc.exposed_verdict(-0.4, 0.5) == "noise"
     assert pc.exposed_verdict(-0.4, 0.2) == "miss" and pc.exposed_verdict(0.4, None) == "miss"
     rows = [row(1, "p01", "step time", 1.0, 1.0), row(1, "p01", "tokens/s", 100.0, 100.0),
             dict(row(1, "p01", "exposed dp", 0.06, 0.1), measured_rounds=[0.05, 0.1, 0.15],
-                 predicted_rounds=[0.06, 0.06, 0.07]),   # 40% low, rounds 50% from their mean: noise
+                 predicted_rounds=[0.06, 0.06, 0.07]),   # 40% low, rounds 50% from their median: noise
             dict(row(1, "p01", "exposed tp", 0.06, 0.1), measured_rounds=[0.09, 0.1, 0.11]),  # 40% low, 10%: miss
             dict(row(1, "p01", "exposed cp", 0.11, 0.1), measured_rounds=[0.05, 0.1, 0.15])]  # 10% high: within
     v = pc.verdicts(rows)
@@ -60,10 +65,10 @@ def test_exposed_misses_are_told_from_the_rounds_own_noise():
     assert got["dp"] == ("noise", pytest.approx(0.5)) and got["tp"] == ("miss", pytest.approx(0.1))
     assert got["cp"] == ("within", pytest.approx(0.5))
     text = pc.summary_text(dict(v, bubbles=[]))
-    assert "1 of 3 within 25%; of the 2 not within, 1 where the measurement's own rounds" in text
+    assert "1 of 3 within 25%; of the 2 not within, 1 where the measurement's middle rounds" in text
     assert "1 beyond that noise (the model's)" in text
     assert "exposed dp 60.00 ms predicted, 100.00 ms measured (-40.0%) [unresolved: noise]; rounds measured 50.0, " \
-           "100.0, 150.0, predicted 60.0, 60.0, 70.0 ms, rounds within 50% of their mean" in text
+           "100.0, 150.0, predicted 60.0, 60.0, 70.0 ms, middle rounds within 50% of their median" in text
     assert "(-40.0%) [miss]" in text
 
 

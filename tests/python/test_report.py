@@ -274,17 +274,25 @@ def test_predicted_against_measured(cli, capsys, tmp_path):
 
 
 def test_predicted_exposed_shows_the_rounds_spread(cli, capsys, tmp_path):
-    """Rounds whose exposed time differs: the measured cell is their mean with their min-max."""
+    """Rounds whose exposed time differs: the measured cell is their median (not their mean: one
+    round whose rank the machine slowed would set it) with their min-max; the plan table's
+    exposed column is the same number."""
     folder = predicted_files(tmp_path)
-    with h5py.File(folder / "dp1.h5", "a") as f:  # round 2: exposed dp 0.15 on both ranks; the mean over rounds 0.1125
+    p = str(tmp_path / "dp2.h5")  # a third round, exposed dp 0.075 like round 1
+    h5files.step_file(p, run_id="dp.2", start="2026-12-01T00:02:00Z")
+    h5files.predicted(p, "dp.2", 0.3, 800.0, exposed={"dp": 0.06, "tp": 0.0}, extrapolated=1,
+                      what="all_reduce over 2 ranks at 512M (measured up to 16M)")
+    with h5py.File(folder / "dp1.h5", "a") as f:  # round 2: exposed dp 0.45 on both ranks (mean over rounds 0.2)
         ts = f["runs/dp.1/step/time_split"][...]
         for row in ts:
             if row["category"] == b"exposed.dp":
-                row["seconds"] = 0.15
+                row["seconds"] = 0.45
         f["runs/dp.1/step/time_split"][...] = ts
     rc, out, _ = run(cli, capsys, folder)
-    assert rc == 0 and "|   |   | exposed dp (ms) | 60 * | 112 (75-150) | -46.7% |" in out
-    assert "exposed the time split's mean over ranks and rounds (in brackets the rounds' min-max)" in out
+    assert rc == 0 and "|   |   | exposed dp (ms) | 60 * | 75 (75-450) | -20.0% |" in out
+    assert "exposed the median over rounds of the time split's mean over ranks (in brackets the rounds' min-max)" in out
+    plan_row = next(ln for ln in out.splitlines() if ln.startswith("| 1 | dp2 m=2 |") and "separable" in ln)
+    assert "| 75 |" in plan_row and "| 200 |" not in plan_row
 
 
 def test_predicted_table_needs_a_prediction(cli, capsys, tmp_path):
