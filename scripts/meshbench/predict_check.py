@@ -136,19 +136,54 @@ def round_spread(rounds, median):
     return max(abs(x - median) for x in xs[k:len(xs) - k]) / median
 
 
-def exposed_verdict(err, spread):
+def exposed_verdict(err, spread, replicate_err=None):
     """'within' (|error| <= 25%), 'noise' (not within, but the middle rounds themselves spread
-    more than 25% around their median: unresolved on this machine) or 'miss' (not within, and
-    they agree with it to 25%: the model's error)."""
+    more than 25% around their median, or the same plan measured again in the same check, the
+    calibration's runs of it, differs from the measurement by more than 25%: unresolved on this
+    machine) or 'miss' (not within, and both agree with it to 25%: the model's error)."""
     if err is not None and abs(err) <= EXPOSED_TOLERANCE:
         return "within"
-    return "noise" if spread is not None and spread > EXPOSED_TOLERANCE else "miss"
+    if spread is not None and spread > EXPOSED_TOLERANCE:
+        return "noise"
+    if replicate_err is not None and abs(replicate_err) > EXPOSED_TOLERANCE:
+        return "noise"
+    return "miss"
 
 
-def verdicts(rows):
+def replicate_groups(out, who="predict-check"):
+    """The same plans measured again in this check: the calibration's profiled runs that
+    --recalibrate left in OUT/cal-round*.compute/ (its entries are plans of the list: dp=2, tp=2,
+    the context- and expert-parallel ones), as plan groups (meshbench.plans.plan_groups: the
+    same numbers as the check's own, each a median over the runs) by the plan key (model, ranks,
+    plan, global batch). {} without such runs."""
+    import glob
+    files = sorted(glob.glob(os.path.join(out, "cal-round*.compute", "*.h5")))
+    if not files:
+        return {}
+    runs, _ = reader.load_steps(files, quiet=True, who=who)
+    return {tuple(g.get(k) for k in plans_mod.PLAN_KEY): g for g in plans_mod.plan_groups(plans_mod.plan_rows(runs))
+            if g.get("rounds")}
+
+
+def replicate_exposed(steps, groups):
+    """{(tag, dim): (seconds, runs)}: per check plan (its tag) the exposed time per dimension
+    that the same plan's replicate runs (replicate_groups) measured."""
+    out = {}
+    for r in steps:
+        g = groups.get(tuple(r.get(k) for k in plans_mod.PLAN_KEY))
+        if g is None or "time.step" not in g:
+            continue
+        for k in g:
+            if k.startswith("time.exposed."):
+                out[(r.get("tag"), k[len("time.exposed."):])] = (g[k], g["rounds"])
+    return out
+
+
+def verdicts(rows, replicates=None):
     """The issue's figures from report_predicted rows: per plan its step-time error, tokens/s
     pair, bubble error and the exposed rows over 5% of the measured step, each with its rounds'
-    spread (round_spread) and verdict (exposed_verdict)."""
+    spread (round_spread), the same plan's replicate measurement where `replicates`
+    (replicate_exposed) holds one, and the verdict (exposed_verdict)."""
     plans = {}
     for r in rows:
         p = plans.setdefault(r["position"], {"plan": r["plan"], "tag": r["tag"], "exposed": []})
@@ -168,10 +203,13 @@ def verdicts(rows):
         for dim, pred, meas, err, mr, pr in p["exposed"]:
             if meas and p["step_meas"] and meas > 0.05 * p["step_meas"]:
                 sp = round_spread(mr, meas)
+                rep, rep_runs = (replicates or {}).get((p["tag"], dim), (None, 0))
+                rep_err = rep / meas - 1 if rep is not None else None
                 big.append({"tag": p["tag"], "plan": p["plan"], "dim": dim, "predicted": pred, "measured": meas,
                             "error": err, "within_25": err is not None and abs(err) <= EXPOSED_TOLERANCE,
                             "measured_rounds": list(mr), "predicted_rounds": list(pr), "round_spread": sp,
-                            "verdict": exposed_verdict(err, sp)})
+                            "replicate": rep, "replicate_runs": rep_runs, "replicate_error": rep_err,
+                            "verdict": exposed_verdict(err, sp, rep_err)})
     pairs = [(p["tok_pred"], p["tok_meas"]) for p in ps if p.get("tok_pred") and p.get("tok_meas")]
     rho = spearman([a for a, _ in pairs], [b for _, b in pairs]) if len(pairs) >= 2 else float("nan")
     med = (errs[(len(errs) - 1) // 2] + errs[len(errs) // 2]) / 2 if errs else float("nan")
@@ -239,8 +277,14 @@ def summary_text(v):
     noise = sum(1 for b in big if b.get("verdict") == "noise")
     out.append(f"exposed communication over 5% of the step: {ok} of {len(big)} within 25%"
                + (f"; of the {len(big) - ok} not within, {noise} where the measurement's middle rounds lie more than 25% "
-                  f"from their median (unresolved here), {len(big) - ok - noise} beyond that noise (the model's)"
+                  f"from their median or the same plan's calibration runs differ from it by more than 25% (unresolved "
+                  f"here), {len(big) - ok - noise} beyond that noise (the model's)"
                   if len(big) > ok else ""))
+    reps = [b for b in big if b.get("replicate") is not None]
+    if reps:
+        agree = sum(1 for b in reps if abs(b["replicate_error"]) <= EXPOSED_TOLERANCE)
+        out.append(f"the same plan measured again in this check (the calibration's profiled runs of it): {agree} of "
+                   f"{len(reps)} within 25% of the check's measurement")
     ms = lambda xs: ", ".join(f"{1e3 * x:.1f}" for x in xs)
     for b in big:
         tail = ""
@@ -248,6 +292,9 @@ def summary_text(v):
             tail = (f"; rounds measured {ms(b['measured_rounds'])}, predicted {ms(b.get('predicted_rounds') or [])} ms"
                     + ("" if b.get("round_spread") is None else f", middle rounds within "
                        f"{100 * b['round_spread']:.0f}% of their median"))
+        if b.get("replicate") is not None:
+            tail += (f"; the same plan's {b['replicate_runs']} calibration run(s) measured {1e3 * b['replicate']:.2f} ms "
+                     f"({pct(b['replicate_error'])})")
         verdict = {"within": "", "noise": " [unresolved: noise]", "miss": " [miss]"}.get(b.get("verdict"), "")
         out.append(f"  {b['tag']} {b['plan']}: exposed {b['dim']} {1e3 * b['predicted']:.2f} ms predicted, "
                    f"{1e3 * b['measured']:.2f} ms measured ({pct(b['error'])}){verdict}{tail}")
@@ -318,7 +365,7 @@ def main(argv, prog="predict-check"):
     steps = plans_mod.plan_rows(runs)
     print()
     print(report_predicted.predicted_markdown(steps))
-    v = verdicts(report_predicted.predicted_rows(steps))
+    v = verdicts(report_predicted.predicted_rows(steps), replicate_exposed(steps, replicate_groups(o.out, prog)))
     v.update(rounds=o.rounds, steps=o.steps, seconds=time.time() - t0, calibration=o.predict,
              recalibrated_each_round=bool(o.recalibrate),
              plans_file=o.plans, load_end=os.getloadavg()[0])

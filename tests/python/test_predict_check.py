@@ -1,8 +1,10 @@
 """scripts/predict-check's pure parts (meshbench.predict_check): the plan list, the verdicts from
-report rows, and --recalibrate's command taken from a calibration file's argv."""
+report rows, the replicates (the calibration's runs of a check's plans), and --recalibrate's
+command taken from a calibration file's argv."""
 import json
 
 import h5py
+import h5files
 import pytest
 from meshbench import predict_check as pc
 
@@ -108,3 +110,45 @@ def test_closed_loop_compares_modelled_with_real_per_plan():
     assert c["error_worst"] == pytest.approx(0.25)
     text = pc.closed_loop_text(c)
     assert "1 of 2 plans within 10%" in text and "+25.0%" in text
+
+
+def test_a_replicate_that_disagrees_makes_a_miss_unresolved():
+    """The same plan measured again in the check (the calibration's runs of it): where it
+    differs from the check's measurement by more than 25%, a miss is noise, not the model's."""
+    assert pc.exposed_verdict(-0.4, 0.1, replicate_err=0.3) == "noise"
+    assert pc.exposed_verdict(-0.4, 0.1, replicate_err=-0.1) == "miss"
+    assert pc.exposed_verdict(-0.1, 0.1, replicate_err=0.9) == "within"
+    rows = [row(1, "p01", "step time", 1.0, 1.0), row(1, "p01", "tokens/s", 100.0, 100.0),
+            dict(row(1, "p01", "exposed dp", 0.06, 0.1), measured_rounds=[0.09, 0.1, 0.11]),
+            dict(row(1, "p01", "exposed tp", 0.06, 0.1), measured_rounds=[0.09, 0.1, 0.11])]
+    v = pc.verdicts(rows, {("p01", "dp"): (0.14, 3), ("p01", "tp"): (0.11, 3)})
+    got = {b["dim"]: b for b in v["exposed_over_5pct"]}
+    assert got["dp"]["verdict"] == "noise" and got["dp"]["replicate_error"] == pytest.approx(0.4)
+    assert got["tp"]["verdict"] == "miss" and got["tp"]["replicate_runs"] == 3
+    text = pc.summary_text(dict(v, bubbles=[]))
+    assert "the same plan measured again in this check (the calibration's profiled runs of it): 1 of 2 within" in text
+    assert "the same plan's 3 calibration run(s) measured 140.00 ms (+40.0%)" in text
+
+
+def test_replicates_are_the_calibrations_runs_of_the_same_plan(tmp_path):
+    """replicate_groups reads OUT/cal-round*.compute/*.h5; replicate_exposed joins them to the
+    check's plans by model, ranks, plan and global batch (not the tag), with the plan table's
+    number: the median over the runs of the time split's mean over ranks."""
+    from meshbench import plans, reader
+    for r, exposed in ((1, 0.05), (2, 0.07), (3, 0.30)):
+        d = tmp_path / f"cal-round{r}.compute"
+        d.mkdir()
+        h5files.step_file(str(d / "compute-1.h5"), run_id=f"cal{r}", tag="", start=f"2026-12-01T00:0{r}:00Z")
+        with h5py.File(d / "compute-1.h5", "a") as f:
+            ts = f[f"runs/cal{r}/step/time_split"][...]
+            for row_ in ts:
+                if row_["category"] == b"exposed.dp":
+                    row_["seconds"] = exposed
+            f[f"runs/cal{r}/step/time_split"][...] = ts
+    h5files.step_file(str(tmp_path / "plan-01.h5"), run_id="p", tag="p01")
+    h5files.step_file(str(tmp_path / "plan-02.h5"), run_id="q", tag="p02", global_batch=16)  # another plan
+    groups = pc.replicate_groups(str(tmp_path))
+    runs, _ = reader.load_steps([str(tmp_path / "plan-01.h5"), str(tmp_path / "plan-02.h5")], quiet=True)
+    got = pc.replicate_exposed(plans.plan_rows(runs), groups)
+    assert got == {("p01", "dp"): (pytest.approx(0.07), 3)}
+    assert pc.replicate_groups(str(tmp_path / "none")) == {}
