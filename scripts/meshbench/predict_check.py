@@ -5,8 +5,10 @@ each plan into its own results file under its own tag, then compares every plan'
 with its measurement through scripts/report's predicted-against-measured rows (one definition
 of each measured number: meshbench.report_predicted) and prints the verdicts the issue asks
 for: the median and worst absolute step-time error, exposed communication within 25% wherever
-it exceeds 5% of the step, the bubble of pipeline plans, and Spearman's rank correlation of
-predicted and measured tokens/s (meshbench.predict_ranking.spearman).
+it exceeds 5% of the step (each with its rounds' spread and, under --recalibrate, the same
+plan's calibration runs as a replicate measurement: replicate_groups), the bubble of pipeline
+plans, and Spearman's rank correlation of predicted and measured tokens/s
+(meshbench.predict_ranking.spearman).
 
 The plan list: one plan per line, `N: step_bench flags` (N ranks), `#` comments.
 Not here: the model (parallel/predict/), the report table (report_predicted)."""
@@ -321,7 +323,8 @@ def main(argv, prog="predict-check"):
     ap.add_argument("--mpiexec", default="mpiexec")
     ap.add_argument("--recalibrate", action="store_true",
                     help="before each round, measure the calibration again with the command that made --predict's "
-                         "file (its argv: the same collective files and compute options) and predict that round from it")
+                         "file (its argv: the same collective files and compute options) and predict that round from it; "
+                         "its profiled runs of the list's plans are also reported as replicates of the check's measurement")
     ap.add_argument("--modelled", action="store_true",
                     help="also run every plan with --compute modelled from the same calibration, next to its real "
                          "run in each round, and report the modelled step time against the real one (docs/modelled.md)")
