@@ -12,6 +12,7 @@ plans, and Spearman's rank correlation of predicted and measured tokens/s
 
 The plan list: one plan per line, `N: step_bench flags` (N ranks), `#` comments.
 Not here: the model (parallel/predict/), the report table (report_predicted)."""
+import glob
 import json
 import os
 import shlex
@@ -158,7 +159,6 @@ def replicate_groups(out, who="predict-check"):
     the context- and expert-parallel ones), as plan groups (meshbench.plans.plan_groups: the
     same numbers as the check's own, each a median over the runs) by the plan key (model, ranks,
     plan, global batch). {} without such runs."""
-    import glob
     files = sorted(glob.glob(os.path.join(out, "cal-round*.compute", "*.h5")))
     if not files:
         return {}
