@@ -177,7 +177,8 @@ Calibration read_calibration(const std::string& path) {
     cal.in_step_factor = read_num_attr(g.get(), "in_step_factor", 1.0);
     cal.posted_factor = read_num_attr(g.get(), "posted_factor", std::numeric_limits<double>::quiet_NaN());
     for (const auto& [attr, into] : {std::pair{"in_step_factors", &cal.in_step_factors},
-                                     std::pair{"posted_factors", &cal.posted_factors}}) {
+                                     std::pair{"posted_factors", &cal.posted_factors},
+                                     std::pair{"arrival_skews", &cal.arrival_skews}}) {
       const std::string factors = read_str_attr(g.get(), attr);
       if (factors.empty()) continue;
       const nlohmann::json j = nlohmann::json::parse(factors, nullptr, false);

@@ -58,6 +58,10 @@ struct Calibration {
   // summed skews to the summed compute segments of the calibration's 2-rank runs). NaN: the
   // file has none (format_version 1, or no run of 2 or more ranks).
   double arrival_skew = std::numeric_limits<double>::quiet_NaN();
+  // The same ratio per call site, "dim/collective" (/compute attribute arrival_skews): the
+  // calls of one dimension and collective only, the median over the runs that make them. A
+  // call without an entry takes arrival_skew.
+  std::map<std::string, double> arrival_skews;
   // In-step factors (/compute attributes in_step_factor, in_step_factors): how much longer a
   // blocking collective takes inside a step, from the last rank's arrival to the first rank's
   // completion, than its fit (measured in isolation: a barrier before each call, one buffer),

@@ -31,7 +31,11 @@ Timing CalibrationCosts::time(const PassItem& it, std::string* what) const {
   return {it.units * cal_.rate(op_name(it.op), it.phase, it.part), false};
 }
 
-double CalibrationCosts::arrival_skew() const {
+double CalibrationCosts::arrival_skew(const std::string& dim, const std::string& coll) const {
+  if (!cal_.arrival_skews.empty()) {
+    const auto it = cal_.arrival_skews.find(dim + "/" + coll);
+    if (it != cal_.arrival_skews.end()) return it->second;
+  }
   return std::isfinite(cal_.arrival_skew) ? cal_.arrival_skew : 0.0;
 }
 
@@ -50,11 +54,14 @@ std::vector<std::string> CalibrationCosts::notes() const {
                               "fits from the wait on ({}; the others the overall posted factor)",
                               std::isfinite(cal_.posted_factor) ? cal_.posted_factor : 1.0, f));
   }
-  const double skew = arrival_skew();
-  if (skew > 0)
+  const double skew = std::isfinite(cal_.arrival_skew) ? cal_.arrival_skew : 0.0;
+  if (skew > 0 || !cal_.arrival_skews.empty()) {
+    std::string per;
+    for (const auto& [k, v] : cal_.arrival_skews) per += fmt::format("{}{} {:.3f}", per.empty() ? "" : ", ", k, v);
     out.push_back(fmt::format("arrival skew {:.3f} s per s of compute since a group last met (half charged "
-                              "to each collective, the mean over ranks)", skew));
-  else
+                              "to each collective, the mean over ranks){}", skew,
+                              per.empty() ? "" : fmt::format("; per call site (dim/collective) {}, the others the overall", per)));
+  } else
     out.push_back("no arrival skew in the calibration: collectives charged as if every rank arrived at once");
   return out;
 }

@@ -23,8 +23,9 @@ class Costs {
   virtual ~Costs() = default;
   // Seconds of one item; `extrapolated` with `what` when beyond what the source measured.
   virtual Timing time(const PassItem& it, std::string* what) const = 0;
-  // Arrival skew per second of compute since a group last met (0: none).
-  virtual double arrival_skew() const { return 0; }
+  // Arrival skew per second of compute since a group last met, at a call of collective `coll`
+  // over dimension `dim` (0: none).
+  virtual double arrival_skew(const std::string& /*dim*/, const std::string& /*coll*/) const { return 0; }
   // Posted data-parallel calls overlap the last backward (a GPU's collectives run on their own
   // stream), as --progress thread makes them on this backend.
   virtual bool overlaps_posted() const { return false; }
@@ -44,7 +45,7 @@ class CalibrationCosts : public Costs {
  public:
   CalibrationCosts(Calibration cal, std::string fabric) : cal_(std::move(cal)), fabric_(std::move(fabric)) {}
   Timing time(const PassItem& it, std::string* what) const override;
-  double arrival_skew() const override;
+  double arrival_skew(const std::string& dim, const std::string& coll) const override;
   std::string source() const override { return cal_.path; }
   std::string fabric() const override { return fabric_; }
   std::vector<std::string> notes() const override;

@@ -102,8 +102,8 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
   std::map<int, double> arrived;  // at the gradient sync (the embedding group's all-reduce)
   const bool tied_pair = P > 1 && plan.model.tied;
   // A collective also waits for the group's last rank to arrive: on average over the ranks,
-  // half the arrival skew, which grows with the compute since the group last met (calibration.hpp).
-  const double skew = costs.arrival_skew();
+  // half the arrival skew, which grows with the compute since the group last met, at the rate
+  // the calibration measured for the call's dimension and collective (calibration.hpp).
   auto run_items = [&](RankState& s, const std::vector<PassItem>& items, int phase) {
     for (const PassItem& it : items) {
       double dt = time(it);
@@ -112,7 +112,7 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
         // call, combined with the busiest rank's lead where this call's group has one (charged
         // already, as the idle share of the uneven ops: only what the drift adds to it here)
         const double lead = it.dim == s.idle_dim ? 2 * s.idle_since : 0.0;
-        dt += arrival_wait(lead, skew * s.since_sync) - lead / 2;
+        dt += arrival_wait(lead, costs.arrival_skew(it.dim, it.collective) * s.since_sync) - lead / 2;
         s.since_sync = 0;
         if (it.dim == s.idle_dim) s.idle_since = 0;
         s.pred.exposed[it.dim] += dt;

@@ -474,6 +474,16 @@ def uneven_routing(run):
     return routing if ep > 1 and routing.split(":", 1)[0] in UNEVEN_ROUTINGS else ""
 
 
+def _gap(c):
+    """(max - min arrival, the ranks' mean segment) of one matched call (matched_calls). The
+    arrival gap, not the wait it causes: for a posted call that progressed inside the later
+    rank's other MPI calls, the earlier rank stops waiting sooner than the gap (twice the mean
+    wait less the time after the last arrival was tried as the measure on 2026-12-03 and
+    predicted worse: docs/measurements.md, "The arrival skew per call site")."""
+    arrivals = [_arrival(e) for e, _ in c.values()]
+    return max(arrivals) - min(arrivals), sum(s for _, s in c.values()) / len(c)
+
+
 def arrival_skew(runs):
     """(skew, calls, per_run): how far apart the ranks of a run reach the same collective, per
     second since each last met the others (its compute and host work in between). Per run of 2
@@ -493,15 +503,43 @@ def arrival_skew(runs):
             continue
         num = den = 0.0
         for c in matched_calls(run, posted=True):
-            arrivals = [_arrival(e) for e, _ in c.values()]
-            num += max(arrivals) - min(arrivals)
-            den += sum(seg for _, seg in c.values()) / len(c)
+            gap, seg = _gap(c)
+            num += gap
+            den += seg
             calls += 1
         if den > 0:
             per_run.append(num / den)
     if not per_run:
         return None, 0, []
     return sorted(per_run)[(len(per_run) - 1) // 2], calls, per_run
+
+
+def arrival_skews(runs):
+    """({"dim/collective": skew}, {"dim/collective": runs}): arrival_skew per call site. The
+    ranks drift apart at different rates before different calls: ZeRO-3's gathers and
+    reductions (dp/all_gather, dp/reduce_scatter) measured about twice the rate of data
+    parallel's bucket all-reduces (dp/all_reduce) in each of seven checks of 2026-12-03 (the
+    median over each check's calibrations; docs/measurements.md, "The arrival skew per call
+    site"). Per counted run (arrival_skew's: 2 or more ranks, no uneven routing workload) and per
+    (dim, collective) of its matched calls, the sum of max - min arrival over the sum of the
+    ranks' mean segment; per key the median over the runs that make such calls (the lower
+    middle of an even count)."""
+    per = {}
+    for run in runs:
+        if uneven_routing(run):
+            continue
+        acc = {}
+        for c in matched_calls(run, posted=True):
+            e0 = next(iter(c.values()))[0]
+            gap, seg = _gap(c)
+            a = acc.setdefault(f"{e0['dim']}/{e0['kind']}", [0.0, 0.0])
+            a[0] += gap
+            a[1] += seg
+        for k, (num, den) in acc.items():
+            if den > 0:
+                per.setdefault(k, []).append(num / den)
+    return ({k: sorted(v)[(len(v) - 1) // 2] for k, v in sorted(per.items())},
+            {k: len(v) for k, v in sorted(per.items())})
 
 
 def _ratio_factors(samples, predict):
@@ -591,6 +629,14 @@ def attrs(runs, threads, model, opts, predict=None):
                               "arrival over the sum of the ranks' mean segment; the median over the runs (lower "
                               "middle; runs with an uneven routing workload over ep > 1 left out: the model "
                               "times their waits); pipeline calls left out")}
+    skews, skew_runs = arrival_skews(runs)
+    if skews:
+        extra.update({"arrival_skews": json.dumps(skews), "arrival_skews_runs": json.dumps(skew_runs),
+                      "arrival_skews_rule": ("arrival_skew per call site (dim/collective): per counted run, the "
+                                             "sum over its matched calls of that dimension and collective of max - "
+                                             "min arrival over the sum of the ranks' mean segment; the median over "
+                                             "the runs that make such calls (lower middle); a call site without an "
+                                             "entry takes arrival_skew")})
     if factor is not None:
         extra.update({"in_step_factor": factor, "in_step_factors": json.dumps(factors), "in_step_factor_calls": fcalls,
                       "in_step_factor_rule": ("per collective: the sum over blocking calls matched across the ranks "

@@ -624,3 +624,35 @@ def test_arrival_skew_and_in_step_factor_from_matched_calls():
     assert calls == 1 and f == pytest.approx(0.5) and per == {"all_reduce": pytest.approx(0.5)}
     assert compute.posted_factors([runs[1]], pfits) == (None, {}, 0)
     assert compute.in_step_factors([runs[1]], fits) == (None, {}, 0)
+
+
+def test_arrival_skews_per_call_site():
+    # The same run as above, per (dim, collective): the two blocking tp all-reduces drift 0.1 +
+    # 0.2 s over segments of 1.05 + 2.1 s; the posted dp all-reduce 0.1 s over 0.35 s.
+    ev = [_ev(r, 0, "-", "matmul.fwd", 0.0, 0.5) for r in (0, 1)]
+    ev += [_ev(0, 0, "tp", "all_reduce", 1.0, 1.4), _ev(1, 0, "tp", "all_reduce", 1.1, 1.4)]
+    ev += [_ev(0, 0, "tp", "all_reduce", 3.4, 3.9), _ev(1, 0, "tp", "all_reduce", 3.6, 3.9)]
+    ev += [_ev(0, 0, "dp", "all_reduce", 4.0, 4.5, t_wait=4.2), _ev(1, 0, "dp", "all_reduce", 4.0, 4.5, t_wait=4.3)]
+    skews, runs = compute.arrival_skews([{"events": ev}])
+    assert skews == {"dp/all_reduce": pytest.approx(0.1 / 0.35), "tp/all_reduce": pytest.approx(0.3 / 3.15)}
+    assert runs == {"dp/all_reduce": 1, "tp/all_reduce": 1}
+    # a second run with one ZeRO-style gather (0.3 s over 1.0 s) and tp all-reduces that drift
+    # 10x as fast: per key the median over the runs that make such calls (of two, the lower)
+    other = [_ev(r, 0, "-", "matmul.fwd", 0.0, 0.5) for r in (0, 1)]
+    other += [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 2.0, 2.0)]  # 1.0 over 1.5
+    other += [_ev(0, 0, "dp", "all_gather", 2.0, 3.5, t_wait=2.85), _ev(1, 0, "dp", "all_gather", 2.0, 3.5,
+                                                                         t_wait=3.15)]  # 0.3 over 1.0
+    skews, runs = compute.arrival_skews([{"events": ev}, {"events": other}])
+    assert skews == {"dp/all_gather": pytest.approx(0.3), "dp/all_reduce": pytest.approx(0.1 / 0.35),
+                     "tp/all_reduce": pytest.approx(0.3 / 3.15)}
+    assert runs == {"dp/all_gather": 1, "dp/all_reduce": 1, "tp/all_reduce": 2}
+    # an uneven routing workload over ep is no sample (arrival_skew's rule); one rank: no calls
+    ep2 = '{"dp":1,"tp":1,"pp":1,"cp":1,"ep":2}'
+    assert compute.arrival_skews([{"events": other, "attrs": {"routing": "hot-expert", "degrees": ep2}}]) == ({}, {})
+    assert compute.arrival_skews([{"events": [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0)]}]) == ({}, {})
+    # the calibration file's attributes carry them beside the overall skew
+    a = compute.attrs([{"events": ev, "label": "a", "ranks": 2, "command": "c", "plan_command": "p", "file": "f"}],
+                      1, "small", {"steps": 1, "warmup": 0})
+    assert json.loads(a["arrival_skews"]) == {"dp/all_reduce": pytest.approx(0.1 / 0.35),
+                                              "tp/all_reduce": pytest.approx(0.3 / 3.15)}
+    assert a["arrival_skew"] == pytest.approx(0.4 / 3.5) and "dim/collective" in a["arrival_skews_rule"]

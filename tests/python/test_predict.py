@@ -215,6 +215,32 @@ def test_in_step_factors_and_arrival_skew_apply(tmp_path):
     assert c["step_time_s"] == pytest.approx(a["step_time_s"] + extra, rel=1e-9)
 
 
+def test_arrival_skews_per_call_site_apply(tmp_path):
+    # tp=2 without SP: every call is a tp all-reduce. A calibration whose per-call-site skew for
+    # tp/all_reduce is 0.2 charges twice the wait of the overall 0.1 (a drift alone is waited
+    # for by half its mean gap: linear in the rate); an entry for another call site leaves the
+    # all-reduces on the overall rate.
+    parts = ("fwd", "dinput", "dweight", "bwd")
+    fits = [("all_reduce", 2, "shm", [(1, 1 << 30, 5e-6, 0.0)])]
+    cals = {n: tmp_path / f"{n}.h5" for n in ("plain", "overall", "site", "elsewhere")}
+    write_cal(cals["plain"], fits, gemm_parts=parts)
+    write_cal(cals["overall"], fits, gemm_parts=parts, compute_attrs={"arrival_skew": 0.1})
+    write_cal(cals["site"], fits, gemm_parts=parts,
+              compute_attrs={"arrival_skew": 0.1, "arrival_skews": '{"tp/all_reduce": 0.2}'})
+    write_cal(cals["elsewhere"], fits, gemm_parts=parts,
+              compute_attrs={"arrival_skew": 0.1, "arrival_skews": '{"tp/all_gather": 0.5, "dp/all_reduce": 0.3}'})
+    got = {n: plan(c, "--model", "tiny", "--mesh", "tp=2", world=2) for n, c in cals.items()}
+    extra = {n: got[n]["exposed_s"]["tp"] - got["plain"]["exposed_s"]["tp"] for n in cals}
+    assert extra["overall"] > 0
+    assert extra["site"] == pytest.approx(2 * extra["overall"], rel=1e-9)
+    assert extra["elsewhere"] == pytest.approx(extra["overall"], rel=1e-12)
+    assert any("per call site" in n and "tp/all_reduce 0.200" in n for n in got["site"]["notes"])
+    bad = tmp_path / "bad.h5"
+    write_cal(bad, fits, gemm_parts=parts, compute_attrs={"arrival_skew": 0.1, "arrival_skews": "[0.2]"})
+    p = plan(bad, "--model", "tiny", "--mesh", "tp=2", world=2, check=False)
+    assert p.returncode == 2 and "arrival_skews is not a JSON object" in p.stderr
+
+
 def test_uneven_expert_loads_are_waited_for_as_exposed_ep(tmp_path):
     # tiny with 8 experts, k = 2, over ep = 2 (4 local experts): N = 4 x 64 = 256 tokens per
     # rank. Under hot-expert half of each rank's tokens choose the hot expert (256 rows from the
