@@ -517,8 +517,8 @@ def arrival_skew(runs):
 def arrival_skews(runs):
     """({"dim/collective": skew}, {"dim/collective": runs}): arrival_skew per call site. The
     ranks drift apart at different rates before different calls: ZeRO-3's gathers and
-    reductions (dp/all_gather, dp/reduce_scatter) measured about twice the rate of data
-    parallel's bucket all-reduces (dp/all_reduce) in each of seven checks of 2026-12-03 (the
+    reductions (dp/all_gather, dp/reduce_scatter) measured 1.7 to 2.8 times the rate of data
+    parallel's bucket all-reduces (dp/all_reduce) in each of nine checks of 2026-12-03 (the
     median over each check's calibrations; docs/measurements.md, "The arrival skew per call
     site"). Per counted run (arrival_skew's: 2 or more ranks, no uneven routing workload) and per
     (dim, collective) of its matched calls, the sum of max - min arrival over the sum of the
