@@ -39,6 +39,7 @@ import tempfile
 import time
 
 from . import reader
+from .in_step import arrival_skew, arrival_skews, in_step_factors, posted_factors
 
 DEFAULT_MODEL = "small"
 DEFAULT_MOE_MODEL = "small-moe"
@@ -58,9 +59,6 @@ DEFAULT_MESHES = [(None, "--mesh dp={R}"), (None, "--mesh tp=2"), (None, "--mesh
 MOE_MESHES = [(None, "--mesh dp={R} --routing balanced"), (None, "--mesh ep=2 --routing balanced"),
               (None, "--mesh ep=2 --routing hot-expert")]
 GEMM_OP = "matmul"
-# The dimensions whose calls the executor posts and the step model times with the posted factors
-# (parallel/predict/op_list.cpp posted_dim).
-POSTED_DIMS = ("dp", "edp")
 MAX_SHAPE_NOTES = 3  # more GEMM shapes of one part off the op list's: one note for them
 # The roles the model's runners give their ops (parallel/model/model.cpp: runner("qkv") ...):
 # step/events' `name` is role.part, and the op list and the calibration key on the part.
@@ -416,186 +414,6 @@ def reduce_runs(runs, threads):
     notes += [f"{op} {ph} '{part}': rated per flop in some runs and per element in others: a reader takes the "
               f"first row" for (op, ph, part), units in both.items() if len(units) > 1]
     return gemm, pooled, per_run, notes
-
-
-def _arrival(e):
-    """When a rank reached a call: its start, or for a posted call when it began to wait."""
-    return max(e["t_start"], e.get("t_wait", e["t_start"]))
-
-
-def matched_calls(run, posted=False):
-    """The collectives of one run of 2 or more ranks, matched across its ranks: a list of
-    {rank: (event, segment)} with every rank present. A call is matched by (step, dim, kind,
-    its index among that step's calls of that dim and kind on the rank); its segment runs from
-    the rank's last communication call's end in the step (a completed collective: the ranks
-    met), or from its first event of the step, to its arrival (_arrival). Blocking calls only,
-    unless `posted`: then posted calls (t_wait after t_start: data parallel's buckets, ZeRO's
-    reductions, the overlapped exchanges) too, arriving when the rank began to wait on them.
-    Either way a posted call's end ends a segment. Pipeline sends and receives are left out
-    (their wait is the bubble). Times on rank 0's clock (step/events). [] for one rank."""
-    by_rank = {}
-    for e in run.get("events") or []:
-        by_rank.setdefault(e["rank"], []).append(e)
-    if len(by_rank) < 2:
-        return []
-    seen = {}
-    for rank, evs in by_rank.items():
-        evs.sort(key=lambda e: e["t_start"])
-        count, met = {}, {}
-        for e in evs:
-            met.setdefault(e["step"], e["t_start"])  # the step's first event
-            if e["dim"] in ("-", "pp"):
-                continue
-            k = (e["step"], e["dim"], e["kind"])
-            i = count.get(k, 0)
-            count[k] = i + 1
-            if posted or e.get("t_wait", e["t_start"]) <= e["t_start"]:
-                seen.setdefault(k + (i,), {})[rank] = (e, max(0.0, _arrival(e) - met[e["step"]]))
-            met[e["step"]] = max(met[e["step"]], e["t_end"])
-    return [c for c in seen.values() if len(c) == len(by_rank)]
-
-
-# Routing workloads whose uneven expert loads the step model charges itself (the group's mean
-# rank waits for the busiest: parallel/predict, "Expert parallel"): a run under one of them is
-# no sample of the random drift between ranks (its ranks arrive apart by design).
-UNEVEN_ROUTINGS = ("hot-expert", "hot-rank", "zipf", "rotating")
-
-
-def uneven_routing(run):
-    """The run's routing workload when the step model times its uneven loads itself (one of
-    UNEVEN_ROUTINGS over an expert-parallel group: parallel/predict/op_list.cpp charges the idle
-    share only for ep > 1; under dp alone every rank computes its own tokens), else ''."""
-    a = run.get("attrs") or {}
-    routing = str(a.get("routing") or "")
-    try:
-        ep = int(json.loads(a.get("degrees") or "{}").get("ep", 1))
-    except (ValueError, TypeError, AttributeError):
-        ep = 1
-    return routing if ep > 1 and routing.split(":", 1)[0] in UNEVEN_ROUTINGS else ""
-
-
-def _gap(c):
-    """(max - min arrival, the ranks' mean segment) of one matched call (matched_calls). The
-    arrival gap, not the wait it causes: for a posted call that progressed inside the later
-    rank's other MPI calls, the earlier rank stops waiting sooner than the gap (twice the mean
-    wait less the time after the last arrival was tried as the measure on 2026-12-03 and
-    predicted worse: docs/measurements.md, "The arrival skew per call site")."""
-    arrivals = [_arrival(e) for e, _ in c.values()]
-    return max(arrivals) - min(arrivals), sum(s for _, s in c.values()) / len(c)
-
-
-def arrival_skew(runs):
-    """(skew, calls, per_run): how far apart the ranks of a run reach the same collective, per
-    second since each last met the others (its compute and host work in between). Per run of 2
-    or more ranks, except those under an uneven routing workload (uneven_routing: the model
-    charges their waits as exposed ep already, and their ranks arrive apart by design): the sum
-    over its matched calls, posted ones included (matched_calls(run, posted=True): data
-    parallel's sync after the whole backward is where the longest segments end) of max - min
-    arrival, over the sum of the ranks' mean segment; `skew` is the median over the runs (the
-    lower middle of an even count): one run whose rank the OS descheduled for tens of
-    milliseconds moves it little (a pooled sum over the runs let one such run set it: 0.08
-    against 0.05 here; pooled again on 2026-12-03, it did no better out of sample:
-    docs/measurements.md, "Checks I, J and K"). per_run: each counted run's ratio. (None, 0, [])
-    when no run counts."""
-    per_run, calls = [], 0
-    for run in runs:
-        if uneven_routing(run):
-            continue
-        num = den = 0.0
-        for c in matched_calls(run, posted=True):
-            gap, seg = _gap(c)
-            num += gap
-            den += seg
-            calls += 1
-        if den > 0:
-            per_run.append(num / den)
-    if not per_run:
-        return None, 0, []
-    return sorted(per_run)[(len(per_run) - 1) // 2], calls, per_run
-
-
-def arrival_skews(runs):
-    """({"dim/collective": skew}, {"dim/collective": runs}): arrival_skew per call site. The
-    ranks drift apart at different rates before different calls: ZeRO-3's gathers and
-    reductions (dp/all_gather, dp/reduce_scatter) measured 1.7 to 2.8 times the rate of data
-    parallel's bucket all-reduces (dp/all_reduce) in each of nine checks of 2026-12-03 (the
-    median over each check's calibrations; docs/measurements.md, "The arrival skew per call
-    site"). Per counted run (arrival_skew's: 2 or more ranks, no uneven routing workload) and per
-    (dim, collective) of its matched calls, the sum of max - min arrival over the sum of the
-    ranks' mean segment; per key the median over the runs that make such calls (the lower
-    middle of an even count)."""
-    per = {}
-    for run in runs:
-        if uneven_routing(run):
-            continue
-        acc = {}
-        for c in matched_calls(run, posted=True):
-            e0 = next(iter(c.values()))[0]
-            gap, seg = _gap(c)
-            a = acc.setdefault(f"{e0['dim']}/{e0['kind']}", [0.0, 0.0])
-            a[0] += gap
-            a[1] += seg
-        for k, (num, den) in acc.items():
-            if den > 0:
-                per.setdefault(k, []).append(num / den)
-    return ({k: sorted(v)[(len(v) - 1) // 2] for k, v in sorted(per.items())},
-            {k: len(v) for k, v in sorted(per.items())})
-
-
-def _ratio_factors(samples, predict):
-    """(overall, {collective: factor}, calls) of (events, seconds taken) samples: per
-    collective the summed seconds over the summed fit predictions (all_to_allv by the all_to_all
-    fit); samples without a fit are left out. (None, {}, 0) without one."""
-    sums = {}
-    for evs, took in samples:
-        kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
-        t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
-        if t is None or t <= 0:
-            continue
-        a = sums.setdefault(kind, [0.0, 0.0, 0])
-        a[0] += max(0.0, took)
-        a[1] += t
-        a[2] += 1
-    if not sums:
-        return None, {}, 0
-    total = [sum(v[0] for v in sums.values()), sum(v[1] for v in sums.values())]
-    return total[0] / total[1], {k: v[0] / v[1] for k, v in sums.items()}, sum(v[2] for v in sums.values())
-
-
-def in_step_factors(runs, predict):
-    """(factor over every collective, {collective: factor}, calls): how much longer a blocking
-    collective takes inside a step than its fit says (the fit comes from the isolated
-    collective benchmarks: a barrier before each call, the same buffer each time): the sum over
-    matched calls (matched_calls) of the time from the last rank's arrival to the first rank's
-    completion (min t_end - max t_start), over the sum of the fit's predictions, per collective
-    and over all. `predict(collective, group_size, bytes)` gives the fit's seconds or None (no
-    fit: the call is left out; all_to_allv is timed by the all_to_all fit, as the step model
-    does). (None, {}, 0) without a call."""
-    samples = []
-    for run in runs:
-        for c in matched_calls(run):
-            evs = [e for e, _ in c.values()]
-            samples.append((evs, min(e["t_end"] for e in evs) - max(e["t_start"] for e in evs)))
-    return _ratio_factors(samples, predict)
-
-
-def posted_factors(runs, predict):
-    """(factor over every collective, {collective: factor}, calls) of the posted calls of the
-    dimensions the step model times as posted (POSTED_DIMS: data parallel's buckets, ZeRO's
-    reductions and gathers; t_wait after t_start), as in_step_factors does for blocking ones
-    but from the wait on: the sum over posted calls matched across the ranks (matched_calls(run, posted=True)) of the time from the
-    last rank's start of the wait to the first rank's completion (0 when one rank found it done),
-    over the sum of the fits' predictions. Under --progress poll a posted call progresses inside
-    the MPI calls made meanwhile (the next buckets' posts, the waits on earlier ones), so what is
-    left at its wait is less than a blocking call's time. (None, {}, 0) without a call."""
-    samples = []
-    for run in runs:
-        for c in matched_calls(run, posted=True):
-            evs = [e for e, _ in c.values()]
-            if evs[0]["dim"] not in POSTED_DIMS or not all(e.get("t_wait", e["t_start"]) > e["t_start"] for e in evs):
-                continue  # blocking (in_step_factors'), or a dimension the model times as blocking
-            samples.append((evs, min(e["t_end"] for e in evs) - max(_arrival(e) for e in evs)))
-    return _ratio_factors(samples, predict)
 
 
 def check_runs(runs, threads):

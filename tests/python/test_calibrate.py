@@ -10,7 +10,7 @@ import h5files
 import h5py
 import numpy as np
 import pytest
-from meshbench import calibrate, compute, fit
+from meshbench import calibrate, compute, fit, in_step
 
 SIZES = [8 * 2 ** i for i in range(25)]              # 8 B .. 128 MiB, every 2x
 ALPHA, BW = 2e-6, 4e9                                # 2 us, 4 GB/s
@@ -588,14 +588,14 @@ def test_arrival_skew_and_in_step_factor_from_matched_calls():
                                                                              t_wait=4.3, nbytes=8)]
     ev += [_ev(r, 0, "pp", "send", 5.0, 5.1) for r in (0, 1)]
     runs = [{"events": ev}, {"events": [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0)]}]  # a 1-rank run: left out
-    skew, calls, per_run = compute.arrival_skew(runs)
+    skew, calls, per_run = in_step.arrival_skew(runs)
     assert calls == 3 and len(per_run) == 1
     assert skew == pytest.approx((0.1 + 0.2 + 0.1) / (1.05 + 2.1 + 0.35))
     # the median over runs: a third run whose ranks drift 10x as fast does not set it
     slow = [dict(e, t_start=e["t_start"] * (1.2 if e["rank"] == 1 else 1.0), t_end=e["t_end"], t_wait=e["t_wait"])
             for e in ev if e["dim"] == "-"]
     slow += [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 2.0, 2.0)]  # 1.0 over 1.5
-    skew3, calls3, per3 = compute.arrival_skew([runs[0], {"events": ev}, {"events": slow}])
+    skew3, calls3, per3 = in_step.arrival_skew([runs[0], {"events": ev}, {"events": slow}])
     assert calls3 == 7 and sorted(per3)[-1] == pytest.approx(1.0 / 1.5) and skew3 == pytest.approx(skew)
     # a run under an uneven routing workload is left out (the model times its waits as exposed
     # ep); a balanced one counts: of two runs the lower middle, the drifting one left out
@@ -603,27 +603,27 @@ def test_arrival_skew_and_in_step_factor_from_matched_calls():
             [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 1.01, 2.0)]}  # 0.01 over 1.005
     ep2 = '{"dp":1,"tp":1,"pp":1,"cp":1,"ep":2}'
     hot = dict(fast, attrs={"routing": "hot-expert", "degrees": ep2})
-    assert compute.arrival_skew([runs[0], hot])[0] == pytest.approx(skew)
+    assert in_step.arrival_skew([runs[0], hot])[0] == pytest.approx(skew)
     for r in ("zipf:1.2", "rotating", "hot-rank"):
-        assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": r, "degrees": ep2})])[0] == pytest.approx(skew)
-    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "balanced", "degrees": ep2})])[0] == \
+        assert in_step.arrival_skew([runs[0], dict(hot, attrs={"routing": r, "degrees": ep2})])[0] == pytest.approx(skew)
+    assert in_step.arrival_skew([runs[0], dict(hot, attrs={"routing": "balanced", "degrees": ep2})])[0] == \
         pytest.approx(0.01 / 1.005)
     # without an expert-parallel group no rank leads by its loads: the run counts
     dp2 = '{"dp":2,"tp":1,"pp":1,"cp":1,"ep":1}'
-    assert compute.arrival_skew([runs[0], dict(hot, attrs={"routing": "hot-expert", "degrees": dp2})])[0] == \
+    assert in_step.arrival_skew([runs[0], dict(hot, attrs={"routing": "hot-expert", "degrees": dp2})])[0] == \
         pytest.approx(0.01 / 1.005)
-    assert compute.arrival_skew([hot]) == (None, 0, [])
+    assert in_step.arrival_skew([hot]) == (None, 0, [])
     fits = lambda coll, n, size: 0.2 if (coll, n, size) == ("all_reduce", 2, 1024) else None
-    f, per, calls = compute.in_step_factors(runs, fits)
+    f, per, calls = in_step.in_step_factors(runs, fits)
     assert calls == 2 and f == pytest.approx(1.5) and per == {"all_reduce": pytest.approx(1.5)}
-    assert compute.arrival_skew([runs[1]]) == (None, 0, [])
+    assert in_step.arrival_skew([runs[1]]) == (None, 0, [])
     # the posted dp all-reduce: the last rank began to wait at 4.3, the first finished at 4.5:
     # 0.2 s left of a fit of 0.4 s (posted factor 0.5); the blocking calls are not its samples
     pfits = lambda coll, n, size: {1024: 0.2, 8: 0.4}.get(size) if (coll, n) == ("all_reduce", 2) else None
-    f, per, calls = compute.posted_factors(runs, pfits)
+    f, per, calls = in_step.posted_factors(runs, pfits)
     assert calls == 1 and f == pytest.approx(0.5) and per == {"all_reduce": pytest.approx(0.5)}
-    assert compute.posted_factors([runs[1]], pfits) == (None, {}, 0)
-    assert compute.in_step_factors([runs[1]], fits) == (None, {}, 0)
+    assert in_step.posted_factors([runs[1]], pfits) == (None, {}, 0)
+    assert in_step.in_step_factors([runs[1]], fits) == (None, {}, 0)
 
 
 def test_arrival_skews_per_call_site():
@@ -633,7 +633,7 @@ def test_arrival_skews_per_call_site():
     ev += [_ev(0, 0, "tp", "all_reduce", 1.0, 1.4), _ev(1, 0, "tp", "all_reduce", 1.1, 1.4)]
     ev += [_ev(0, 0, "tp", "all_reduce", 3.4, 3.9), _ev(1, 0, "tp", "all_reduce", 3.6, 3.9)]
     ev += [_ev(0, 0, "dp", "all_reduce", 4.0, 4.5, t_wait=4.2), _ev(1, 0, "dp", "all_reduce", 4.0, 4.5, t_wait=4.3)]
-    skews, runs = compute.arrival_skews([{"events": ev}])
+    skews, runs = in_step.arrival_skews([{"events": ev}])
     assert skews == {"dp/all_reduce": pytest.approx(0.1 / 0.35), "tp/all_reduce": pytest.approx(0.3 / 3.15)}
     assert runs == {"dp/all_reduce": 1, "tp/all_reduce": 1}
     # a second run with one ZeRO-style gather (0.3 s over 1.0 s) and tp all-reduces that drift
@@ -642,14 +642,14 @@ def test_arrival_skews_per_call_site():
     other += [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0), _ev(1, 0, "tp", "all_reduce", 2.0, 2.0)]  # 1.0 over 1.5
     other += [_ev(0, 0, "dp", "all_gather", 2.0, 3.5, t_wait=2.85), _ev(1, 0, "dp", "all_gather", 2.0, 3.5,
                                                                          t_wait=3.15)]  # 0.3 over 1.0
-    skews, runs = compute.arrival_skews([{"events": ev}, {"events": other}])
+    skews, runs = in_step.arrival_skews([{"events": ev}, {"events": other}])
     assert skews == {"dp/all_gather": pytest.approx(0.3), "dp/all_reduce": pytest.approx(0.1 / 0.35),
                      "tp/all_reduce": pytest.approx(0.3 / 3.15)}
     assert runs == {"dp/all_gather": 1, "dp/all_reduce": 1, "tp/all_reduce": 2}
     # an uneven routing workload over ep is no sample (arrival_skew's rule); one rank: no calls
     ep2 = '{"dp":1,"tp":1,"pp":1,"cp":1,"ep":2}'
-    assert compute.arrival_skews([{"events": other, "attrs": {"routing": "hot-expert", "degrees": ep2}}]) == ({}, {})
-    assert compute.arrival_skews([{"events": [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0)]}]) == ({}, {})
+    assert in_step.arrival_skews([{"events": other, "attrs": {"routing": "hot-expert", "degrees": ep2}}]) == ({}, {})
+    assert in_step.arrival_skews([{"events": [_ev(0, 0, "tp", "all_reduce", 1.0, 2.0)]}]) == ({}, {})
     # the calibration file's attributes carry them beside the overall skew
     a = compute.attrs([{"events": ev, "label": "a", "ranks": 2, "command": "c", "plan_command": "p", "file": "f"}],
                       1, "small", {"steps": 1, "warmup": 0})
