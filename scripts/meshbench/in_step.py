@@ -66,44 +66,55 @@ def uneven_routing(run):
     return routing if ep > 1 and routing.split(":", 1)[0] in UNEVEN_ROUTINGS else ""
 
 
-def _gap(c):
-    """(max - min arrival, the ranks' mean segment) of one matched call (matched_calls). The
-    arrival gap, not the wait it causes: for a posted call that progressed inside the later
-    rank's other MPI calls, the earlier rank stops waiting sooner than the gap (twice the mean
-    wait less the time after the last arrival was tried as the measure on 2026-12-03 and
-    predicted worse: docs/measurements.md, "The arrival skew per call site")."""
-    arrivals = [_arrival(e) for e, _ in c.values()]
-    return max(arrivals) - min(arrivals), sum(s for _, s in c.values()) / len(c)
+def _site_gaps(runs):
+    """Per counted run (2 or more ranks, no uneven routing workload: uneven_routing), in order,
+    {"dim/collective": [summed max - min arrival, summed mean segment, calls]} over its matched
+    calls, posted ones included (matched_calls(run, posted=True): data parallel's sync after the
+    whole backward is where the longest segments end). The arrival gap, not the wait it causes:
+    for a posted call that progressed inside the later rank's other MPI calls, the earlier rank
+    stops waiting sooner than the gap (twice the mean wait less the time after the last arrival
+    was tried as the measure on 2026-12-03 and predicted worse: docs/measurements.md, "The
+    arrival skew per call site")."""
+    out = []
+    for run in runs:
+        if uneven_routing(run):
+            continue
+        acc = {}
+        for c in matched_calls(run, posted=True):
+            e0 = next(iter(c.values()))[0]
+            arrivals = [_arrival(e) for e, _ in c.values()]
+            a = acc.setdefault(f"{e0['dim']}/{e0['kind']}", [0.0, 0.0, 0])
+            a[0] += max(arrivals) - min(arrivals)
+            a[1] += sum(seg for _, seg in c.values()) / len(c)
+            a[2] += 1
+        out.append(acc)
+    return out
+
+
+def _lower_median(xs):
+    return sorted(xs)[(len(xs) - 1) // 2]
 
 
 def arrival_skew(runs):
     """(skew, calls, per_run): how far apart the ranks of a run reach the same collective, per
-    second since each last met the others (its compute and host work in between). Per run of 2
-    or more ranks, except those under an uneven routing workload (uneven_routing: the model
-    charges their waits as exposed ep already, and their ranks arrive apart by design): the sum
-    over its matched calls, posted ones included (matched_calls(run, posted=True): data
-    parallel's sync after the whole backward is where the longest segments end) of max - min
-    arrival, over the sum of the ranks' mean segment; `skew` is the median over the runs (the
-    lower middle of an even count): one run whose rank the OS descheduled for tens of
+    second since each last met the others (its compute and host work in between). Per counted
+    run (_site_gaps: the uneven routing workloads left out, as the model charges their waits as
+    exposed ep already and their ranks arrive apart by design): the sum over its matched calls
+    of max - min arrival, over the sum of the ranks' mean segment; `skew` is the median over the
+    runs (the lower middle of an even count): one run whose rank the OS descheduled for tens of
     milliseconds moves it little (a pooled sum over the runs let one such run set it: 0.08
     against 0.05 here; pooled again on 2026-12-03, it did no better out of sample:
     docs/measurements.md, "Checks I, J and K"). per_run: each counted run's ratio. (None, 0, [])
     when no run counts."""
     per_run, calls = [], 0
-    for run in runs:
-        if uneven_routing(run):
-            continue
-        num = den = 0.0
-        for c in matched_calls(run, posted=True):
-            gap, seg = _gap(c)
-            num += gap
-            den += seg
-            calls += 1
+    for acc in _site_gaps(runs):
+        num, den = sum(a[0] for a in acc.values()), sum(a[1] for a in acc.values())
+        calls += sum(a[2] for a in acc.values())
         if den > 0:
             per_run.append(num / den)
     if not per_run:
         return None, 0, []
-    return sorted(per_run)[(len(per_run) - 1) // 2], calls, per_run
+    return _lower_median(per_run), calls, per_run
 
 
 def arrival_skews(runs):
@@ -112,26 +123,15 @@ def arrival_skews(runs):
     reductions (dp/all_gather, dp/reduce_scatter) measured 1.7 to 2.8 times the rate of data
     parallel's bucket all-reduces (dp/all_reduce) in each of nine checks of 2026-12-03 (the
     median over each check's calibrations; docs/measurements.md, "The arrival skew per call
-    site"). Per counted run (arrival_skew's: 2 or more ranks, no uneven routing workload) and per
-    (dim, collective) of its matched calls, the sum of max - min arrival over the sum of the
-    ranks' mean segment; per key the median over the runs that make such calls (the lower
+    site"). Per counted run and per site of its matched calls (_site_gaps), the summed gap over
+    the summed segment; per site the median over the runs that make such calls (the lower
     middle of an even count)."""
     per = {}
-    for run in runs:
-        if uneven_routing(run):
-            continue
-        acc = {}
-        for c in matched_calls(run, posted=True):
-            e0 = next(iter(c.values()))[0]
-            gap, seg = _gap(c)
-            a = acc.setdefault(f"{e0['dim']}/{e0['kind']}", [0.0, 0.0])
-            a[0] += gap
-            a[1] += seg
-        for k, (num, den) in acc.items():
+    for acc in _site_gaps(runs):
+        for k, (num, den, _) in acc.items():
             if den > 0:
                 per.setdefault(k, []).append(num / den)
-    return ({k: sorted(v)[(len(v) - 1) // 2] for k, v in sorted(per.items())},
-            {k: len(v) for k, v in sorted(per.items())})
+    return ({k: _lower_median(v) for k, v in sorted(per.items())}, {k: len(v) for k, v in sorted(per.items())})
 
 
 def _ratio_factors(samples, predict):
