@@ -103,16 +103,23 @@ class PassBuilder {
   void column_bwd(int OC) {
     const int N = d_.tokens, C = c_.hidden;
     if (t_ <= 1) return gemm("bwd", N, OC, C, 2);
+    // With overlap (linear.cpp) each collective is posted before a GEMM and waited on after it:
+    // the item stands at the wait, where the ranks meet (a posted call progresses only inside
+    // MPI calls under --progress poll, none of which the GEMM makes).
+    const bool ov = p_.overlap;
     if (!sp_) {
       gemm("dinput", N, OC, C);
-      comm("tp", "all_reduce", act(), t_);
+      if (!ov) comm("tp", "all_reduce", act(), t_);
       gemm("dweight", N, OC, C);
+      if (ov) comm("tp", "all_reduce", act(), t_);
       return;
     }
-    if (p_.sp_regather) comm("tp", "all_gather", act(), t_);
+    if (p_.sp_regather && !ov) comm("tp", "all_gather", act(), t_);
     gemm("dinput", N, OC, C);
-    comm("tp", "reduce_scatter", act(), t_);
+    if (p_.sp_regather && ov) comm("tp", "all_gather", act(), t_);
+    if (!ov) comm("tp", "reduce_scatter", act(), t_);
     gemm("dweight", N, OC, C);
+    if (ov) comm("tp", "reduce_scatter", act(), t_);
   }
   void row_bwd(int K) {
     sp_gather();

@@ -2,7 +2,8 @@
 // list (the schedule generators), and per forward or backward of a model chunk the ops and
 // communication calls of the model's wiring in the order it runs them (pass_items: GEMMs with
 // their shapes, attention, elementwise ops with their element counts, the TP/SP, CP, EP
-// exchanges, ZeRO-3's gathers), then the gradient sync and the optimizer (sync_items).
+// exchanges, ZeRO-3's gathers), then the gradient sync and the optimizer (sync_items). Tensor
+// parallel's overlapped collectives stand at their wait, after the GEMM they were posted before.
 // mpi.predict_op_list proves them equal to a profiled run's events (tests/mpi/op_list_check.py).
 // Not here: durations (predict.hpp, calibration.hpp).
 #pragma once

@@ -11,7 +11,8 @@
 // Overlap and progress (the executor's rules on this backend): under --progress poll a
 // posted MPI operation advances only inside MPI calls, and on shared memory the copies run on
 // the rank's own core, so the model charges every communication call in full, in the order
-// the executor issues it: no overlap with compute is assumed. A pipeline receive completes at
+// the executor waits on them (a posted call at its wait: op_list.hpp): no overlap with compute
+// is assumed. A pipeline receive completes at
 // max(its post, the matching send's post) + the transfer; the time before the sender posted
 // is bubble, the transfer is exposed pp time (metrics.hpp's split). --progress thread (data
 // parallel only) overlaps the bucket reductions with the last backward ideally.

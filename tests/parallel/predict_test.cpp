@@ -1,11 +1,17 @@
 // The step model's wait at a collective (parallel/predict/predict.hpp, arrival_wait): a fixed
-// lead of one rank combined with a random drift between the two.
+// lead of one rank combined with a random drift between the two; and where a pass's items put
+// tensor parallel's overlapped collectives (parallel/predict/op_list.hpp, pass_items).
 #include <cmath>
 #include <numbers>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
+#include "comm/mesh.hpp"
+#include "predict/op_list.hpp"
 #include "predict/predict.hpp"
+#include "step/rules.hpp"
 
 namespace meshbench::parallel {
 namespace {
@@ -38,6 +44,63 @@ TEST(Predict, ArrivalWaitIsHalfTheFoldedNormalsMean) {
   }
   // a lead of a few drifts: the drift adds next to nothing (it changes how late, not who waits)
   EXPECT_NEAR(arrival_wait(5.0, 1.0), 2.5, 1e-3);
+}
+
+// A backward pass's items, labelled: a GEMM by its part ("dinput", "dweight", "bwd", ...), a
+// tensor-parallel collective by its name ("all_gather", "reduce_scatter", "all_reduce"),
+// anything else "-".
+std::vector<std::string> backward_labels(bool sp, bool overlap) {
+  Plan p;
+  p.mesh_text = "tp=2";
+  p.mesh = comm::parse_mesh(p.mesh_text);
+  p.sp = sp;
+  p.overlap = overlap;
+  resolve_and_validate(p, 2);
+  std::vector<std::string> out;
+  for (const PassItem& it : pass_items(p, 0, 0, 'B', false, true))
+    out.push_back(it.comm ? (it.dim == "tp" ? it.collective : "-") : it.op == Op::kMatmul ? it.part : "-");
+  return out;
+}
+
+// What follows each column-parallel input-gradient GEMM ("dinput") and weight-gradient GEMM
+// ("dweight"), and what precedes each "dinput", in order.
+struct Around {
+  std::vector<std::string> before_dinput, after_dinput, after_dweight;
+};
+Around around(const std::vector<std::string>& l) {
+  Around a;
+  for (size_t i = 0; i + 1 < l.size(); ++i) {
+    if (l[i] == "dinput") {
+      a.before_dinput.push_back(i > 0 ? l[i - 1] : "");
+      a.after_dinput.push_back(l[i + 1]);
+    }
+    if (l[i] == "dweight") a.after_dweight.push_back(l[i + 1]);
+  }
+  return a;
+}
+
+// linear.cpp's column_backward posts the input gradient's collective (under SP also the input's
+// re-gather) before a GEMM and waits on it after: the item stands at the wait, where the ranks
+// meet (a posted call progresses only inside MPI calls, none of which the GEMM makes). Without
+// overlap (--no-overlap) each call is blocking where it is issued.
+TEST(Predict, TensorParallelCollectivesStandAtTheirWait) {
+  const Around ov = around(backward_labels(false, true)), no = around(backward_labels(false, false));
+  ASSERT_GE(ov.after_dinput.size(), 3u);  // the blocks' QKV and fc, and the LM head
+  EXPECT_EQ(ov.after_dinput.size(), no.after_dinput.size());
+  for (size_t i = 0; i < ov.after_dinput.size(); ++i) {
+    EXPECT_EQ(ov.after_dinput[i], "dweight") << i;
+    EXPECT_EQ(ov.after_dweight[i], "all_reduce") << i;
+    EXPECT_EQ(no.after_dinput[i], "all_reduce") << i;
+  }
+  const Around sp = around(backward_labels(true, true)), sp_no = around(backward_labels(true, false));
+  ASSERT_GE(sp.after_dinput.size(), 3u);
+  EXPECT_EQ(sp.after_dinput.size(), sp_no.after_dinput.size());
+  for (size_t i = 0; i < sp.after_dinput.size(); ++i) {
+    EXPECT_EQ(sp.after_dinput[i], "all_gather") << i;        // the re-gather's wait
+    EXPECT_EQ(sp.after_dweight[i], "reduce_scatter") << i;  // the input gradient's wait
+    EXPECT_EQ(sp_no.before_dinput[i], "all_gather") << i;
+    EXPECT_EQ(sp_no.after_dinput[i], "reduce_scatter") << i;
+  }
 }
 
 }  // namespace
