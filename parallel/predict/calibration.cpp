@@ -176,8 +176,11 @@ Calibration read_calibration(const std::string& path) {
     cal.arrival_skew = read_num_attr(g.get(), "arrival_skew", std::numeric_limits<double>::quiet_NaN());
     cal.in_step_factor = read_num_attr(g.get(), "in_step_factor", 1.0);
     cal.posted_factor = read_num_attr(g.get(), "posted_factor", std::numeric_limits<double>::quiet_NaN());
+    cal.overlapped_factor = read_num_attr(g.get(), "overlapped_factor", std::numeric_limits<double>::quiet_NaN());
     for (const auto& [attr, into] : {std::pair{"in_step_factors", &cal.in_step_factors},
                                      std::pair{"posted_factors", &cal.posted_factors},
+                                     std::pair{"overlapped_factors", &cal.overlapped_factors},
+                                     std::pair{"post_factors", &cal.post_factors},
                                      std::pair{"arrival_skews", &cal.arrival_skews}}) {
       const std::string factors = read_str_attr(g.get(), attr);
       if (factors.empty()) continue;
@@ -191,7 +194,12 @@ Calibration read_calibration(const std::string& path) {
 }
 
 Timing Calibration::collective(const std::string& coll, int group_size, uint64_t bytes, const std::string& tag,
-                                bool posted) const {
+                                bool posted, bool overlapped) const {
+  const Timing t = fit(coll, group_size, bytes, tag);
+  return {t.seconds * factor_of(coll, posted, overlapped), t.extrapolated};
+}
+
+Timing Calibration::fit(const std::string& coll, int group_size, uint64_t bytes, const std::string& tag) const {
   std::vector<const CollectiveFit*> hit;
   std::set<std::string> tags, sizes;
   for (const CollectiveFit& k : fits) {
@@ -236,7 +244,7 @@ Timing Calibration::collective(const std::string& coll, int group_size, uint64_t
         break;
       }
     }
-  return {(seg->alpha + seg->beta * double(bytes)) * factor_of(coll, posted), extra};
+  return {seg->alpha + seg->beta * double(bytes), extra};
 }
 
 Timing Calibration::gemm(const std::string& part, int m, int n, int k) const {

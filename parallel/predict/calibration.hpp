@@ -76,7 +76,23 @@ struct Calibration {
   // has none, and posted calls take the blocking factors.
   double posted_factor = std::numeric_limits<double>::quiet_NaN();
   std::map<std::string, double> posted_factors;
-  double factor_of(const std::string& collective, bool posted = false) const {
+  // Overlapped factors (/compute attributes overlapped_factor, overlapped_factors): the same
+  // ratio for ZeRO-3's calls that the executor's polls complete while the rank computes
+  // (PassItem::overlapped): the ranks' mean blocked time at their wait (0 where a test() found
+  // one complete) over the fit. NaN and empty: the file has none (made before 2026-12-03), and
+  // such calls take the posted factors.
+  double overlapped_factor = std::numeric_limits<double>::quiet_NaN();
+  std::map<std::string, double> overlapped_factors;
+  // Post factors per call site, "dim/collective" (/compute attribute post_factors): the time a
+  // rank spends posting the site's calls (t_posted - t_post, exposed in the time split) over
+  // their fits. Empty: the file has none, and posting is not charged.
+  std::map<std::string, double> post_factors;
+  double factor_of(const std::string& collective, bool posted = false, bool overlapped = false) const {
+    if (overlapped) {
+      const auto it = overlapped_factors.find(collective);
+      if (it != overlapped_factors.end()) return it->second;
+      if (std::isfinite(overlapped_factor)) return overlapped_factor;
+    }
     if (posted) {
       const auto it = posted_factors.find(collective);
       if (it != posted_factors.end()) return it->second;
@@ -91,8 +107,10 @@ struct Calibration {
   // nearer in log size, beyond them the end one, extrapolated). Throws UsageError naming
   // the collective, group size and fabric when no fit matches or several tags do.
   // `posted`: a call the executor posts and waits on later (factor_of).
+  // `overlapped`: one the polls complete (factor_of). fit() is the same without the factor.
   Timing collective(const std::string& collective, int group_size, uint64_t bytes, const std::string& tag,
-                    bool posted = false) const;
+                    bool posted = false, bool overlapped = false) const;
+  Timing fit(const std::string& collective, int group_size, uint64_t bytes, const std::string& tag) const;
   // A GEMM of `part` (m x k)(k x n): the measured time of that shape (per call of its op,
   // every GEMM of the call included: a backward's two), else the part's measured shape nearest
   // in m n k scaled by the ratio of m n k (extrapolated). Throws

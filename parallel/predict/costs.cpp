@@ -18,7 +18,7 @@ using core::UsageError;
 Timing CalibrationCosts::time(const PassItem& it, std::string* what) const {
   if (it.comm) {
     const std::string coll = it.collective == "all_to_allv" ? "all_to_all" : it.collective;
-    const Timing t = cal_.collective(coll, it.group, it.bytes, fabric_, it.posted);
+    const Timing t = cal_.collective(coll, it.group, it.bytes, fabric_, it.posted, it.overlapped);
     if (t.extrapolated) *what = fmt::format("{} of {} B over {} ranks", coll, it.bytes, it.group);
     return t;
   }
@@ -39,6 +39,13 @@ double CalibrationCosts::arrival_skew(const std::string& dim, const std::string&
   return std::isfinite(cal_.arrival_skew) ? cal_.arrival_skew : 0.0;
 }
 
+double CalibrationCosts::post_seconds(const PassItem& it) const {
+  const auto f = cal_.post_factors.find(it.dim + "/" + it.collective);
+  if (f == cal_.post_factors.end()) return 0;
+  const std::string coll = it.collective == "all_to_allv" ? "all_to_all" : it.collective;
+  return f->second * cal_.fit(coll, it.group, it.bytes, fabric_).seconds;
+}
+
 std::vector<std::string> CalibrationCosts::notes() const {
   std::vector<std::string> out;
   if (cal_.in_step_factor != 1 || !cal_.in_step_factors.empty()) {
@@ -54,6 +61,21 @@ std::vector<std::string> CalibrationCosts::notes() const {
                               "fits from the wait on ({}; the others the overall posted factor)",
                               std::isfinite(cal_.posted_factor) ? cal_.posted_factor : 1.0, f));
   }
+  if (std::isfinite(cal_.overlapped_factor) || !cal_.overlapped_factors.empty()) {
+    std::string f;
+    for (const auto& [k, v] : cal_.overlapped_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
+    out.push_back(fmt::format("ZeRO-3's calls that the polls complete (its prefetched gathers, its reduce-scatters "
+                              "before the step's last) {:.2f}x their fits at their wait ({}), without a meeting",
+                              std::isfinite(cal_.overlapped_factor) ? cal_.overlapped_factor : 0.0, f));
+  } else
+    out.push_back("no overlapped factors in the calibration: ZeRO-3's calls that the polls complete take the posted "
+                  "factors, without a meeting");
+  if (!cal_.post_factors.empty()) {
+    std::string f;
+    for (const auto& [k, v] : cal_.post_factors) f += fmt::format("{}{} {:.3f}", f.empty() ? "" : ", ", k, v);
+    out.push_back(fmt::format("posting a call charged its site's share of the fit ({})", f));
+  } else
+    out.push_back("no post factors in the calibration: the time spent posting a call is not charged");
   const double skew = std::isfinite(cal_.arrival_skew) ? cal_.arrival_skew : 0.0;
   if (skew > 0 || !cal_.arrival_skews.empty()) {
     std::string per;

@@ -26,6 +26,8 @@ class Costs {
   // Arrival skew per second of compute since a group last met, at a call of collective `coll`
   // over dimension `dim` (0: none).
   virtual double arrival_skew(const std::string& /*dim*/, const std::string& /*coll*/) const { return 0; }
+  // Seconds a rank spends posting one call of `it` (exposed in the time split; 0: not charged).
+  virtual double post_seconds(const PassItem& /*it*/) const { return 0; }
   // Posted data-parallel calls overlap the last backward (a GPU's collectives run on their own
   // stream), as --progress thread makes them on this backend.
   virtual bool overlaps_posted() const { return false; }
@@ -46,6 +48,7 @@ class CalibrationCosts : public Costs {
   CalibrationCosts(Calibration cal, std::string fabric) : cal_(std::move(cal)), fabric_(std::move(fabric)) {}
   Timing time(const PassItem& it, std::string* what) const override;
   double arrival_skew(const std::string& dim, const std::string& coll) const override;
+  double post_seconds(const PassItem& it) const override;
   std::string source() const override { return cal_.path; }
   std::string fabric() const override { return fabric_; }
   std::vector<std::string> notes() const override;

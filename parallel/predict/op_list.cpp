@@ -434,15 +434,26 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
   const int d = plan.degrees.dp * plan.degrees.cp;
   const bool z3 = plan.zero == 3 && d > 1;
   const Units units = z3 ? stage_units(plan, pp_rank) : Units{};
-  // ZeRO-3: a unit is gathered before its use (once per step when kept: the first forward)
+  // ZeRO-3: a unit is gathered before its use (once per step when kept: the first forward). The
+  // pass's first gather is posted and waited on at once; the prefetch posts the others a unit
+  // ahead, and the polls between ops complete them (overlapped).
+  bool first_gather = true;
   auto gather = [&](int u) {
     if (!z3 || u < 0) return;
     if (plan.keep_params && !(phase == 'F' && first_micro)) return;
     b.comm("dp", "all_gather", uint64_t(units.units[size_t(u)].hi - units.units[size_t(u)].lo) * kSb, d);
+    b.items.back().overlapped = !first_gather && plan.prefetch > 0;
+    first_gather = false;
   };
+  // Its reduce-scatters are posted after each unit's backward and completed by the polls, but for
+  // the step's last (the last micro-batch's, of the rank's first chunk: waited on at the
+  // gradient sync) and without overlap (waited on at once).
+  std::ptrdiff_t last_scatter = -1;
   auto scatter = [&](int u) {
     if (!z3 || u < 0) return;
     b.comm("dp", "reduce_scatter", uint64_t(units.units[size_t(u)].hi - units.units[size_t(u)].lo) * kSb, d);
+    b.items.back().overlapped = plan.overlap;
+    last_scatter = std::ptrdiff_t(b.items.size()) - 1;
   };
   auto unit_of = [&](int l) { auto it = units.block.find(l); return it == units.block.end() ? -1 : it->second; };
   const int head_unit = units.head >= 0 ? units.head : units.embed;  // a tied head without a stage of its own
@@ -478,6 +489,7 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
     ready(all_unit_of(l));
   }
   if (embeds) { gather(units.embed); b.embed_bwd(); scatter(units.embed); ready(all.embed); }
+  if (last_micro && chunk == 0 && last_scatter >= 0) b.items[size_t(last_scatter)].overlapped = false;
   return b.items;
 }
 

@@ -40,6 +40,11 @@ struct PassItem {
   // reductions and gathers (the dp and edp dimensions; step/events record them with t_wait after
   // t_start). Timed with the calibration's posted factors.
   bool posted = false;
+  // ZeRO-3's calls that the executor's polls complete while the rank computes (zero.cpp: the
+  // gathers the prefetch posts a unit ahead, the reduce-scatters before the step's last): no
+  // rank blocks on them for long and the ranks do not meet there. Timed with the calibration's
+  // overlapped factors; no arrival wait, and the compute since the rank's last meeting runs on.
+  bool overlapped = false;
   // Recomputed before the backward (--recompute): hardware FLOPs, not the model's.
   bool recompute = false;
   // Uneven work across a group (expert parallel under a skewed routing: the items describe the

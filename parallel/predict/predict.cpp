@@ -103,18 +103,24 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
   const bool tied_pair = P > 1 && plan.model.tied;
   // A collective also waits for the group's last rank to arrive: on average over the ranks,
   // half the arrival skew, which grows with the compute since the group last met, at the rate
-  // the calibration measured for the call's dimension and collective (calibration.hpp).
+  // the calibration measured for the call's dimension and collective (calibration.hpp). A call
+  // the polls complete while the rank computes (PassItem::overlapped) is no meeting: no wait,
+  // and the compute since the last meeting runs on. Every call also costs its posting.
   auto run_items = [&](RankState& s, const std::vector<PassItem>& items, int phase) {
     for (const PassItem& it : items) {
       double dt = time(it);
       if (it.comm) {
-        // the wait for the group's last rank: the random drift over the compute since the last
-        // call, combined with the busiest rank's lead where this call's group has one (charged
-        // already, as the idle share of the uneven ops: only what the drift adds to it here)
-        const double lead = it.dim == s.idle_dim ? 2 * s.idle_since : 0.0;
-        dt += arrival_wait(lead, costs.arrival_skew(it.dim, it.collective) * s.since_sync) - lead / 2;
-        s.since_sync = 0;
-        if (it.dim == s.idle_dim) s.idle_since = 0;
+        if (!it.overlapped) {
+          // the wait for the group's last rank: the random drift over the compute since the last
+          // meeting, combined with the busiest rank's lead where this call's group has one
+          // (charged already, as the idle share of the uneven ops: only what the drift adds here)
+          const double lead = it.dim == s.idle_dim ? 2 * s.idle_since : 0.0;
+          dt += arrival_wait(lead, costs.arrival_skew(it.dim, it.collective) * s.since_sync) - lead / 2;
+          s.since_sync = 0;
+          if (it.dim == s.idle_dim) s.idle_since = 0;
+        }
+        const double post = costs.post_seconds(it);  // posting it, exposed as the time split counts it
+        dt += post;
         s.pred.exposed[it.dim] += dt;
       } else {
         s.pred.compute_s += dt;

@@ -39,7 +39,7 @@ import tempfile
 import time
 
 from . import reader
-from .in_step import arrival_skew, arrival_skews, in_step_factors, posted_factors
+from .in_step import arrival_skew, arrival_skews, in_step_factors, overlapped_factors, post_factors, posted_factors
 
 DEFAULT_MODEL = "small"
 DEFAULT_MOE_MODEL = "small-moe"
@@ -439,6 +439,8 @@ def attrs(runs, threads, model, opts, predict=None):
     skew, calls, per_run = arrival_skew(runs)
     factor, factors, fcalls = in_step_factors(runs, predict) if predict else (None, {}, 0)
     pfactor, pfactors, pcalls = posted_factors(runs, predict) if predict else (None, {}, 0)
+    ofactor, ofactors, ocalls = overlapped_factors(runs, predict) if predict else (None, {}, 0)
+    posts, post_calls = post_factors(runs, predict) if predict else ({}, 0)
     extra = {} if skew is None else {
         "arrival_skew": skew, "arrival_skew_calls": calls, "arrival_skew_runs": json.dumps(per_run),
         "arrival_skew_rule": ("per second of compute since a rank last left a communication call, how far apart "
@@ -467,7 +469,22 @@ def attrs(runs, threads, model, opts, predict=None):
                                              "the dp and edp dimensions "
                                              "matched across the ranks of min t_end - max t_wait (from the last "
                                              "rank's start of the wait to the first completion, 0 if negative) over "
-                                             "the sum of the fits' times for their sizes")})
+                                             "the sum of the fits' times for their sizes; ZeRO-3's calls that the "
+                                             "polls complete left out (overlapped_factor)")})
+    if ofactor is not None:
+        extra.update({"overlapped_factor": ofactor, "overlapped_factors": json.dumps(ofactors),
+                      "overlapped_factor_calls": ocalls,
+                      "overlapped_factor_rule": ("per collective: over ZeRO-3's calls that the polls complete while "
+                                                 "the rank computes (its dp gathers posted a unit ahead by the "
+                                                 "prefetch, its dp reduce-scatters before the step's last), matched "
+                                                 "across the ranks, the sum of the ranks' mean t_end - t_wait over "
+                                                 "the sum of the fits' times for their sizes")})
+    if posts:
+        extra.update({"post_factors": json.dumps(posts), "post_factor_calls": post_calls,
+                      "post_factors_rule": ("per call site (dim/collective): over its calls matched across the "
+                                            "ranks, blocking and posted, the sum of the ranks' mean t_posted - "
+                                            "t_post (the time spent posting a call) over the sum of the fits' "
+                                            "times for their sizes")})
     return {**extra, "threads": threads, "model": model, "backend": device_of(runs), "steps": opts["steps"],
             "warmup": opts["warmup"],
             "commands": json.dumps([r["command"] for r in runs]),

@@ -15,7 +15,44 @@ def _arrival(e):
     return max(e["t_start"], e.get("t_wait", e["t_start"]))
 
 
-def matched_calls(run, posted=False):
+def _int_attr(a, key, default):
+    try:
+        return int(a.get(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
+def overlapped_calls(run):
+    """The ids (id(event)) of a run's calls that the executor's polls complete while the rank
+    computes, so that no rank blocks on them long and the ranks do not meet there (the step
+    model's PassItem::overlapped, parallel/predict/op_list.cpp): in a ZeRO-3 run, per rank and
+    step, the dp gathers its prefetch posted a unit ahead (every dp/all_gather of a pass but the
+    pass's first, with --prefetch 1 or more) and, with overlap on, the dp reduce-scatters before
+    the step's last. Empty for every other run."""
+    a = run.get("attrs") or {}
+    if _int_attr(a, "zero_stage", 0) != 3:
+        return set()
+    prefetch, overlap = _int_attr(a, "prefetch", 1) > 0, _int_attr(a, "overlap", 1) != 0
+    out, by = set(), {}
+    for e in run.get("events") or []:
+        if e["dim"] == "dp":
+            by.setdefault((e["rank"], e["step"]), []).append(e)
+    for evs in by.values():
+        evs.sort(key=lambda e: e["t_start"])
+        seen = set()
+        for e in evs:
+            if e["kind"] == "all_gather":
+                key = (e.get("microbatch"), e.get("chunk"), e.get("phase"))
+                if key in seen and prefetch:
+                    out.add(id(e))
+                seen.add(key)
+        rs = [e for e in evs if e["kind"] == "reduce_scatter"]
+        if overlap:
+            out.update(id(e) for e in rs[:-1])
+    return out
+
+
+def matched_calls(run, posted=False, overlapped=False):
     """The collectives of one run of 2 or more ranks, matched across its ranks: a list of
     {rank: (event, segment)} with every rank present. A call is matched by (step, dim, kind,
     its index among that step's calls of that dim and kind on the rank); its segment runs from
@@ -23,13 +60,17 @@ def matched_calls(run, posted=False):
     met), or from its first event of the step, to its arrival (_arrival). Blocking calls only,
     unless `posted`: then posted calls (t_wait after t_start: data parallel's buckets, ZeRO's
     reductions, the overlapped exchanges) too, arriving when the rank began to wait on them.
-    Either way a posted call's end ends a segment. Pipeline sends and receives are left out
-    (their wait is the bubble). Times on rank 0's clock (step/events). [] for one rank."""
+    Either way a posted call's end ends a segment. ZeRO-3's calls that the polls complete
+    (overlapped_calls) are no meeting: they are left out and do not end a segment, unless
+    `overlapped`, which returns those calls alone (matched, their segments not meaningful).
+    Pipeline sends and receives are left out (their wait is the bubble). Times on rank 0's
+    clock (step/events). [] for one rank."""
     by_rank = {}
     for e in run.get("events") or []:
         by_rank.setdefault(e["rank"], []).append(e)
     if len(by_rank) < 2:
         return []
+    skip = overlapped_calls(run)
     seen = {}
     for rank, evs in by_rank.items():
         evs.sort(key=lambda e: e["t_start"])
@@ -41,7 +82,9 @@ def matched_calls(run, posted=False):
             k = (e["step"], e["dim"], e["kind"])
             i = count.get(k, 0)
             count[k] = i + 1
-            if posted or e.get("t_wait", e["t_start"]) <= e["t_start"]:
+            if (id(e) in skip) != overlapped:
+                continue
+            if posted or overlapped or e.get("t_wait", e["t_start"]) <= e["t_start"]:
                 seen.setdefault(k + (i,), {})[rank] = (e, max(0.0, _arrival(e) - met[e["step"]]))
             met[e["step"]] = max(met[e["step"]], e["t_end"])
     return [c for c in seen.values() if len(c) == len(by_rank)]
@@ -188,3 +231,40 @@ def posted_factors(runs, predict):
                 continue  # blocking (in_step_factors'), or a dimension the model times as blocking
             samples.append((evs, min(e["t_end"] for e in evs) - max(_arrival(e) for e in evs)))
     return _ratio_factors(samples, predict)
+
+
+def overlapped_factors(runs, predict):
+    """(factor over every collective, {collective: factor}, calls) of ZeRO-3's calls that the
+    polls complete while the rank computes (overlapped_calls): the sum over those calls matched
+    across the ranks of the ranks' mean blocked time (t_end - t_wait: 0 where a test() found the
+    call complete) over the sum of the fits' predictions. What such a call still costs at its
+    wait, the step model's charge for PassItem::overlapped. (None, {}, 0) without a call."""
+    samples = []
+    for run in runs:
+        for c in matched_calls(run, overlapped=True):
+            evs = [e for e, _ in c.values()]
+            samples.append((evs, sum(e["t_end"] - e.get("t_wait", e["t_start"]) for e in evs) / len(evs)))
+    return _ratio_factors(samples, predict)
+
+
+def post_factors(runs, predict):
+    """({"dim/collective": factor}, calls): the time a rank spends posting a call (t_posted -
+    t_post in step/events: MPI may copy or hand over the message there; the time split counts it
+    as exposed), per call site, over the fits' predictions: per site the sum over the site's
+    calls matched across the ranks, blocking (which post nothing) and posted, of the ranks' mean
+    posting time over the sum of the fits' times. The step model charges every call of the site
+    this share of its fit. ({}, 0) without a call."""
+    sums, calls = {}, 0
+    for run in runs:
+        for c in matched_calls(run, posted=True) + matched_calls(run, overlapped=True):
+            evs = [e for e, _ in c.values()]
+            kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
+            t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
+            if t is None or t <= 0:
+                continue
+            took = sum(max(0.0, e.get("t_posted", e["t_start"]) - e.get("t_post", e["t_start"])) for e in evs) / len(evs)
+            a = sums.setdefault(f"{evs[0]['dim']}/{evs[0]['kind']}", [0.0, 0.0])
+            a[0] += took
+            a[1] += t
+            calls += 1
+    return {k: v[0] / v[1] for k, v in sorted(sums.items()) if v[1] > 0}, calls

@@ -1,6 +1,7 @@
 // The step model's wait at a collective (parallel/predict/predict.hpp, arrival_wait): a fixed
-// lead of one rank combined with a random drift between the two; and where a pass's items put
-// tensor parallel's overlapped collectives (parallel/predict/op_list.hpp, pass_items).
+// lead of one rank combined with a random drift between the two; where a pass's items put
+// tensor parallel's overlapped collectives, and which of ZeRO-3's calls are no meeting
+// (parallel/predict/op_list.hpp, pass_items).
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -101,6 +102,48 @@ TEST(Predict, TensorParallelCollectivesStandAtTheirWait) {
     EXPECT_EQ(sp_no.before_dinput[i], "all_gather") << i;
     EXPECT_EQ(sp_no.after_dinput[i], "reduce_scatter") << i;
   }
+}
+
+// ZeRO-3's dp calls of one pass, in order: 'G' a gather, 'R' a reduce-scatter, lower case where
+// the item is overlapped (the polls complete it, no meeting).
+std::string zero3_calls(bool overlap, int prefetch, char phase, bool last_micro) {
+  Plan p;
+  p.mesh_text = "dp=2";
+  p.mesh = comm::parse_mesh(p.mesh_text);
+  p.zero = 3;
+  p.overlap = overlap;
+  p.prefetch = prefetch;
+  p.micro_batches = 2;
+  resolve_and_validate(p, 2);
+  std::string out;
+  for (const PassItem& it : pass_items(p, 0, 0, phase, false, last_micro))
+    if (it.comm && it.dim == "dp") {
+      const char c = it.collective == "all_gather" ? 'G' : it.collective == "reduce_scatter" ? 'R' : '?';
+      out += it.overlapped ? char(c - 'A' + 'a') : c;
+    }
+  return out;
+}
+
+// zero.cpp: a pass's first gather is posted and waited on at once (a meeting); the prefetch posts
+// the others a unit ahead and the polls between ops complete them. The reduce-scatters are posted
+// after each unit's backward and completed by the polls, but for the step's last, waited on at
+// the gradient sync. Without prefetch every gather waits at once; without overlap every
+// reduce-scatter does.
+TEST(Predict, ZeroThreeMeetsAtEachPassesFirstGatherAndTheLastReduceScatter) {
+  const std::string fwd = zero3_calls(true, 1, 'F', false);
+  ASSERT_GE(fwd.size(), 3u);  // the embedding, the blocks, the head
+  EXPECT_EQ(fwd, "G" + std::string(fwd.size() - 1, 'g'));
+  const std::string bwd = zero3_calls(true, 1, 'B', false), bwd_last = zero3_calls(true, 1, 'B', true);
+  EXPECT_EQ(bwd.front(), 'G');
+  EXPECT_EQ(bwd.find('R'), std::string::npos) << bwd;  // every reduce-scatter polled
+  EXPECT_EQ(bwd.find('G', 1), std::string::npos) << bwd;
+  ASSERT_EQ(bwd_last.size(), bwd.size());
+  EXPECT_EQ(bwd_last.back(), 'R') << bwd_last;  // the step's last: waited on at the sync
+  EXPECT_EQ(bwd_last.substr(0, bwd_last.size() - 1), bwd.substr(0, bwd.size() - 1));
+  EXPECT_EQ(zero3_calls(true, 0, 'F', false), std::string(fwd.size(), 'G'));  // no prefetch
+  const std::string no = zero3_calls(false, 1, 'B', false);
+  EXPECT_EQ(no.find('r'), std::string::npos) << no;  // --no-overlap: each waited on at once
+  EXPECT_NE(no.find('R'), std::string::npos) << no;
 }
 
 }  // namespace

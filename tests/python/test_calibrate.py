@@ -656,3 +656,54 @@ def test_arrival_skews_per_call_site():
     assert json.loads(a["arrival_skews"]) == {"dp/all_reduce": pytest.approx(0.1 / 0.35),
                                               "tp/all_reduce": pytest.approx(0.3 / 3.15)}
     assert a["arrival_skew"] == pytest.approx(0.4 / 3.5) and "dim/collective" in a["arrival_skews_rule"]
+
+
+def _z3(rank, kind, micro, phase, t_post, t_wait, t_end, post=0.01, nbytes=1024):
+    """A posted ZeRO-3 call: posted at t_post (for `post` s), waited on from t_wait (t_wait ==
+    t_end: a test() found it complete)."""
+    return {"rank": rank, "step": 0, "dim": "dp", "kind": kind, "microbatch": micro, "chunk": 0, "phase": phase,
+            "t_post": t_post, "t_posted": t_post + post, "t_start": t_post, "t_wait": t_wait, "t_end": t_end,
+            "bytes": nbytes}
+
+
+def test_zero3_calls_the_polls_complete_are_no_meeting():
+    # One step of two ranks, one micro-batch: the forward's first gather (waited on once posted:
+    # rank 0 from 1.01, rank 1 from 1.11, done at 1.2), a prefetched gather (rank 0 waits from
+    # 1.9 to 2.0, rank 1's test finds it done at 2.0), a reduce-scatter the polls complete (3.5)
+    # and the step's last reduce-scatter (waited on from 4.01 and 4.21, done at 4.3).
+    ev = [_ev(r, 0, "-", "matmul.fwd", 0.0, 0.5) for r in (0, 1)]
+    for r in (0, 1):
+        ev += [_z3(r, "all_gather", 0, "F", 1.0 + 0.1 * r, 1.01 + 0.1 * r, 1.2),
+               _z3(r, "all_gather", 0, "F", 1.0 + 0.1 * r, 1.9 if r == 0 else 2.0, 2.0),
+               _z3(r, "reduce_scatter", 0, "B", 3.0, 3.5, 3.5),
+               _z3(r, "reduce_scatter", 0, "B", 4.0, 4.01 + 0.2 * r, 4.3)]
+    attrs = {"zero_stage": 3, "prefetch": 1, "overlap": 1}
+    run = {"events": ev, "attrs": attrs}
+    over = in_step.overlapped_calls(run)
+    assert over == {id(e) for e in ev if e["dim"] == "dp" and e["t_end"] in (2.0, 3.5)}
+    # the meetings' gaps: 0.1 at the first gather over segments 1.01 and 1.11 from the step's
+    # start; 0.2 at the last reduce-scatter over segments from the first gather's end (1.2): 2.81
+    # and 3.01; the overlapped calls end no segment
+    skews, _ = in_step.arrival_skews([run])
+    assert skews == {"dp/all_gather": pytest.approx(0.1 / 1.06), "dp/reduce_scatter": pytest.approx(0.2 / 2.91)}
+    assert in_step.arrival_skew([run])[0] == pytest.approx(0.3 / (1.06 + 2.91))
+    fits = lambda coll, n, size: 0.1 if n == 2 and size == 1024 else None
+    # overlapped: the gather blocked 0.1 s on rank 0, 0 on rank 1 (mean 0.05 of a 0.1 s fit); the
+    # reduce-scatter 0 on both
+    f, per, calls = in_step.overlapped_factors([run], fits)
+    assert calls == 2 and per == {"all_gather": pytest.approx(0.5), "reduce_scatter": 0.0}
+    assert f == pytest.approx(0.05 / 0.2)
+    # the posted factors count the meetings only: the gather from 1.11 to 1.2 (0.09 of 0.1), the
+    # reduce-scatter from 4.21 to 4.3
+    f, per, calls = in_step.posted_factors([run], fits)
+    assert calls == 2 and per == {"all_gather": pytest.approx(0.9), "reduce_scatter": pytest.approx(0.9)}
+    # posting: 0.01 s per call of a 0.1 s fit, every call of the site
+    posts, calls = in_step.post_factors([run], fits)
+    assert calls == 4 and posts == {"dp/all_gather": pytest.approx(0.1), "dp/reduce_scatter": pytest.approx(0.1)}
+    # without prefetch every gather is waited on at once, without overlap every reduce-scatter
+    ids = lambda kind: {id(e) for e in ev if e["kind"] == kind}
+    assert in_step.overlapped_calls({"events": ev, "attrs": dict(attrs, prefetch=0)}) == over - ids("all_gather")
+    assert in_step.overlapped_calls({"events": ev, "attrs": dict(attrs, overlap=0)}) == over - ids("reduce_scatter")
+    # other runs have none: the same calls of a ZeRO-2 run are all meetings
+    assert in_step.overlapped_calls({"events": ev, "attrs": dict(attrs, zero_stage=2)}) == set()
+    assert in_step.overlapped_factors([{"events": ev}], fits) == (None, {}, 0)

@@ -81,7 +81,7 @@ def plan(cal, *args, world=1, check=True):
 
 def tiny_flops():
     """The tiny preset's GEMM FLOPs of one block and of the head, forward (docs: --model tiny)."""
-    L, C, F, V, N = 2, 64, 256, 512, 4 * 64
+    C, F, V, N = 64, 256, 512, 4 * 64  # 2 layers: one block per stage
     block = 2.0 * N * (C * 3 * C + C * C + 2 * C * F)
     head = 2.0 * N * C * V
     return block, head
@@ -309,3 +309,47 @@ def test_posted_factors_time_the_data_parallel_calls(tmp_path):
     assert b["exposed_s"]["tp"] == pytest.approx(a["exposed_s"]["tp"], rel=1e-12)
     assert b["exposed_s"]["dp"] == pytest.approx(a["exposed_s"]["dp"] / 4, rel=1e-9)  # 0.5 for 2.0
     assert any("posted calls" in n and "all_reduce 0.50" in n for n in b["notes"])
+
+
+def test_zero3_meets_only_where_a_rank_blocks(tmp_path):
+    # ZeRO-3 over dp=2, 2 micro-batches. The executor waits at once on each pass's first gather
+    # and on the step's last reduce-scatter (the ranks meet there); its polls complete the
+    # prefetched gathers and the other reduce-scatters while the rank computes (overlapped: the
+    # calibration's overlapped factors, no arrival wait, the compute since the last meeting runs
+    # on). Only GEMMs cost time (the embedding's backward and the optimizer take none).
+    parts = ("fwd", "dinput", "dweight", "bwd")
+    a = 5e-6
+    fits = [(c, 2, "shm", [(1, 1 << 30, a, 0.0)]) for c in ("all_gather", "reduce_scatter")]
+    free = [(c, 2, "shm", [(1, 1 << 30, 0.0, 0.0)]) for c in ("all_gather", "reduce_scatter")]
+    none = '{"all_gather": 0.0, "reduce_scatter": 0.0}'
+    cals = {
+        "free": (free, {}),
+        "gathers": (fits, {"posted_factors": '{"all_gather": 1.0, "reduce_scatter": 0.0}',
+                           "overlapped_factors": '{"all_gather": 1.0, "reduce_scatter": 0.0}'}),
+        "scatters": (fits, {"posted_factors": '{"all_gather": 0.0, "reduce_scatter": 1.0}',
+                            "overlapped_factors": '{"all_gather": 0.0, "reduce_scatter": 1.0}'}),
+        "meetings": (fits, {"posted_factors": '{"all_gather": 1.0, "reduce_scatter": 1.0}', "overlapped_factors": none}),
+        "posts": (fits, {"posted_factors": none, "overlapped_factors": none,
+                         "post_factors": '{"dp/all_gather": 0.5, "dp/reduce_scatter": 0.25}'}),
+        "skewed": (free, {"arrival_skew": 0.1, "arrival_skews": '{"dp/all_gather": 0.2, "dp/reduce_scatter": 0.0}'}),
+    }
+    got = {}
+    for name, (f, attrs) in cals.items():
+        path = tmp_path / f"{name}.h5"
+        write_cal(path, f, gemm_parts=parts, compute_attrs=attrs)
+        got[name] = plan(path, "--model", "tiny", "--mesh", "dp=2", "--zero", "3", "--micro-batches", "2", world=2)
+    dp = {n: got[n]["exposed_s"].get("dp", 0.0) for n in got}
+    gathers, scatters = dp["gathers"] / a, dp["scatters"] / a
+    assert gathers == pytest.approx(round(gathers)) and gathers > 4
+    assert scatters == pytest.approx(round(scatters)) and scatters > 1
+    # 4 passes' first gathers and the step's last reduce-scatter: the meetings
+    assert dp["meetings"] == pytest.approx(5 * a, rel=1e-9)
+    assert dp["posts"] == pytest.approx(0.5 * dp["gathers"] + 0.25 * dp["scatters"], rel=1e-9)
+    assert any("posting a call" in n and "dp/all_gather 0.500" in n for n in got["posts"]["notes"])
+    assert any("without a meeting" in n for n in got["meetings"]["notes"])
+    # the skew: each meeting waits half its site's rate of the compute since the last meeting.
+    # The gathers' (0.2) cover the step from its start to the last backward's first gather (the
+    # forward, backward and forward before it); the last reduce-scatter's (0) the last backward.
+    r = got["free"]["per_rank"][0]
+    compute, backward = r["compute_s"], r["phases"]["backward"]
+    assert dp["skewed"] == pytest.approx(0.5 * 0.2 * (compute - backward / 2), rel=1e-9)
