@@ -46,24 +46,30 @@ double CalibrationCosts::post_seconds(const PassItem& it) const {
   return f->second * cal_.fit(coll, it.group, it.bytes, fabric_).seconds;
 }
 
+namespace {
+// "key value, key value" of a calibration's per-key factors, `digits` after the point.
+std::string listed(const std::map<std::string, double>& m, int digits) {
+  std::string out;
+  for (const auto& [k, v] : m) out += fmt::format("{}{} {:.{}f}", out.empty() ? "" : ", ", k, v, digits);
+  return out;
+}
+}  // namespace
+
 std::vector<std::string> CalibrationCosts::notes() const {
   std::vector<std::string> out;
   if (cal_.in_step_factor != 1 || !cal_.in_step_factors.empty()) {
-    std::string f;
-    for (const auto& [k, v] : cal_.in_step_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
+    const std::string f = listed(cal_.in_step_factors, 2);
     out.push_back(fmt::format("collectives {:.2f}x their isolated fits inside a step ({}; the others the overall factor)",
                               cal_.in_step_factor, f));
   }
   if (std::isfinite(cal_.posted_factor) || !cal_.posted_factors.empty()) {
-    std::string f;
-    for (const auto& [k, v] : cal_.posted_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
+    const std::string f = listed(cal_.posted_factors, 2);
     out.push_back(fmt::format("posted calls (dp, edp: the buckets, ZeRO's reductions and gathers) {:.2f}x their "
                               "fits from the wait on ({}; the others the overall posted factor)",
                               std::isfinite(cal_.posted_factor) ? cal_.posted_factor : 1.0, f));
   }
   if (std::isfinite(cal_.overlapped_factor) || !cal_.overlapped_factors.empty()) {
-    std::string f;
-    for (const auto& [k, v] : cal_.overlapped_factors) f += fmt::format("{}{} {:.2f}", f.empty() ? "" : ", ", k, v);
+    const std::string f = listed(cal_.overlapped_factors, 2);
     out.push_back(fmt::format("ZeRO-3's calls that the polls complete (its prefetched gathers, its reduce-scatters "
                               "before the step's last) {:.2f}x their fits at their wait ({}), without a meeting",
                               std::isfinite(cal_.overlapped_factor) ? cal_.overlapped_factor : 0.0, f));
@@ -71,15 +77,13 @@ std::vector<std::string> CalibrationCosts::notes() const {
     out.push_back("no overlapped factors in the calibration: ZeRO-3's calls that the polls complete take the posted "
                   "factors, without a meeting");
   if (!cal_.post_factors.empty()) {
-    std::string f;
-    for (const auto& [k, v] : cal_.post_factors) f += fmt::format("{}{} {:.3f}", f.empty() ? "" : ", ", k, v);
+    const std::string f = listed(cal_.post_factors, 3);
     out.push_back(fmt::format("posting a call charged its site's share of the fit ({})", f));
   } else
     out.push_back("no post factors in the calibration: the time spent posting a call is not charged");
   const double skew = std::isfinite(cal_.arrival_skew) ? cal_.arrival_skew : 0.0;
   if (skew > 0 || !cal_.arrival_skews.empty()) {
-    std::string per;
-    for (const auto& [k, v] : cal_.arrival_skews) per += fmt::format("{}{} {:.3f}", per.empty() ? "" : ", ", k, v);
+    const std::string per = listed(cal_.arrival_skews, 3);
     out.push_back(fmt::format("arrival skew {:.3f} s per s of compute since a group last met (half charged "
                               "to each collective, the mean over ranks){}", skew,
                               per.empty() ? "" : fmt::format("; per call site (dim/collective) {}, the others the overall", per)));

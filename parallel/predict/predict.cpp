@@ -251,7 +251,10 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
                                                                               plan.recompute_layers)
                                                                 : std::string("the block's forward")));
   if (plan.progress == Progress::kPoll && !costs.overlaps_posted())
-    out.notes.push_back("--progress poll: every communication call charged in full (no overlap with compute)");
+    out.notes.push_back(plan.zero == 3 && plan.degrees.dp * plan.degrees.cp > 1
+                            ? "--progress poll: every communication call charged in full (no overlap with compute), "
+                              "but ZeRO-3's calls that the polls complete: what the calibration measured at their wait"
+                            : "--progress poll: every communication call charged in full (no overlap with compute)");
   if (const Cluster* c = costs.cluster()) {
     // MFU and HFU: the model's FLOPs per step (the measured runs' definition, outcome.cpp) over
     // the step, per GPU, against the datasheet's dense bf16 peak; the hardware's add what
