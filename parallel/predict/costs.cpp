@@ -15,9 +15,14 @@ using core::UsageError;
 
 // ---- a calibration of this machine ----
 
+namespace {
+// The fit that times a call: all-to-all-v by the all-to-all's.
+std::string fitted(const PassItem& it) { return it.collective == "all_to_allv" ? "all_to_all" : it.collective; }
+}  // namespace
+
 Timing CalibrationCosts::time(const PassItem& it, std::string* what) const {
   if (it.comm) {
-    const std::string coll = it.collective == "all_to_allv" ? "all_to_all" : it.collective;
+    const std::string coll = fitted(it);
     const Timing t = cal_.collective(coll, it.group, it.bytes, fabric_, it.posted, it.overlapped);
     if (t.extrapolated) *what = fmt::format("{} of {} B over {} ranks", coll, it.bytes, it.group);
     return t;
@@ -42,8 +47,7 @@ double CalibrationCosts::arrival_skew(const std::string& dim, const std::string&
 double CalibrationCosts::post_seconds(const PassItem& it) const {
   const auto f = cal_.post_factors.find(it.dim + "/" + it.collective);
   if (f == cal_.post_factors.end()) return 0;
-  const std::string coll = it.collective == "all_to_allv" ? "all_to_all" : it.collective;
-  return f->second * cal_.fit(coll, it.group, it.bytes, fabric_).seconds;
+  return f->second * cal_.fit(fitted(it), it.group, it.bytes, fabric_).seconds;
 }
 
 namespace {

@@ -106,10 +106,12 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
   // the calibration measured for the call's dimension and collective (calibration.hpp). A call
   // the polls complete while the rank computes (PassItem::overlapped) is no meeting: no wait,
   // and the compute since the last meeting runs on. Every call also costs its posting.
+  bool any_overlapped = false;  // a call the polls complete (the poll note names them)
   auto run_items = [&](RankState& s, const std::vector<PassItem>& items, int phase) {
     for (const PassItem& it : items) {
       double dt = time(it);
       if (it.comm) {
+        any_overlapped = any_overlapped || it.overlapped;
         if (!it.overlapped) {
           // the wait for the group's last rank: the random drift over the compute since the last
           // meeting, combined with the busiest rank's lead where this call's group has one
@@ -251,7 +253,7 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
                                                                               plan.recompute_layers)
                                                                 : std::string("the block's forward")));
   if (plan.progress == Progress::kPoll && !costs.overlaps_posted())
-    out.notes.push_back(plan.zero == 3 && plan.degrees.dp * plan.degrees.cp > 1
+    out.notes.push_back(any_overlapped
                             ? "--progress poll: every communication call charged in full (no overlap with compute), "
                               "but ZeRO-3's calls that the polls complete: what the calibration measured at their wait"
                             : "--progress poll: every communication call charged in full (no overlap with compute)");

@@ -177,17 +177,18 @@ def arrival_skews(runs):
     return ({k: _lower_median(v) for k, v in sorted(per.items())}, {k: len(v) for k, v in sorted(per.items())})
 
 
-def _ratio_factors(samples, predict):
+def _ratio_factors(samples, predict, site=False):
     """(overall, {collective: factor}, calls) of (events, seconds taken) samples: per
-    collective the summed seconds over the summed fit predictions (all_to_allv by the all_to_all
-    fit); samples without a fit are left out. (None, {}, 0) without one."""
+    collective (per call site "dim/collective" with `site`) the summed seconds over the summed
+    fit predictions (all_to_allv by the all_to_all fit); samples without a fit are left out.
+    (None, {}, 0) without one."""
     sums = {}
     for evs, took in samples:
         kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
         t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
         if t is None or t <= 0:
             continue
-        a = sums.setdefault(kind, [0.0, 0.0, 0])
+        a = sums.setdefault(f"{evs[0]['dim']}/{evs[0]['kind']}" if site else kind, [0.0, 0.0, 0])
         a[0] += max(0.0, took)
         a[1] += t
         a[2] += 1
@@ -254,17 +255,11 @@ def post_factors(runs, predict):
     calls matched across the ranks, blocking (which post nothing) and posted, of the ranks' mean
     posting time over the sum of the fits' times. The step model charges every call of the site
     this share of its fit. ({}, 0) without a call."""
-    sums, calls = {}, 0
+    samples = []
     for run in runs:
         for c in matched_calls(run, posted=True) + matched_calls(run, overlapped=True):
             evs = [e for e, _ in c.values()]
-            kind = "all_to_all" if evs[0]["kind"] == "all_to_allv" else evs[0]["kind"]
-            t = predict(kind, len(evs), max(int(e.get("bytes", 0)) for e in evs))
-            if t is None or t <= 0:
-                continue
-            took = sum(max(0.0, e.get("t_posted", e["t_start"]) - e.get("t_post", e["t_start"])) for e in evs) / len(evs)
-            a = sums.setdefault(f"{evs[0]['dim']}/{evs[0]['kind']}", [0.0, 0.0])
-            a[0] += took
-            a[1] += t
-            calls += 1
-    return {k: v[0] / v[1] for k, v in sorted(sums.items()) if v[1] > 0}, calls
+            samples.append((evs, sum(max(0.0, e.get("t_posted", e["t_start"]) - e.get("t_post", e["t_start"]))
+                                     for e in evs) / len(evs)))
+    _, per, calls = _ratio_factors(samples, predict, site=True)
+    return per, calls

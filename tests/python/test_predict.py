@@ -347,6 +347,13 @@ def test_zero3_meets_only_where_a_rank_blocks(tmp_path):
     assert dp["posts"] == pytest.approx(0.5 * dp["gathers"] + 0.25 * dp["scatters"], rel=1e-9)
     assert any("posting a call" in n and "dp/all_gather 0.500" in n for n in got["posts"]["notes"])
     assert any("without a meeting" in n for n in got["meetings"]["notes"])
+    assert any("but ZeRO-3's calls that the polls complete" in n for n in got["meetings"]["notes"])
+    # with every call waited on at once (no prefetch, no overlap) none is polled, and the poll
+    # note says every call is charged in full
+    waited = plan(tmp_path / "meetings.h5", "--model", "tiny", "--mesh", "dp=2", "--zero", "3", "--micro-batches", "2",
+                  "--prefetch", "0", "--no-overlap", world=2)
+    assert waited["exposed_s"]["dp"] == pytest.approx(dp["gathers"] + dp["scatters"], rel=1e-9)
+    assert not any("but ZeRO-3's" in n for n in waited["notes"])
     # the skew: each meeting waits half its site's rate of the compute since the last meeting.
     # The gathers' (0.2) cover the step from its start to the last backward's first gather (the
     # forward, backward and forward before it); the last reduce-scatter's (0) the last backward.
