@@ -2,7 +2,8 @@
 # Data-parallel step_bench at 2 ranks: --check against the single-rank reference (loss, every
 # gradient, the updated parameters) with 1 and 2 micro-batches, avg and sum, overlap on and
 # off, poll and thread progress; the injected fault is caught (exit 1); the measured DP bytes
-# equal the plan's exactly; HDF5 and the Perfetto trace hold both ranks.
+# equal the plan's exactly; HDF5 and the Perfetto trace hold both ranks; with --no-overlap no
+# compute op runs while a reduction is in flight (read from the trace, not from timings).
 source "$(dirname "$0")/lib.bash"
 tiny=(--layers 2 --hidden 32 --heads 2 --kv-heads 1 --seq 16 --vocab 64 --micro-batch 2 --steps 2 --warmup 1
       --threads 1 --bucket-mb 0.02 --quiet)
@@ -16,7 +17,7 @@ run_check() {  # label, args...
 run_check "dp=2" -O "$WORK/a.h5" --trace "$WORK/a.json"
 run_check "dp=2, 2 micro-batches" --micro-batches 2
 run_check "dp=2, grad-reduce sum" --grad-reduce sum --micro-batches 2
-run_check "dp=2, no overlap" --no-overlap -O "$WORK/n.h5"
+run_check "dp=2, no overlap" --no-overlap -O "$WORK/n.h5" --trace "$WORK/n.json"
 run_check "dp=2, progress thread" --progress thread
 run_check "dp=2, untied head, data repeat" --tied false --data repeat
 
@@ -60,13 +61,31 @@ t = json.load(open(sys.argv[2]))
 pids = {e["pid"] for e in t["traceEvents"] if e["ph"] == "X"}
 assert pids == {0, 1}, pids
 assert any(e.get("cat") == "comm" for e in t["traceEvents"])
-# --no-overlap: every reduction runs after the backward, so nearly all of it is exposed (the
-# rank stands still posting or waiting; the executor's own microseconds between the posts are
-# 'other' in the time split, docs/metrics.md)
+# --no-overlap: every reduction is posted after the rank's last backward op of its step and no
+# compute op runs while one is in flight, so the calls' busy time is exposed except for the
+# executor's own microseconds between the posts, which the time split charges to 'other'
+# (docs/metrics.md). Structural, not a timing threshold: a loaded machine passes it too.
 n = h5py.File(sys.argv[3], "r")
 (nid,) = n["runs"].keys()
-ns = n["runs"][nid]["step"]["summary"][0]
-assert ns["exposed_comm_fraction_dp"] > 0.9, ns["exposed_comm_fraction_dp"]
+nst = n["runs"][nid]["step"]
+nev = nst["events"][:]
+for r in (0, 1):
+    for st in set(nev["step"][nev["rank"] == r]):
+        e = nev[(nev["rank"] == r) & (nev["step"] == st)]
+        calls, ops = e[e["dim"] == b"dp"], e[e["dim"] == b"-"]
+        assert len(calls) > 0 and len(ops) > 0, (r, st)
+        last_bwd = ops["t_end"][ops["phase"] == b"B"].max()
+        assert (calls["t_post"] >= last_bwd).all(), (r, st, calls["t_post"].min(), last_bwd)
+        for c in calls:
+            inside = (ops["t_start"] < c["t_end"]) & (ops["t_end"] > c["t_post"])
+            assert not inside.any(), (r, st, ops[inside]["kind"])
+nsteps = nst["step_times"].shape[0]
+other = {int(row["rank"]): float(row["seconds"]) for row in nst["time_split"][:]
+         if row["category"] == b"other"}
+for row in nst["comm"][:]:
+    slack = float(row["busy_s"]) - float(row["exposed_s"])
+    assert slack <= nsteps * other[int(row["rank"])] + 1e-7, (row, other)
+ns = nst["summary"][0]
 print("ok: comm bytes", comm["bytes"], "per rank; exposed (no overlap)", ns["exposed_comm_fraction_dp"])
 PY
 finish
