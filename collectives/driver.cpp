@@ -59,9 +59,11 @@ std::vector<std::size_t> counts_for(const Spec& spec, const Options& opt, DType 
   }
   if (counts.empty())
     throw UsageError(fmt::format(
-        "-b/--min-bytes {} .. -e/--max-bytes {}: every size rounds down to 0 elements for {} of {} on a group of {} "
+        "{}: every size rounds down to 0 elements for {} of {} on a group of {} "
         "ranks (a size must hold at least {} elements = {} B{})",
-        opt.min_bytes, opt.max_bytes, binary, comm::name(t), n, gran, gran * elt,
+        opt.sizes.empty() ? fmt::format("-b/--min-bytes {} .. -e/--max-bytes {}", opt.min_bytes, opt.max_bytes)
+                          : fmt::format("--sizes {} .. {}", opt.min_bytes, opt.max_bytes),
+        binary, comm::name(t), n, gran, gran * elt,
         spec.unit ? ": one token of --top-k x --hidden elements" : ""));
   return counts;
 }

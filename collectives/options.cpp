@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -47,7 +48,7 @@ namespace {
 
 // The options typed as text, parsed and checked once CLI11 has read them.
 struct TextFlags {
-  std::string min_b = "8", max_b = "128M", dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
+  std::string min_b = "8", max_b = "128M", sizes, dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
               timing = "isolated", warmup = "auto", rank_stat = "max", routing = "balanced";
 };
 
@@ -63,6 +64,8 @@ CLI::Option* add_timing_options(CLI::App& app, Options& o, TextFlags& t) {
   add(app, "-b,--min-bytes", t.min_b, "smallest size (bytes; K, M, G suffixes)")->capture_default_str();
   add(app, "-e,--max-bytes", t.max_b, "largest size")->capture_default_str();
   add(app, "-f,--step-factor", o.step_factor, "multiply the size by this between points (>= 2)")->capture_default_str();
+  add(app, "--sizes", t.sizes, "exactly these sizes instead of -b/-e/-f: a comma list (K, M, G suffixes), e.g. "
+                               "8,24,1K,3K");
   auto* iters_opt = add(app, "-n,--iters", o.iters,
                         "timed iterations per size: given, exactly this many; by default at least this many "
                         "and at least --min-time seconds")->capture_default_str();
@@ -147,11 +150,23 @@ core::RankStat parse_rank_stat(const std::string& s) {
 }
 
 // The sizes, iterations, warm-up and limits, in the order a user reads them in --help.
-void check_timing(Options& o, const TextFlags& t, const CLI::Option* iters_opt) {
-  o.min_bytes = size_arg("-b/--min-bytes", t.min_b);
-  o.max_bytes = size_arg("-e/--max-bytes", t.max_b);
-  if (o.min_bytes > o.max_bytes)
-    throw UsageError(fmt::format("-b/--min-bytes ({}) must not exceed -e/--max-bytes ({})", t.min_b, t.max_b));
+void check_timing(Options& o, const TextFlags& t, const CLI::App& app, const CLI::Option* iters_opt) {
+  if (t.sizes.empty()) {
+    o.min_bytes = size_arg("-b/--min-bytes", t.min_b);
+    o.max_bytes = size_arg("-e/--max-bytes", t.max_b);
+    if (o.min_bytes > o.max_bytes)
+      throw UsageError(fmt::format("-b/--min-bytes ({}) must not exceed -e/--max-bytes ({})", t.min_b, t.max_b));
+  } else {
+    for (const char* f : {"--min-bytes", "--max-bytes", "--step-factor"})
+      if (app.get_option(f)->count() > 0)
+        throw UsageError(fmt::format("--sizes and {} are alternatives: give the sizes as a list or as a sweep", f));
+    for (const auto& part : split(t.sizes)) o.sizes.push_back(size_arg("--sizes", part));
+    if (o.sizes.empty()) throw UsageError("--sizes: give at least one size");
+    std::sort(o.sizes.begin(), o.sizes.end());
+    o.sizes.erase(std::unique(o.sizes.begin(), o.sizes.end()), o.sizes.end());
+    o.min_bytes = o.sizes.front();
+    o.max_bytes = o.sizes.back();
+  }
   if (o.step_factor < 2) throw UsageError("-f/--step-factor must be at least 2");
   if (o.iters < 1) throw UsageError("-n/--iters must be at least 1");
   o.iters_fixed = iters_opt->count() > 0;
@@ -258,7 +273,7 @@ std::optional<Options> parse_checked(core::EnvSources& env, const std::string& b
   }
   env = core::env_sources(app, argc, argv);
 
-  check_timing(o, t, iters_opt);
+  check_timing(o, t, app, iters_opt);
   parse_types(o, t);
   parse_placement(o, t);
   if (o.append && o.output.empty()) throw UsageError("--append needs -O/--output FILE.h5");
@@ -271,6 +286,7 @@ std::optional<Options> parse_checked(core::EnvSources& env, const std::string& b
 }  // namespace
 
 std::vector<std::uint64_t> size_sweep(const Options& o) {
+  if (!o.sizes.empty()) return o.sizes;
   std::vector<std::uint64_t> sizes;
   std::uint64_t s = o.min_bytes;
   while (s <= o.max_bytes) {

@@ -22,6 +22,7 @@ struct Options {
   std::uint64_t min_bytes = 8;
   std::uint64_t max_bytes = 128ull << 20;
   std::uint64_t step_factor = 2;
+  std::vector<std::uint64_t> sizes;        // --sizes: exactly these, ascending (else -b/-e/-f)
   int iters = 20;                          // timed iterations (the minimum unless iters_fixed)
   bool iters_fixed = false;                // -n given (flag or environment): exactly `iters`
   double min_time = 0.1;                   // seconds of timed calls per size, unless iters_fixed
@@ -67,7 +68,8 @@ const char* name(InplaceMode m);
 std::optional<Options> parse_options(const std::string& binary, bool reduces, bool rooted, int argc,
                                      char** argv, bool print, bool routed = false);
 
-// The sizes to run, in bytes before rounding: min, min*f, ... <= max (0, then 1, when min is 0).
+// The sizes to run, in bytes before rounding: --sizes as given (ascending, no repeats), else
+// min, min*f, ... <= max (0, then 1, when min is 0).
 std::vector<std::uint64_t> size_sweep(const Options& o);
 
 }  // namespace meshbench::collectives

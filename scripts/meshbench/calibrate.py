@@ -154,8 +154,9 @@ def load(paths, where=()):
 
 
 def series(rows):
-    """{key: {'n': sizes, 't': times, 'rows': rows per size, 'cold': warm-up not converged per size,
-    'excluded': [(size, why)]}}; CalibrateError when a key's rows disagree in a SAME column."""
+    """{key: {'n': sizes, 't': times, 'rows': rows per size, 'spread': max/min - 1 of a size's times
+    over its rows (NaN with one row), 'cold': warm-up not converged per size, 'excluded': [(size,
+    why)]}}; CalibrateError when a key's rows disagree in a SAME column."""
     by_key = {}
     for r in rows:
         by_key.setdefault(r["key"], []).append(r)
@@ -179,9 +180,15 @@ def series(rows):
         out[k] = {"n": np.array(sizes, dtype=float),
                   "t": np.array([float(np.median([r["t"] for r in per[s]])) for s in sizes]),
                   "rows": [len(per[s]) for s in sizes],
+                  "spread": np.array([spread([r["t"] for r in per[s]]) for s in sizes]),
                   "cold": [any(r.get("warmup_converged") == 0 for r in per[s]) for s in sizes],
                   "excluded": excluded}
     return out
+
+
+def spread(times):
+    """How far a size's repeated times (runs, placements) disagree: max / min - 1; NaN for one."""
+    return float(max(times) / min(times) - 1.0) if len(times) > 1 else math.nan
 
 
 class KeyFit:
@@ -190,6 +197,7 @@ class KeyFit:
     def __init__(self, key, s, max_segments):
         self.key, self.n, self.t, self.cold = key, s["n"], s["t"], s["cold"]
         self.rows = s["rows"]
+        self.spread = s.get("spread", np.full(len(self.n), np.nan))
         self.segs = fit.fit(self.n, self.t, max_segments)
         self.resid = np.concatenate([g.resid for g in self.segs])
         self.heldout, self.half_segments = fit.heldout(self.n, self.t, max_segments)
@@ -201,6 +209,11 @@ class KeyFit:
 
     def median_heldout(self):
         e = self.heldout[np.isfinite(self.heldout)]
+        return float(np.median(e)) if len(e) else math.nan
+
+    def median_spread(self):
+        """The median over sizes measured more than once of their repeat spread (NaN: none was)."""
+        e = self.spread[np.isfinite(self.spread)]
         return float(np.median(e)) if len(e) else math.nan
 
     def cause(self, i, target):
@@ -215,6 +228,9 @@ class KeyFit:
         if g.i1 - g.i0 < 2 * fit.MIN_POINTS:
             return (f"its segment holds {g.i1 - g.i0} sizes, too few for a half ({fit.MIN_POINTS} each) to fit "
                     "it: the half fit stretches a neighbour's line over it"), ""
+        if self.spread[i] > target:
+            return ("its repeats disagree: the runs (or rows) that measured it differ by more than the target, "
+                    "the machine's variation rather than the line's"), f"; repeats {self.spread[i]:.0%} apart"
         if float(np.median(np.abs(g.resid))) > target / 2:
             return "the segment is not one line: curvature or a regime change inside it", ""
         if abs(self.resid[i]) > target:
@@ -275,14 +291,15 @@ def fit_rows(fits):
             out.append(dict(zip(KEY, kf.key), segment=j, segments=len(kf.segs), lo=g.lo, hi=g.hi,
                             alpha=g.alpha, beta=g.beta, bandwidth=g.bandwidth / 1e9, points=g.i1 - g.i0,
                             resid_median=float(np.median(np.abs(g.resid))), resid_max=float(np.max(np.abs(g.resid))),
-                            heldout_median=ho, heldout_points=nho, key_heldout_median=kf.median_heldout()))
+                            heldout_median=ho, heldout_points=nho, key_heldout_median=kf.median_heldout(),
+                            key_spread_median=kf.median_spread()))
     return out
 
 
 def table_text(fits, unfitted, excluded, notes, target):
     """The printed report: the fit table, the misses and why, what was not fitted, notes."""
     head = ["collective", "backend", "dtype", "ranks", "span", "tag", "seg", "range", "alpha (us)",
-            "bandwidth (GB/s)", "points", "resid med", "resid max", "held-out seg", "held-out fit"]
+            "bandwidth (GB/s)", "points", "resid med", "resid max", "held-out seg", "held-out fit", "repeats apart"]
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" if i < 6 else "---:" for i in range(len(head))) + "|"]
     for r in fit_rows(fits):
         first = r["segment"] == 0
@@ -293,7 +310,8 @@ def table_text(fits, unfitted, excluded, notes, target):
         out.append("| " + " | ".join(keycols + [
             f"{r['segment'] + 1}/{r['segments']}", f"{tables.fmt_size(r['lo'])}-{tables.fmt_size(r['hi'])}",
             f"{r['alpha'] * 1e6:.3g}", bw, str(r["points"]), pct(r["resid_median"]), pct(r["resid_max"]),
-            pct(r["heldout_median"]), pct(r["key_heldout_median"]) if first else ""]) + " |")
+            pct(r["heldout_median"]), pct(r["key_heldout_median"]) if first else "",
+            pct(r["key_spread_median"]) if first else ""]) + " |")
     text = "\n".join(out) + "\n"
     worse = [(kf, kf.explain(target)) for kf in fits]
     worse = [(kf, lines) for kf, lines in worse if lines]
@@ -303,6 +321,11 @@ def table_text(fits, unfitted, excluded, notes, target):
              + "\n")
     for kf, lines in worse:
         text += f"- {key_text(kf.key)}:\n" + "".join(f"  - {ln}\n" for ln in lines)
+    spreads = [kf.median_spread() for kf in fits if not math.isnan(kf.median_spread())]
+    if spreads:
+        text += (f"\nRepeats apart (a size measured in several rows, runs or placements: max/min - 1 of its times; "
+                 f"the median over its sizes): {min(spreads):.1%} to {max(spreads):.1%} over {len(spreads)} fit(s). "
+                 "The fits use each size's median; a held-out error near this spread is the machine's.\n")
     if unfitted:
         text += "\nNot fitted:\n" + "".join(f"- {key_text(k)}: {why}\n" for k, _, why in unfitted)
     if excluded:
@@ -376,16 +399,17 @@ def write(path, fits, unfitted, sources, argv, target, max_segments, comp=None):
     fits_t = np.dtype(kdt + [("segment", "<i4"), ("segments", "<i4"), ("lo", "<u8"), ("hi", "<u8"),
                              ("alpha", "<f8"), ("beta", "<f8"), ("bandwidth", "<f8"), ("points", "<i4"),
                              ("resid_median", "<f8"), ("resid_max", "<f8"), ("heldout_median", "<f8"),
-                             ("heldout_points", "<i4"), ("key_heldout_median", "<f8")])
+                             ("heldout_points", "<i4"), ("key_heldout_median", "<f8"), ("key_spread_median", "<f8")])
     pts = []
     for kf in fits:
         for j, g in enumerate(kf.segs):
             for i in range(g.i0, g.i1):
                 t, r = float(kf.t[i]), float(kf.resid[i])
                 pts.append(dict(zip(KEY, kf.key), bytes=int(kf.n[i]), t=t, rows=kf.rows[i], segment=j,
-                                t_fit=t * (1 + r), resid=r, heldout_err=float(kf.heldout[i])))
+                                t_fit=t * (1 + r), resid=r, heldout_err=float(kf.heldout[i]),
+                                spread=float(kf.spread[i])))
     pts_t = np.dtype(kdt + [("bytes", "<u8"), ("t", "<f8"), ("rows", "<i4"), ("segment", "<i4"), ("t_fit", "<f8"),
-                            ("resid", "<f8"), ("heldout_err", "<f8")])
+                            ("resid", "<f8"), ("heldout_err", "<f8"), ("spread", "<f8")])
     reasons = [{"reason": w} for *_, w in unfitted] or [{"reason": ""}]
     un_t = np.dtype(kdt + [("sizes", "<i4"), ("reason", _strings(reasons, "reason"))])
 

@@ -181,6 +181,16 @@ def test_calibration_file(cli, capsys, tmp_path, two_fabrics):
     pts = [p for p in cal["points"] if p["collective"] == "all_gather"]
     assert [p["rows"] for p in pts] == [2] * 8 and pts[0]["t"] == pytest.approx(2e-6 + 8 / 2e9)
     assert np.isfinite([p["heldout_err"] for p in pts]).all()
+    # Its two rows per size are 1 us and 3 us of latency apart: each size's repeat spread, and
+    # the fit's median of them; a size measured once has none.
+    want = [(3e-6 + n / 2e9) / (1e-6 + n / 2e9) - 1 for n in SIZES[:8]]
+    assert [p["spread"] for p in pts] == pytest.approx(want, rel=1e-9)
+    assert ag["key_spread_median"] == pytest.approx(np.median(want), rel=1e-9)
+    assert np.isnan(lo["key_spread_median"]) and all(np.isnan(p["spread"]) for p in cal["points"]
+                                                    if p["collective"] == "all_reduce")
+    assert f"| 8 | 0.0% | 0.0% | 0.0% | 0.0% | {np.median(want):.1%} |" in text
+    assert (f"Repeats apart (a size measured in several rows, runs or placements: max/min - 1 of its times; the "
+            f"median over its sizes): {np.median(want):.1%} to {np.median(want):.1%} over 1 fit(s).") in text
     (un,) = cal["unfitted"]
     assert (un["collective"], un["tag"], un["sizes"]) == ("sendrecv", "tcp-lo", 2)
     assert un["reason"] == "2 distinct sizes; a fit needs 3"
@@ -223,9 +233,39 @@ def test_each_cause_of_a_held_out_miss():
     assert len(kf.segs) == 1 and kf.cause(10, 0.1) == (
         "noisy points, off the full fit itself by more than the target (load, or a warm-up that did not "
         "converge: !)", "; 33% off the fit!")
+    # The same size measured in runs 30% apart: the repeats, not the line.
+    kf = key_fit(SIZES, t)
+    kf.spread = np.where(np.arange(len(SIZES)) == 10, 0.3, np.nan)
+    assert kf.cause(10, 0.1) == (
+        "its repeats disagree: the runs (or rows) that measured it differ by more than the target, the "
+        "machine's variation rather than the line's", "; repeats 30% apart")
+    assert kf.median_spread() == pytest.approx(0.3)
     # A bend one line cannot follow (time ~ n^0.5), fitted with one segment.
     kf = key_fit(SIZES, [1e-6 * (n ** 0.5) for n in SIZES], max_segments=1)
     assert kf.cause(12, 0.1) == ("the segment is not one line: curvature or a regime change inside it", "")
+
+
+def test_runs_shifted_against_each_other(cli, capsys, tmp_path):
+    # Two runs of the same Hockney line, the second 1.3x slower throughout (the shift between
+    # runs of one binary this machine shows). Each run measuring one of two interleaved grids:
+    # the held-out half is the other run, so the shift is every size's held-out error. Each run
+    # measuring both grids (--sizes): the halves see the same runs, the line is exact again and
+    # the shift is reported as the repeats' spread.
+    a, b = SIZES, [12 * 2 ** i for i in range(25)]
+    split, both = tmp_path / "split.h5", tmp_path / "both.h5"
+    h5files.timed_collective_file(str(split), a, hockney(a), run_id="r1")
+    h5files.timed_collective_file(str(split), b, [1.3 * t for t in hockney(b)], run_id="r2")
+    h5files.timed_collective_file(str(both), FINE, hockney(FINE), run_id="r1")
+    h5files.timed_collective_file(str(both), FINE, [1.3 * t for t in hockney(FINE)], run_id="r2")
+    rc, text, _ = run(cli, capsys, split)
+    assert rc == 0 and "the median of 0 of 1 fits within it" in text and "Repeats apart" not in text
+    (kf,), _ = calibrate.fit_all(calibrate.series(calibrate.load([str(split)])[0]), fit.MAX_SEGMENTS)
+    assert kf.median_heldout() > 0.2 and np.isnan(kf.median_spread())
+    rc, text, _ = run(cli, capsys, both)
+    assert rc == 0 and "the median of 1 of 1 fits within it." in text
+    assert "Repeats apart (a size measured in several rows" in text and ": 30.0% to 30.0% over 1 fit(s)." in text
+    (kf,), _ = calibrate.fit_all(calibrate.series(calibrate.load([str(both)])[0]), fit.MAX_SEGMENTS)
+    assert kf.median_heldout() < 1e-6 and kf.median_spread() == pytest.approx(0.3)
 
 
 def test_wrong_points_are_left_out_and_listed(cli, capsys, tmp_path):

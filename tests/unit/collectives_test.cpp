@@ -138,6 +138,20 @@ TEST(Options, SizeRules) {
   EXPECT_EQ(parse({"-b", "64K", "-e", "64K"}).min_bytes, 64u << 10);  // equal is fine
 }
 
+TEST(Options, SizesListInsteadOfTheSweep) {
+  const Options o = parse({"--sizes", "3K,8,24,1K,8"});  // sorted, repeats dropped
+  EXPECT_EQ(o.sizes, (std::vector<std::uint64_t>{8, 24, 1024, 3072}));
+  EXPECT_EQ(size_sweep(o), o.sizes);
+  EXPECT_EQ(o.min_bytes, 8u);
+  EXPECT_EQ(o.max_bytes, 3072u);
+  EXPECT_TRUE(parse({}).sizes.empty());
+  expect_usage({"--sizes", "8,x"}, {"--sizes", "'x' is not a size"});
+  expect_usage({"--sizes", ","}, {"--sizes", "at least one size"});
+  expect_usage({"--sizes", "8,16", "-b", "8"}, {"--sizes and --min-bytes are alternatives"});
+  expect_usage({"--sizes", "8,16", "-e", "1M"}, {"--sizes and --max-bytes are alternatives"});
+  expect_usage({"--sizes", "8,16", "-f", "4"}, {"--sizes and --step-factor are alternatives"});
+}
+
 TEST(Options, LoopRules) {
   expect_usage({"-f", "1"}, {"-f/--step-factor", "at least 2"});
   expect_usage({"-f", "0"}, {"-f/--step-factor"});
