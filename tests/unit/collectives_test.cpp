@@ -150,6 +150,12 @@ TEST(Options, SizesListInsteadOfTheSweep) {
   expect_usage({"--sizes", "8,16", "-b", "8"}, {"--sizes and --min-bytes are alternatives"});
   expect_usage({"--sizes", "8,16", "-e", "1M"}, {"--sizes and --max-bytes are alternatives"});
   expect_usage({"--sizes", "8,16", "-f", "4"}, {"--sizes and --step-factor are alternatives"});
+  {  // a sweep bound from the environment gives way to --sizes on the command line
+    ScopedEnv cap("MESHBENCH_MAX_BYTES", "64K");
+    EXPECT_EQ(parse({"--sizes", "8,192K"}).sizes, (std::vector<std::uint64_t>{8, 196608}));
+    ScopedEnv list("MESHBENCH_SIZES", "8,16");  // both from the environment: refused
+    expect_usage({}, {"--sizes and --max-bytes are alternatives", "MESHBENCH_MAX_BYTES=64K"});
+  }
 }
 
 TEST(Options, LoopRules) {
