@@ -150,13 +150,6 @@ core::RankStat parse_rank_stat(const std::string& s) {
 }
 
 // The sizes, iterations, warm-up and limits, in the order a user reads them in --help.
-// Whether an option's value came from its MESHBENCH_* variable rather than the command line.
-bool from_env(const core::EnvSources& env, const std::string& flag) {
-  for (const auto& src : env)
-    if (std::find(src.flags.begin(), src.flags.end(), flag) != src.flags.end()) return true;
-  return false;
-}
-
 // --sizes and -b/-e/-f are alternatives. A sweep flag set in the environment gives way to
 // --sizes typed on the command line (the command line wins, as everywhere); any other pair is
 // refused.
@@ -169,7 +162,7 @@ void check_timing(Options& o, const TextFlags& t, const CLI::App& app, const cor
       throw UsageError(fmt::format("-b/--min-bytes ({}) must not exceed -e/--max-bytes ({})", t.min_b, t.max_b));
   } else {
     for (const char* f : {"--min-bytes", "--max-bytes", "--step-factor"})
-      if (app.get_option(f)->count() > 0 && !(from_env(env, f) && !from_env(env, "--sizes")))
+      if (app.get_option(f)->count() > 0 && !(core::from_env(env, f) && !core::from_env(env, "--sizes")))
         throw UsageError(fmt::format("--sizes and {} are alternatives: give the sizes as a list or as a sweep", f));
     for (const auto& part : split(t.sizes)) o.sizes.push_back(size_arg("--sizes", part));
     if (o.sizes.empty()) throw UsageError("--sizes: give at least one size");

@@ -197,7 +197,7 @@ class KeyFit:
     def __init__(self, key, s, max_segments):
         self.key, self.n, self.t, self.cold = key, s["n"], s["t"], s["cold"]
         self.rows = s["rows"]
-        self.spread = s.get("spread", np.full(len(self.n), np.nan))
+        self.spread = s["spread"]
         self.segs = fit.fit(self.n, self.t, max_segments)
         self.resid = np.concatenate([g.resid for g in self.segs])
         self.heldout, self.half_segments = fit.heldout(self.n, self.t, max_segments)

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -55,6 +56,14 @@ inline EnvSources env_sources(const CLI::App& app, int argc, char** argv) {
     if (!typed) out.push_back(std::move(src));
   }
   return out;
+}
+
+// Whether the option named by `flag` ("--max-bytes", "-e") took its value from its environment
+// variable rather than the command line.
+inline bool from_env(const EnvSources& sources, const std::string& flag) {
+  for (const EnvSource& s : sources)
+    if (std::find(s.flags.begin(), s.flags.end(), flag) != s.flags.end()) return true;
+  return false;
 }
 
 // `message` (an error about the options) with the setting of every option it names that came

@@ -219,6 +219,7 @@ def test_the_report_says_where_and_why(cli, capsys, tmp_path):
 def test_each_cause_of_a_held_out_miss():
     def key_fit(sizes, times, max_segments=fit.MAX_SEGMENTS):
         s = {"n": np.array(sizes, float), "t": np.array(times), "rows": [1] * len(sizes),
+             "spread": np.full(len(sizes), np.nan),
              "cold": [i == 10 for i in range(len(sizes))]}
         return calibrate.KeyFit(("all_reduce", "mpi", "float", 2, "intra", "shm"), s, max_segments)
     kf = key_fit(SIZES, cliff(SIZES))
