@@ -66,6 +66,13 @@ ROLES = ("attn.proj", "attention", "fc.proj", "head", "qkv", "moe", "fc")
 ENV_2RANK = {"UCX_TLS": "self,sm"}  # the shm preset (slurm/env.sh): MPICH over TCP can hang at exit
 
 
+def run_env(ranks):
+    """The environment a calibration's run of `ranks` ranks adds: the shm preset's UCX_TLS for 2
+    or more ranks, unless the caller's environment sets UCX_TLS. scripts/predict-check runs its
+    plans with the same, so that a check measures under the transport its calibration did."""
+    return dict(ENV_2RANK) if ranks > 1 and "UCX_TLS" not in os.environ else {}
+
+
 class ComputeError(Exception):
     """Bad input or a refused plan (exit 2)."""
 
@@ -220,7 +227,7 @@ def measure(ents, opts, say=print):
             if os.path.exists(stale):
                 os.remove(stale)
         say(f"[{i}/{len(recs)}] {r['command']} ...", end="", flush=True)
-        env = ENV_2RANK if r["ranks"] > 1 and "UCX_TLS" not in os.environ else {}
+        env = run_env(r["ranks"])
         rc, secs, timed_out = run_profiled(r.pop("_run"), r["log"], opts["timeout"], env)
         runs = []
         if rc == 0 and os.path.exists(r["file"]):

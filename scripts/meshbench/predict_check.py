@@ -22,6 +22,7 @@ import time
 
 from . import plans as plans_mod
 from . import reader, report_predicted
+from .compute import run_env
 from .predict_ranking import spearman
 
 
@@ -81,11 +82,14 @@ def recalibrate_command(cal, out):
     return [script, *cmd, "--out", out, "--compute-dir", out[:-3] + ".compute"]
 
 
-def run_logged(cmd, say, what, load=False):
-    """Runs one command (output dropped, stderr kept for the error); RuntimeError on a failure."""
-    say(f"[{what}] {shlex.join(cmd)}", flush=True)
+def run_logged(cmd, say, what, load=False, env=None):
+    """Runs one command (output dropped, stderr kept for the error), with `env` added to the
+    environment (and named in the line it prints); RuntimeError on a failure."""
+    env = env or {}
+    say(f"[{what}] {' '.join(f'{k}={v}' for k, v in env.items())}{' ' if env else ''}{shlex.join(cmd)}", flush=True)
     t0 = time.time()
-    rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                        env={**os.environ, **env})
     if rc.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)}: exit {rc.returncode}: {rc.stderr.strip()[-400:]}")
     say(f"    done in {time.time() - t0:.1f} s" + (f"; load {os.getloadavg()[0]:.2f}" if load else ""), flush=True)
@@ -117,7 +121,9 @@ def run_rounds(plans, o, say=print):
             for c, f, what in runs:
                 if os.path.exists(f):
                     c = c + ["--append"]
-                run_logged(c, say, f"round {r + 1}/{o['rounds']}, plan {i + 1}/{n}{what}", load=True)
+                # under the calibration's transport (its profiled runs': compute.run_env)
+                run_logged(c, say, f"round {r + 1}/{o['rounds']}, plan {i + 1}/{n}{what}", load=True,
+                           env=run_env(p["ranks"]))
     return files
 
 
@@ -207,10 +213,14 @@ def verdicts(rows, replicates=None):
                 sp = round_spread(mr, meas)
                 rep, rep_runs = (replicates or {}).get((p["tag"], dim), (None, 0))
                 rep_err = rep / meas - 1 if rep is not None else None
+                # the model against the runs its own calibrations measured of this plan: apart from
+                # the check's rounds, a model error shows here, the runs' spread does not
+                model_rep = pred / rep - 1 if rep else None
                 big.append({"tag": p["tag"], "plan": p["plan"], "dim": dim, "predicted": pred, "measured": meas,
                             "error": err, "within_25": err is not None and abs(err) <= EXPOSED_TOLERANCE,
                             "measured_rounds": list(mr), "predicted_rounds": list(pr), "round_spread": sp,
                             "replicate": rep, "replicate_runs": rep_runs, "replicate_error": rep_err,
+                            "model_vs_replicate": model_rep,
                             "verdict": exposed_verdict(err, sp, rep_err)})
     pairs = [(p["tok_pred"], p["tok_meas"]) for p in ps if p.get("tok_pred") and p.get("tok_meas")]
     rho = spearman([a for a, _ in pairs], [b for _, b in pairs]) if len(pairs) >= 2 else float("nan")
@@ -285,8 +295,11 @@ def summary_text(v):
     reps = [b for b in big if b.get("replicate") is not None]
     if reps:
         agree = sum(1 for b in reps if abs(b["replicate_error"]) <= EXPOSED_TOLERANCE)
+        model = sum(1 for b in reps if b.get("model_vs_replicate") is not None
+                    and abs(b["model_vs_replicate"]) <= EXPOSED_TOLERANCE)
         out.append(f"the same plan measured again in this check (the calibration's profiled runs of it): {agree} of "
-                   f"{len(reps)} within 25% of the check's measurement")
+                   f"{len(reps)} within 25% of the check's measurement; the model within 25% of those runs: {model} "
+                   f"of {len(reps)}")
     ms = lambda xs: ", ".join(f"{1e3 * x:.1f}" for x in xs)
     for b in big:
         tail = ""
@@ -296,7 +309,7 @@ def summary_text(v):
                        f"{100 * b['round_spread']:.0f}% of their median"))
         if b.get("replicate") is not None:
             tail += (f"; the same plan's {b['replicate_runs']} calibration run(s) measured {1e3 * b['replicate']:.2f} ms "
-                     f"({pct(b['replicate_error'])})")
+                     f"({pct(b['replicate_error'])}; the model {pct(b.get('model_vs_replicate'))} from them)")
         verdict = {"within": "", "noise": " [unresolved: noise]", "miss": " [miss]"}.get(b.get("verdict"), "")
         out.append(f"  {b['tag']} {b['plan']}: exposed {b['dim']} {1e3 * b['predicted']:.2f} ms predicted, "
                    f"{1e3 * b['measured']:.2f} ms measured ({pct(b['error'])}){verdict}{tail}")

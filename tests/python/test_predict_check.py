@@ -127,7 +127,11 @@ def test_a_replicate_that_disagrees_makes_a_miss_unresolved():
     assert got["tp"]["verdict"] == "miss" and got["tp"]["replicate_runs"] == 3
     text = pc.summary_text(dict(v, bubbles=[]))
     assert "the same plan measured again in this check (the calibration's profiled runs of it): 1 of 2 within" in text
-    assert "the same plan's 3 calibration run(s) measured 140.00 ms (+40.0%)" in text
+    assert "the same plan's 3 calibration run(s) measured 140.00 ms (+40.0%; the model -57.1% from them)" in text
+    # the model against its own calibration runs of the plan: 0.06 / 0.14 and 0.06 / 0.11
+    assert got["dp"]["model_vs_replicate"] == pytest.approx(0.06 / 0.14 - 1)
+    assert got["tp"]["model_vs_replicate"] == pytest.approx(0.06 / 0.11 - 1)
+    assert "within 25% of the check's measurement; the model within 25% of those runs: 0 of 2" in text
 
 
 def test_replicates_are_the_calibrations_runs_of_the_same_plan(tmp_path):
@@ -152,3 +156,32 @@ def test_replicates_are_the_calibrations_runs_of_the_same_plan(tmp_path):
     got = pc.replicate_exposed(plans.plan_rows(runs), groups)
     assert got == {("p01", "dp"): (pytest.approx(0.07), 3)}
     assert pc.replicate_groups(str(tmp_path / "none")) == {}
+
+
+def test_plans_run_under_the_calibrations_transport(tmp_path, monkeypatch):
+    """A check's plan runs get the environment the calibration's profiled runs got
+    (compute.run_env: UCX_TLS=self,sm for 2 or more ranks unless the caller set UCX_TLS), so that
+    predicted and measured come from the same transport."""
+    seen = []
+
+    class Done:
+        returncode, stderr = 0, ""
+
+    def fake_run(cmd, **kw):
+        seen.append((cmd, kw["env"]))
+        return Done()
+
+    monkeypatch.setattr(pc.subprocess, "run", fake_run)
+    plans = [{"ranks": 2, "args": ["--mesh", "tp=2"]}, {"ranks": 1, "args": ["--mesh", "dp=1"]}]
+    o = {"out": str(tmp_path), "rounds": 1, "exe": "step_bench", "steps": 2, "warmup": 1, "threads": 1,
+         "cal": "cal.h5", "fabric": "", "mpiexec": "mpiexec"}
+    lines = []
+    monkeypatch.delenv("UCX_TLS", raising=False)
+    pc.run_rounds(plans, o, say=lambda *a, **k: lines.append(a[0]))
+    assert [c[0] for c, _ in seen] == ["mpiexec", "step_bench"]
+    assert seen[0][1]["UCX_TLS"] == "self,sm" and "UCX_TLS" not in seen[1][1]
+    assert lines[0].startswith("[round 1/1, plan 1/2] UCX_TLS=self,sm mpiexec -n 2 step_bench")
+    seen.clear()
+    monkeypatch.setenv("UCX_TLS", "self,tcp")  # the caller's choice wins, for both sides
+    pc.run_rounds(plans, o, say=lambda *a, **k: None)
+    assert seen[0][1]["UCX_TLS"] == "self,tcp"
