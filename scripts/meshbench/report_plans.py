@@ -6,6 +6,8 @@ bubble from step/time_split, the worst stage's bubble, peak memory over ranks, t
 the dimensions whose groups cross nodes and the check (meshbench.plans groups the rounds).
 --compare on step runs pairs the same plans under two selections (tag=shm tag=tcp).
 """
+import math
+
 from . import plans, spread
 from .report_collectives import join_sides, side_names
 from .report_format import human_bytes, md_table, to_csv, to_json
@@ -16,10 +18,18 @@ def with_rank(text, rank):
     return text if rank is None or text in ("", "-") else f"{text} (rank {rank})"
 
 
-def step_place_ms(g):
-    """The decimal place (in ms) of a plan's step time: 2 significant digits of its spread."""
+def step_place_ms(g, v=None):
+    """The decimal place (in ms) of a plan's step time: 2 significant digits of its spread. With
+    `v` (seconds), the place of that part of the step (an exposed time, the bubble): the step's,
+    but never coarser than v's own first digit, so that 4.3 ms of exposed time beside a step
+    whose rounds spread by 100 ms prints 4, not 0 (spread.place)."""
     m = g.get("step")
-    return None if m is None else spread.place(m.width * 1e3, m.med * 1e3)
+    if m is None:
+        return None
+    p = spread.place(m.width * 1e3, m.med * 1e3)
+    if v is None or not v or math.isnan(v):
+        return p
+    return min(p, math.floor(math.log10(abs(v) * 1e3)))
 
 
 def plan_columns(groups):
@@ -44,7 +54,7 @@ def plan_columns(groups):
         v = g.get(col)
         if g["step"] is None or "time.step" not in g:
             return ""
-        return spread.fmt(1e3 * (v or 0.0), step_place_ms(g)) if v is not None else "-"
+        return spread.fmt(1e3 * (v or 0.0), step_place_ms(g, v or 0.0)) if v is not None else "-"
     for d in plans.exposed_dims(groups):
         cols.append((f"exposed {d} (ms)", lambda g, d=d: ms(g, f"time.exposed.{d}"), True))
     if any(g.get("time.bubble") for g in groups):

@@ -108,13 +108,20 @@ def predicted_markdown(steps):
         tok = g.get("tokens")
         p = (-3 if p is None else p, spread.place(tok.width, tok.med) if tok else None)
         for r in group_rows(g):
+            if r["unit"] == "s" and r["quantity"] != "step time" and p[0] is not None:
+                # a part of the step: the step's place, never coarser than the measured value's own
+                # first digit (the plan table's exposed columns: report_plans.step_place_ms)
+                r_place = step_place_ms(g, r["measured"] or 0.0)
+                p_row = (-3 if r_place is None else r_place, p[1])
+            else:
+                p_row = p
             star = " *" if r["extrapolated"] else ""
             q = r["quantity"] + (" (ms)" if r["unit"] == "s" else "")
-            meas = _cell(r, r["measured"], p)
+            meas = _cell(r, r["measured"], p_row)
             if len(r.get("measured_rounds") or []) >= 2 and r["measured_max"] > r["measured_min"]:
                 # the rounds' min-max beside their mean
-                meas += f" ({_cell(r, r['measured_min'], p)}-{_cell(r, r['measured_max'], p)})"
-            rows.append(dict(r, _q=q, _pred=_cell(r, r["predicted"], p) + (star if r["predicted"] is not None else ""),
+                meas += f" ({_cell(r, r['measured_min'], p_row)}-{_cell(r, r['measured_max'], p_row)})"
+            rows.append(dict(r, _q=q, _pred=_cell(r, r["predicted"], p_row) + (star if r["predicted"] is not None else ""),
                              _meas=meas))
     first = set()
     for r in rows:

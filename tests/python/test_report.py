@@ -309,3 +309,16 @@ def test_plan_label_names_the_cp_algorithm_and_a_routing_workload():
     assert plan_label({"dp": 2}, "tp-cp-ep-dp-pp", cp_algo="ring") == "dp2"  # no cp: no algorithm
     assert plan_label({"ep": 2}, "tp-cp-ep-dp-pp", routing="hot-expert") == "ep2 hot-expert"
     assert plan_label({"ep": 2}, "tp-cp-ep-dp-pp", routing="learned") == "ep2"
+
+
+def test_a_part_of_the_step_keeps_its_first_digit():
+    """Exposed time and bubble print to the step time's place (2 significant digits of its
+    spread), but never coarser than their own first digit: 4.3 ms of exposed cp beside a step of
+    120 ms whose rounds spread from 110 to 250 ms prints 4, not 0 (check W, 2026-12-04, printed
+    '0 (0-30)' against an error of -4.5%)."""
+    g = {"step": spread.Measure.of_rounds([0.110, 0.120, 0.250])}
+    assert report_plans.step_place_ms(g) == 1                    # the step: tens of ms
+    assert spread.fmt(4.3, report_plans.step_place_ms(g, 0.0043)) == "4"
+    assert spread.fmt(0.43, report_plans.step_place_ms(g, 0.00043)) == "0.4"
+    assert spread.fmt(75.4, report_plans.step_place_ms(g, 0.0754)) == "80"  # the step's place where coarser
+    assert report_plans.step_place_ms(g, 0.0) == 1 and report_plans.step_place_ms({"step": None}, 0.1) is None
