@@ -22,7 +22,7 @@ def step_place_ms(g, v=None):
     """The decimal place (in ms) of a plan's step time: 2 significant digits of its spread. With
     `v` (seconds), the place of that part of the step (an exposed time, the bubble): the step's,
     but never coarser than v's own first digit, so that 4.3 ms of exposed time beside a step
-    whose rounds spread by 100 ms prints 4, not 0 (spread.place)."""
+    whose rounds spread by 100 ms prints 4, not 0."""
     m = g.get("step")
     if m is None:
         return None

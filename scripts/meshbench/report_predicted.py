@@ -108,13 +108,11 @@ def predicted_markdown(steps):
         tok = g.get("tokens")
         p = (-3 if p is None else p, spread.place(tok.width, tok.med) if tok else None)
         for r in group_rows(g):
-            if r["unit"] == "s" and r["quantity"] != "step time" and p[0] is not None:
+            p_row = p
+            if r["unit"] == "s" and r["quantity"] != "step time" and step_place_ms(g) is not None:
                 # a part of the step: the step's place, never coarser than the measured value's own
                 # first digit (the plan table's exposed columns: report_plans.step_place_ms)
-                r_place = step_place_ms(g, r["measured"] or 0.0)
-                p_row = (-3 if r_place is None else r_place, p[1])
-            else:
-                p_row = p
+                p_row = (step_place_ms(g, r["measured"] or 0.0), p[1])
             star = " *" if r["extrapolated"] else ""
             q = r["quantity"] + (" (ms)" if r["unit"] == "s" else "")
             meas = _cell(r, r["measured"], p_row)
