@@ -11,11 +11,16 @@ A shell block (sh, bash, shell, console) marked neither way, a block without an 
 a command line hidden in a non-shell block, a bare binary name where build/bin/NAME is meant,
 and a relative link or #anchor that does not resolve all fail the test.
 
-Runnable blocks run in page order, each page in its own copy of the working tree (tracked and
-untracked-but-not-ignored files) with build/ linked to the build under test, so outputs such
-as `-O ar.h5` or `results/...` land in the copy, never in the repository. Each block is one
-`bash -e -o pipefail` script with a timeout (default 90 s) and a small environment
-(TINY_ENV below) that shrinks the binaries' defaults; options given on a command line win.
+Runnable blocks run as a reader pastes them: every page's in order (README.md first, then
+docs/*.md in alphabetical order, then results/README.md: pages()), all in ONE copy of the
+working tree (tracked and untracked-but-not-ignored files) with build/ linked to the build
+under test, so nothing lands in the repository. Every block may write only under results/, and
+only files no other page wrote: after each block the copy's files are compared with those
+before it (build/ and __pycache__/ ignored), and a file created, changed or removed outside
+results/, or under results/ a file an earlier page wrote, fails the test naming the file and
+the block. Each block is one `bash -e -o pipefail` script with a timeout (default 90 s) and a
+small environment (TINY_ENV below) that shrinks the binaries' defaults; options given on a
+command line win.
 
 Not here: what a command prints (the suite's own tests check outputs); speed.
 Usage: doc_commands.py [--list] [--check-only] [--only SUBSTRING] [--keep-going] [--self-test]
@@ -191,6 +196,7 @@ def check_links(path, lines):
 
 
 def pages():
+    """The pages in the order they run: README.md, docs/*.md alphabetically, results/README.md."""
     out = [os.path.join(SRC, "README.md")]
     docs = os.path.join(SRC, "docs")
     out += sorted(os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md"))
@@ -225,6 +231,67 @@ def repo_snapshot():
         return None
     return {l for l in r.stdout.splitlines()
             if not re.match(r"^.. (build[^/]*/|.*__pycache__/)", l)}
+
+
+def tree_state(root):
+    """Every file and folder of a scratch copy (build/ and __pycache__/ left out): path -> what
+    identifies its content (size, mtime, inode; 'dir' for a folder)."""
+    state = {}
+    for d, dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        dirs[:] = [x for x in dirs if x != "__pycache__" and not (rel == "." and x == "build")]
+        for x in dirs:
+            state[os.path.normpath(os.path.join(rel, x))] = "dir"
+        for x in files:
+            p = os.path.join(d, x)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue  # removed while walking
+            state[os.path.normpath(os.path.join(rel, x))] = (st.st_size, st.st_mtime_ns, st.st_ino)
+    return state
+
+
+def under_results(path):
+    return path == "results" or path.startswith("results" + os.sep)
+
+
+class WriteCheck:
+    """What each block wrote into the one scratch tree: only under results/, and there only files
+    that no other page wrote (a second page writing results/step.h5 is what a reader pasting the
+    pages in order meets as exit 2, or silently mixed results)."""
+
+    def __init__(self, root):
+        self.root, self.state = root, tree_state(root)
+        self.owner = {}      # path under results/ -> the block that first wrote it
+        self.problems = []
+
+    def after(self, b):
+        new = tree_state(self.root)
+        changed = sorted(p for p in set(new) | set(self.state)
+                         if new.get(p) != self.state.get(p)
+                         and not (new.get(p) == "dir" and self.state.get(p) == "dir"))
+        new_dirs = set()  # folders created outside results/: named once, not file by file
+        for p in changed:
+            what = "created" if p not in self.state else "removed" if p not in new else "changed"
+            if not under_results(p):
+                if os.path.dirname(p) in new_dirs:
+                    if new.get(p) == "dir":
+                        new_dirs.add(p)
+                    continue
+                if what == "created" and new.get(p) == "dir":
+                    new_dirs.add(p)
+                    p += "/ (a folder)"
+                self.problems.append(f"{b.where()} {what} {p}, outside results/ (documented commands "
+                                     "write under results/<page>/)")
+                continue
+            if new.get(p) == "dir" or self.state.get(p) == "dir":
+                continue
+            first = self.owner.setdefault(p, b)
+            if first.path != b.path:
+                self.problems.append(f"{b.where()} {what} {p}, which {first.where()} wrote (names under "
+                                     "results/ are unique to their page: results/<page>/...)")
+        self.state = new
 
 
 def make_root(work, name):
@@ -309,6 +376,33 @@ def run_block(b, root, env, logdir, idx):
     return rc, time.monotonic() - t0, log
 
 
+def run_blocks(blocks, root, env, logdir):
+    """Runs the blocks in order in one tree; returns (failed, skipped, run, write problems)."""
+    failed, skipped, nrun = [], [], 0
+    check = WriteCheck(root)
+    for idx, b in enumerate(blocks, 1):
+        if b.needs_root and os.geteuid() != 0:
+            skipped.append(b)
+            print(f"skip {b.where()}: needs root")
+            continue
+        rc, dt, log = run_block(b, root, env, logdir, idx)
+        nrun += 1
+        n = len(check.problems)
+        check.after(b)
+        ok = rc == b.want
+        wrote = len(check.problems) - n
+        print(f"{'ok  ' if ok and not wrote else 'FAIL'} {b.where():28} {dt:6.1f} s" + (f"  exit {rc}" if rc else "")
+              + (f"  {wrote} write(s) out of place" if wrote else ""))
+        sys.stdout.flush()
+        if not ok:
+            failed.append(b)
+            with open(log, errors="replace") as f:
+                tail = f.read().splitlines()[-30:]
+            print(f"--- {b.where()} (exit {rc}, want {b.want}{', timed out after %d s' % b.timeout if rc == 124 else ''}):\n"
+                  + b.text + "--- its output, last lines:\n" + "\n".join(tail), file=sys.stderr)
+    return failed, skipped, nrun, check.problems
+
+
 def self_test():
     """The checker itself must fail on each kind of defect it promises to catch."""
     cases = {
@@ -340,8 +434,64 @@ def self_test():
             if not ok:
                 fails += 1
                 print(f"FAIL [docs.self_test]: {text!r}: want {want!r}, got {got!r}", file=sys.stderr)
-    print("docs.self_test: " + ("FAILED" if fails else f"the checker caught all {len(cases)} defects"))
+    n_run, run_fails = self_test_writes()
+    fails += run_fails
+    print("docs.self_test: " + ("FAILED" if fails else
+                                f"the checker caught all {len(cases) + n_run} defects"))
     return 1 if fails else 0
+
+
+def self_test_writes():
+    """The one-tree run must fail on a block that writes outside results/ (a file, a folder, a
+    tracked file changed) and on two pages writing the same file under results/, naming the file
+    and the block; pages that keep to results/<page>/ and read an earlier page's file pass.
+    Returns (cases, failures)."""
+    cases = [  # pages in run order (name, text), what the one problem must say (None: no problem)
+        ([("a.md", "```sh runnable\necho x > stray.h5\n```\n")], ["a.md:1 created stray.h5, outside results/"]),
+        ([("a.md", "```sh runnable\nmkdir -p plots/x && touch plots/x/a.png plots/b.png\n```\n")],
+         ["a.md:1 created plots/ (a folder), outside results/"]),
+        ([("a.md", "```sh runnable\necho >> tracked.txt\n```\n")], ["a.md:1 changed tracked.txt, outside results/"]),
+        ([("a.md", "```sh runnable\nrm tracked.txt\n```\n")], ["a.md:1 removed tracked.txt, outside results/"]),
+        ([("a.md", "```sh runnable\necho 1 > results/step.h5\n```\n"),
+          ("b.md", "Text.\n```sh runnable\necho 22 > results/step.h5\n```\n")],
+         ["b.md:2 changed results/step.h5, which", "/a.md:1 wrote"]),
+        ([("a.md", "```sh runnable\nmkdir -p results/x && echo 1 > results/x/ar.h5\n```\n"),
+          ("b.md", "```sh runnable\nrm -r results/x\n```\n")],
+         ["b.md:1 removed results/x/ar.h5, which", "/a.md:1 wrote"]),
+        ([("a.md", "```sh runnable\nmkdir -p results/a && echo 1 > results/a/ar.h5\n```\n"
+                   "```sh runnable\necho 2 >> results/a/ar.h5\n```\n"),
+          ("b.md", "```sh runnable\nmkdir -p results/b && cat results/a/ar.h5 > results/b/ar.h5\n```\n")], None),
+    ]
+    fails = 0
+    with tempfile.TemporaryDirectory() as d:
+        for n, (pages_, want) in enumerate(cases):
+            root = os.path.join(d, f"root{n}")
+            os.makedirs(os.path.join(root, "results"))
+            os.makedirs(os.path.join(root, "build"))
+            with open(os.path.join(root, "tracked.txt"), "w") as f:
+                f.write("x\n")
+            blocks = []
+            for name, text in pages_:
+                p = os.path.join(d, f"case{n}", name)
+                os.makedirs(os.path.dirname(p), exist_ok=True)
+                with open(p, "w") as f:
+                    f.write(text)
+                blocks += [b for b in parse_blocks(p, text.splitlines()) if not classify(b) and b.mode == "runnable"]
+            logdir = os.path.join(d, f"logs{n}")
+            os.makedirs(logdir)
+            with open(os.devnull, "w") as null:
+                out, sys.stdout = sys.stdout, null
+                try:
+                    failed, _, _, probs = run_blocks(blocks, root, dict(os.environ), logdir)
+                finally:
+                    sys.stdout = out
+            got = "\n".join(probs)
+            ok = not failed and ((not probs) if want is None else all(w in got for w in want) and len(probs) == 1)
+            if not ok:
+                fails += 1
+                print(f"FAIL [docs.self_test]: pages {[t for _, t in pages_]!r}: want {want!r}, got {got!r}"
+                      + (f", failed blocks {[b.where() for b in failed]}" if failed else ""), file=sys.stderr)
+    return sum(w is not None for _, w in cases), fails
 
 
 def main():
@@ -378,32 +528,14 @@ def main():
     env = block_env(work)
     logdir = os.path.join(work, "logs")
     os.makedirs(logdir)
-    failed, skipped, t_all = [], [], time.monotonic()
+    t_all = time.monotonic()
     try:
-        by_page = {}
-        for b in shell:
-            if b.mode == "runnable":
-                by_page.setdefault(b.path, []).append(b)
-        idx = 0
-        for page, bl in by_page.items():
-            root = make_root(work, "root-" + os.path.relpath(page, SRC).replace("/", "_"))
-            env["MB_SRC"] = root  # tests and scripts a block runs see the copy as their tree
-            for b in bl:
-                idx += 1
-                if b.needs_root and os.geteuid() != 0:
-                    skipped.append(b)
-                    print(f"skip {b.where()}: needs root")
-                    continue
-                rc, dt, log = run_block(b, root, env, logdir, idx)
-                ok = rc == b.want
-                print(f"{'ok  ' if ok else 'FAIL'} {b.where():28} {dt:6.1f} s" + (f"  exit {rc}" if rc else ""))
-                sys.stdout.flush()
-                if not ok:
-                    failed.append(b)
-                    with open(log, errors="replace") as f:
-                        tail = f.read().splitlines()[-30:]
-                    print(f"--- {b.where()} (exit {rc}, want {b.want}{', timed out after %d s' % b.timeout if rc == 124 else ''}):\n"
-                          + b.text + "--- its output, last lines:\n" + "\n".join(tail), file=sys.stderr)
+        # One tree for every page, as a reader pasting the pages in order has.
+        root = make_root(work, "root")
+        env["MB_SRC"] = root  # tests and scripts a block runs see the copy as their tree
+        failed, skipped, nrun, writes = run_blocks([b for b in shell if b.mode == "runnable"], root, env, logdir)
+        for w in writes:
+            print("FAIL [docs.commands]: " + w, file=sys.stderr)
         after = repo_snapshot()
         if before is not None and after is not None and after - before:
             for l in sorted(after - before):
@@ -417,9 +549,10 @@ def main():
             print(f"docs.commands: kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"docs.commands: {idx - len(skipped)} blocks run in {time.monotonic() - t_all:.0f} s, "
-          f"{len(failed)} failed, {len(skipped)} skipped")
-    return 1 if failed or probs else 0
+    print(f"docs.commands: {nrun} blocks run in {time.monotonic() - t_all:.0f} s, "
+          f"{len([f for f in failed if f])} failed, {len(skipped)} skipped, "
+          f"{len(writes)} write(s) outside results/ or into another page's results")
+    return 1 if failed or probs or writes else 0
 
 
 if __name__ == "__main__":
