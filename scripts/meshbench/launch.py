@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 
-from . import reader
+from . import locks, reader
 from .sweep_config import ROOT, fabric_vars
 
 STATUS_DONE = "ok"
@@ -116,6 +116,49 @@ def file_status(path):
         if s != STATUS_DONE:
             return s or "unknown"
     return STATUS_DONE
+
+
+# A round run again sets its earlier files aside here, under <out>: never removed, and out of
+# the way of `scripts/report <out>` (reader.expand_paths leaves a folder's stale/ out).
+STALE_DIR = "stale"
+
+
+def set_aside(out_dir, res, log, force=False):
+    """Before round file `res` is written again: take its lock as the binaries do
+    (FILE.h5.lock, locks.take), so no run can start on it meanwhile, and move its earlier
+    .h5, .jsonl and log to <out>/stale/<name>.<UTC time of the last write>.<ext>. Returns
+    ("run", [the paths moved]) when the round may run; ("done", None) when the file is finished
+    and ok after all (another process ran it since the caller looked; with `force` it is set
+    aside too); ("busy", holder) when another process holds the lock (a live run: nothing is
+    touched). A file is never removed: a job killed outright (status `running`, no lock held)
+    keeps its last publish in stale/."""
+    try:
+        lock, holder = locks.take(res + ".lock", locks.me("scripts/sweep"))
+    except OSError:  # nothing is touched; the binary cannot lock it either and says why (exit 2)
+        return "run", []
+    if lock is None:
+        return "busy", holder
+    try:
+        if not force and file_status(res) == STATUS_DONE:
+            return "done", None
+        paths = [p for p in (res, res[:-3] + ".jsonl", log) if os.path.exists(p)]
+        if not paths:
+            return "run", []
+        when = max(os.path.getmtime(p) for p in paths)
+        stamp = datetime.datetime.fromtimestamp(when, datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        stale = os.path.join(out_dir, STALE_DIR)
+        os.makedirs(stale, exist_ok=True)
+        base = os.path.basename(res)[:-3]
+        for n in range(1, 1000):  # a name not taken: .2, .3 after the time
+            tag = stamp if n == 1 else f"{stamp}.{n}"
+            dest = {p: os.path.join(stale, f"{base}.{tag}{os.path.splitext(p)[1]}") for p in paths}
+            if not any(os.path.exists(d) for d in dest.values()):
+                break
+        for p, d in dest.items():
+            os.replace(p, d)
+        return "run", sorted(dest.values())
+    finally:
+        lock.release()
 
 
 def describe(pt):
@@ -221,16 +264,15 @@ def _start_record(pt, rnd, res, log):
     return rec
 
 
-def run_point(pt, bin_dir, out_dir, presets, launcher, mpiexec, rnd=1):
+def run_point(pt, bin_dir, out_dir, presets, launcher, mpiexec, rnd=1, force=False):
     """Run round `rnd` of one point; returns its record {id, round, status, rc, seconds, log,
-    result, cmd, shell, run_ids, ...}, also merged into <out>/points/<id>.json."""
+    result, cmd, shell, run_ids, ...}, also merged into <out>/points/<id>.json. A round whose
+    file another process is writing is `skipped` and its files left alone; a round's earlier
+    files are set aside, never removed (set_aside)."""
     os.makedirs(os.path.join(out_dir, "logs"), exist_ok=True)
     os.makedirs(os.path.join(out_dir, "points"), exist_ok=True)
     res = result_path(out_dir, pt, rnd)
     log = os.path.join(out_dir, "logs", run_name(pt, rnd) + ".log")
-    for stale in (res, res[:-3] + ".jsonl"):
-        if os.path.exists(stale):
-            os.remove(stale)
     preset = presets[pt["fabric"]]
     cmd, setenv, unset = launch(pt, rnd, bin_dir, out_dir, presets, launcher, mpiexec)
     env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -238,6 +280,15 @@ def run_point(pt, bin_dir, out_dir, presets, launcher, mpiexec, rnd=1):
     timeout = int(pt["cfg"].get("timeout") or 0)
     rec = _start_record(pt, rnd, res, log)
     skip = skip_reason(pt, preset, launcher)
+    if skip is None:
+        state, info = set_aside(out_dir, res, log, force)
+        if state == "done":  # finished ok since the caller looked (another process ran it)
+            return {"id": pt["id"], "round": rnd, "rounds": pt["rounds"], "status": "done"}
+        if state == "busy":
+            skip = (None, f"{os.path.basename(res)} is in use by {info}: left alone "
+                          "(run the sweep again once that run has ended)")
+        elif info:
+            rec["set_aside"] = info
     if skip is not None:
         rec.update(status="skipped", rc=skip[0], seconds=0.0, reason=skip[1])
         return _write_rec(out_dir, pt, rec)

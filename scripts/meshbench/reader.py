@@ -108,11 +108,14 @@ def table(dset):
 
 
 def expand_paths(paths):
-    """Files and folders (searched recursively for *.h5) -> a list of files."""
+    """Files and folders (searched recursively for *.h5) -> a list of files. Below a folder,
+    subfolders named `stale` are left out: scripts/sweep keeps there the earlier files of rounds
+    it ran again (meshbench.launch.set_aside); name such a folder itself to read it."""
     files = []
     for p in paths:
         if os.path.isdir(p):
-            files += sorted(glob.glob(os.path.join(p, "**", "*.h5"), recursive=True))
+            found = glob.glob(os.path.join(p, "**", "*.h5"), recursive=True)
+            files += sorted(f for f in found if "stale" not in os.path.relpath(f, p).split(os.sep)[:-1])
         else:
             files.append(p)
     return files

@@ -45,8 +45,14 @@ def run_rounds(points, out_dir, bin_dir, presets, launcher, mpiexec, force=False
         note = "" if st == "missing" else f" (re-run: previous file {st})"
         print(f"{prefix} ...{note}", end="", flush=True)
         used_netns |= presets[pt["fabric"]]["launcher"] == "netns"
-        rec = run_point(pt, bin_dir, out_dir, presets, launcher, mpiexec, k)
+        rec = run_point(pt, bin_dir, out_dir, presets, launcher, mpiexec, k, force)
+        if rec["status"] == "done":
+            print(" skip (done: another process finished it)", flush=True)
+            records.append(rec)
+            continue
         extra = f": {rec.get('reason')}" if rec["status"] == "skipped" else ""
+        if rec.get("set_aside"):
+            extra += f" (the earlier files kept in {os.path.dirname(rec['set_aside'][0])})"
         extra += f" (warning: {rec['warning']})" if rec.get("warning") else ""
         print(f" {rec['status']} ({rec.get('seconds', 0)} s){extra}", flush=True)
         if rec["status"] not in ("ok", "skipped"):
@@ -138,7 +144,7 @@ def run_local(points, args, presets, doc):
         if RUNNING["proc"] is not None:
             kill_group(RUNNING["proc"], grace=5)
         print(f"\nsweep: interrupted by signal {signum}; re-run the same command to resume", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(128 + signum)  # the shell's code for a death by that signal: SIGINT 130, SIGTERM 143
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 

@@ -230,7 +230,7 @@ def run_plan_entry(plan_path, index, args):
         pt, k = plan["points"][index], plan.get("round") or 1
         rtext = f"round {k}/{pt['rounds']} " if pt["rounds"] > 1 else ""
         print(f"[1/1] {rtext}{describe(pt)} ...", flush=True)
-        recs = [run_point(pt, plan["bin"], plan["out"], presets, launcher, args.mpiexec, k)]
+        recs = [run_point(pt, plan["bin"], plan["out"], presets, launcher, args.mpiexec, k, plan.get("force", False))]
         print(f"  {recs[0]['status']} (exit {recs[0].get('rc')}, {recs[0].get('seconds')} s) "
               f"log {recs[0].get('log')}", flush=True)
     worst = 0

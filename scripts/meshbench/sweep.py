@@ -7,7 +7,7 @@ import re
 import shlex
 import sys
 
-from . import names as mb_names, predict_ranking, steps as mb_steps
+from . import locks, names as mb_names, predict_ranking, steps as mb_steps
 from .expand import expand, print_batches, print_pruned
 from .launch import STATUS_DONE, launch, result_path, rounds_status, shell_line
 from .rounds import run_local
@@ -24,8 +24,11 @@ the report reads them as one measurement's rounds). The whole file is checked be
 launches (unknown binary, unknown fabric preset, a mesh that does not divide the ranks, a key
 nobody reads: exit 2, naming the entry). Sweeps resume: a round whose file exists with every
 run's status `ok` is skipped; a missing one, or one left `running`/`killed`/`timeout`/`failed`,
-is run again (the stale file is removed first), so a point with fewer ok rounds than `rounds`
-gets the rest. Not a scheduler: runs go one at a time locally; under Slurm each rank count is
+is run again, so a point with fewer ok rounds than `rounds` gets the rest. Nothing is deleted: a
+round's earlier files move to <out>/stale/ first, under the file's lock (<point>.h5.lock, held by
+a binary while it writes); a round whose lock another process holds is skipped and left alone.
+One sweep per output folder: a sweep holds <out>/.sweep.lock while it runs, and a second sweep
+on that folder exits 2 naming it. Not a scheduler: runs go one at a time locally; under Slurm each rank count is
 one job array per round, round k+1's arrays starting after round k's (--dependency=afterany).
 
   scripts/sweep examples/fabrics-local.toml               # run locally (mpiexec), then report + plots
@@ -67,8 +70,9 @@ The names a sweep file may use (binaries, mesh dimensions, group kinds) are the 
 exits 2 saying so. Result files are read with scripts/meshbench/reader.py. Each point's rounds
 are recorded in <out>/points/<point>.json (`rounds`: one record per round with its status,
 exit code, command, file and run ids; `rounds_ok` of `rounds_wanted`).
-Exit codes: 0 every run ok or skipped, 1 some run failed, 2 bad sweep file or usage, 3 sbatch
-failed or the jobs outlived --wait-timeout.
+Exit codes: 0 every run ok or skipped, 1 some run failed, 2 bad sweep file or usage (or the
+output folder in use by another sweep), 3 sbatch failed or the jobs outlived --wait-timeout,
+130 stopped by SIGINT, 143 by SIGTERM (the run in progress killed; the same command resumes).
 """
 
 
@@ -202,6 +206,24 @@ def prepare(args, usage_error):
     return doc, presets, points, pruned, batches
 
 
+# Held by a sweep that runs or submits points for as long as it lives (locks.take): a second
+# sweep on the same folder is refused, since both would run the same rounds into the same files.
+SWEEP_LOCK = ".sweep.lock"
+
+
+def lock_out(out):
+    """Take <out>/.sweep.lock, or raise SweepError naming the sweep that holds it."""
+    try:
+        os.makedirs(out, exist_ok=True)
+        lock, holder = locks.take(os.path.join(out, SWEEP_LOCK), locks.me("scripts/sweep"))
+    except OSError as e:
+        raise SweepError(f"--out {out}: cannot lock the folder: {e.strerror or e}")
+    if lock is None:
+        raise SweepError(f"--out {out}: in use by {holder}; one sweep per output folder at a time: wait for "
+                         f"it to end, or give another --out")
+    return lock
+
+
 def run(args, usage_error):
     """scripts/sweep after its flags are parsed; returns the exit code. usage_error(message)
     ends the program as bad usage (argparse's error)."""
@@ -225,7 +247,19 @@ def run(args, usage_error):
             return 2
     if args.dry_run:
         return dry_run(points, pruned, batches, args, presets)
-    os.makedirs(args.out, exist_ok=True)
+    try:
+        lock = lock_out(args.out)
+    except SweepError as e:
+        print(f"sweep: {e}", file=sys.stderr)
+        return 2
+    try:
+        return _run_points(args, doc, presets, points, pruned, batches)
+    finally:
+        lock.release()
+
+
+def _run_points(args, doc, presets, points, pruned, batches):
+    """The points of a sweep that holds its output folder: run here, or submitted."""
     if pruned or any(p["binary"] == "step" and p.get("plan_args") is not None for p in points):
         mb_steps.write_pruned(args.out, [p for p in points if p.get("plan_args") is not None], pruned, batches)
         print_batches(batches)

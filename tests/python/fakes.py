@@ -9,9 +9,11 @@ without MPI, Slurm or a build, with answers the test knows:
                ZeRO - 10 m (a CAL path holding "nofit": {"error": ...}, as a calibration
                without the fit a plan needs; "nopredict": refused as by a build without
                --predict)
-  mpiexec      records its argv (one JSON line per call in $FAKE_LOG) and writes the -O file
-               with one run of status ok; exits 3 without a file when the command line holds
-               a word listed in $FAKE_FAIL; sleeps $FAKE_SLEEP seconds first when set
+  mpiexec      records its argv (one JSON line per call in $FAKE_LOG), claims the -O file as
+               the binaries do (its .lock held, exit 2 when another holds it or the file
+               exists) and writes it with one run of status ok; exits 3 without a file when the
+               command line holds a word listed in $FAKE_FAIL; with $FAKE_SLEEP set, first
+               publishes the file with status running and sleeps that many seconds
   sbatch       records its argv, prints job ids 101, 102, ...
   squeue       prints the jobs listed in $FAKE_SQUEUE (none by default)
 Not a test module.
@@ -82,18 +84,34 @@ else:
 """
 
 MPIEXEC = r"""
-import json, os, sys, time
+import fcntl, json, os, sys, time
 import h5py
 argv = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a") as fh:
     fh.write(json.dumps(argv) + "\n")
-time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
+out = argv[argv.index("-O") + 1]
+# The binaries' claim (src/results/output_path.cpp): the lock first, then refuse a file that exists.
+fd = os.open(out + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    print(f"-O/--output {out}: in use by {os.pread(fd, 200, 0).decode().strip()}", file=sys.stderr)
+    sys.exit(2)
+os.pwrite(fd, f"fake_bench (pid {os.getpid()} on host fake since now)\n".encode(), 0)
+if os.path.exists(out):
+    print(f"-O/--output {out}: the file exists", file=sys.stderr)
+    sys.exit(2)
+sleep = float(os.environ.get("FAKE_SLEEP", "0"))
+if sleep:  # a first publish, as the binaries' at their start: status running
+    with h5py.File(out, "w") as f:
+        f.create_group("runs/fake").attrs["status"] = "running"
+    time.sleep(sleep)
 if any(w in argv for w in os.environ.get("FAKE_FAIL", "").split()):
     sys.exit(3)
-out = argv[argv.index("-O") + 1]
-with h5py.File(out, "w") as f:
-    f.create_group("runs/fake").attrs["status"] = "ok"
+with h5py.File(out, "a") as f:
+    f.require_group("runs/fake").attrs["status"] = "ok"
 print("# results: " + out)
+os.unlink(out + ".lock")
 """
 
 SBATCH = r"""

@@ -3,11 +3,14 @@ its record, and the local loop (rounds interleaved, resume, a failed point's lat
 run) with a stand-in mpiexec that records each call and writes the result file (fakes.py)."""
 import json
 import os
+import subprocess
+import sys
 
 import fakes
 import h5py
 import pytest
 from meshbench import expand, launch, rounds
+from meshbench.sweep_config import ROOT
 
 NAMES = fakes.names()
 
@@ -173,3 +176,67 @@ def test_srun_skips_a_point_larger_than_the_allocation(local, monkeypatch):
     assert (rec["status"], rec["reason"]) == \
         ("skipped", "2 ranks do not fit this allocation's 1 tasks (submit it with --slurm)")
     assert fakes.calls(log) == []
+
+
+# --- a round's earlier files: never removed, never touched while their lock is held ---------------
+def holder(lock_path):
+    """A process holding lock_path as a live binary does (its name in it); returned once it holds it."""
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from meshbench import locks; "
+            "lk, who = locks.take(sys.argv[1], 'step_bench (pid 77 on host n1 since then)'); "
+            "assert lk, who; print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, lock_path, os.path.join(ROOT, "scripts")],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "held\n"
+    return proc
+
+
+def running_file(path):
+    with h5py.File(path, "w") as f:
+        f.create_group("runs/live").attrs["status"] = "running"
+    open(path[:-3] + ".jsonl", "w").write('{"size": 8}\n')
+
+
+def test_a_file_being_written_is_left_alone(local):
+    """A round whose file another process is writing (its .lock held, status running): nothing
+    launched, nothing moved or removed, the round `skipped` naming the holder."""
+    points, out, mpiexec, log = local
+    os.makedirs(out)
+    res = launch.result_path(out, points[0])
+    running_file(res)
+    before = open(res, "rb").read()
+    proc = holder(res + ".lock")
+    try:
+        rec = launch.run_point(points[0], "/b", out, fakes.PRESETS, "mpiexec", mpiexec)
+    finally:
+        proc.communicate("")
+    assert rec["status"] == "skipped" and fakes.calls(log) == []
+    assert rec["reason"] == ("all_reduce-r2-mpi-shm.h5 is in use by step_bench (pid 77 on host n1 since then): "
+                             "left alone (run the sweep again once that run has ended)")
+    assert open(res, "rb").read() == before and os.path.exists(res[:-3] + ".jsonl")
+    assert not os.path.exists(os.path.join(out, "stale"))
+
+
+def test_earlier_files_are_set_aside_never_removed(local):
+    """A killed job's files (status running, no lock held) and, with --force, a finished ok round
+    are moved to <out>/stale/<name>.<time>.{h5,jsonl,log}; the report of <out> leaves them out."""
+    points, out, mpiexec, log = local
+    os.makedirs(os.path.join(out, "logs"))
+    res = launch.result_path(out, points[0])
+    running_file(res)
+    open(os.path.join(out, "logs", "all_reduce-r2-mpi-shm.log"), "w").write("old log\n")
+    open(res + ".lock", "w").write("step_bench (pid 1 on host gone since then)\n")  # left by a SIGKILL
+    rec = launch.run_point(points[0], "/b", out, fakes.PRESETS, "mpiexec", mpiexec)
+    assert rec["status"] == "ok" and launch.file_status(res) == "ok"
+    stale = sorted(os.listdir(os.path.join(out, "stale")))
+    assert [os.path.splitext(f)[1] for f in stale] == [".h5", ".jsonl", ".log"]
+    assert rec["set_aside"] == [os.path.join(out, "stale", f) for f in stale]
+    assert launch.file_status(os.path.join(out, "stale", stale[0])) == "running"
+    assert open(os.path.join(out, "stale", stale[2])).read() == "old log\n"
+    from meshbench import reader
+    assert reader.expand_paths([out]) == [res]
+    assert reader.expand_paths([os.path.join(out, "stale")]) == [os.path.join(out, "stale", stale[0])]
+    # --force runs a finished ok round again: its file is set aside too, under a name not taken.
+    recs = rounds.run_rounds(points[:1], out, "/b", fakes.PRESETS, "mpiexec", mpiexec, force=True)
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    h5s = [f for f in os.listdir(os.path.join(out, "stale")) if f.endswith(".h5")]
+    assert sorted(launch.file_status(os.path.join(out, "stale", f)) for f in h5s) == ["ok", "running"]

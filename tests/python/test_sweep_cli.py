@@ -9,6 +9,7 @@ import time
 
 import fakes
 import pytest
+from meshbench import launch
 from meshbench.sweep_config import ROOT
 
 
@@ -112,23 +113,58 @@ def test_local_run_exit_codes(cli, capsys, env, monkeypatch):
     assert rc == 1 and [os.path.basename(c[2]) for c in fakes.calls(log)][4:] == ["all_gather_bench"]
 
 
-def test_interrupt_kills_the_run_and_resumes(env, tmp_path):
-    """SIGTERM during a run: the run's process group is killed, exit 130 with how to resume; the
-    same command again runs that point (its file never became ok)."""
-    write, bin_dir, out, mpiexec, log = env
-    cmd = [sys.executable, os.path.join(ROOT, "scripts", "sweep"), str(write('binaries = ["all_reduce"]\n')),
-           "--bin", bin_dir, "--out", str(out), "--mpiexec", mpiexec, "--no-report"]
+def start_sweep(cmd, log, sleep="60"):
+    """scripts/sweep started in the background, returned once its (sleeping) launch has begun."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, FAKE_SLEEP="60"))
+                            env=dict(os.environ, FAKE_SLEEP=sleep))
     deadline = time.monotonic() + 30
     while not fakes.calls(log) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fakes.calls(log), "the launch never started"
-    time.sleep(0.3)  # the launch is past its log line, asleep
-    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)  # the launch is past its log line and its first publish, asleep
+    return proc
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_interrupt_kills_the_run_and_resumes(env, tmp_path, sig, code):
+    """A signal during a run: the run's process group is killed, exit 128 + the signal (SIGTERM
+    143, SIGINT 130) with how to resume; the run's file (status running) is kept; the same
+    command again sets it aside in stale/ and runs that point."""
+    write, bin_dir, out, mpiexec, log = env
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "sweep"), str(write('binaries = ["all_reduce"]\n')),
+           "--bin", bin_dir, "--out", str(out), "--mpiexec", mpiexec, "--no-report"]
+    proc = start_sweep(cmd, log)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130
-    assert "sweep: interrupted by signal 15; re-run the same command to resume" in err
-    assert not (out / "all_reduce-r2-mpi-shm.h5").exists()
+    assert proc.returncode == code
+    assert f"sweep: interrupted by signal {int(sig)}; re-run the same command to resume" in err
+    res = out / "all_reduce-r2-mpi-shm.h5"
+    assert launch.file_status(str(res)) == "running"
     done = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FAKE_SLEEP="0"), timeout=60)
     assert done.returncode == 0 and "1 ran ok" in done.stdout and len(fakes.calls(log)) == 2
+    assert "(re-run: previous file running) ok (" in done.stdout and f"kept in {out}/stale" in done.stdout
+    assert launch.file_status(str(res)) == "ok"
+    (kept,) = [f for f in os.listdir(out / "stale") if f.endswith(".h5")]
+    assert launch.file_status(str(out / "stale" / kept)) == "running"
+
+
+def test_a_second_sweep_on_a_folder_in_use_exits_2(env):
+    """Two sweeps into one folder: the second is refused at once, naming the first (pid, host,
+    since), and touches nothing; the first's live file survives; after it, a sweep runs."""
+    write, bin_dir, out, mpiexec, log = env
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "sweep"), str(write('binaries = ["all_reduce"]\n')),
+           "--bin", bin_dir, "--out", str(out), "--mpiexec", mpiexec, "--no-report"]
+    first = start_sweep(cmd, log, sleep="2")
+    second = subprocess.run(cmd + ["--force"], capture_output=True, text=True, timeout=60)
+    assert second.returncode == 2, second
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(f"sweep: --out {out}: in use by scripts/sweep (pid {first.pid} on host "
+                           f"{os.uname().nodename} since ")
+    assert line.endswith("); one sweep per output folder at a time: wait for it to end, or give another --out")
+    assert len(fakes.calls(log)) == 1 and second.stdout == ""
+    stdout, _ = first.communicate(timeout=60)
+    assert first.returncode == 0 and "1 ran ok" in stdout
+    assert launch.file_status(str(out / "all_reduce-r2-mpi-shm.h5")) == "ok"
+    assert not (out / "stale").exists() and not (out / ".sweep.lock").exists()
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "1 already done" in again.stdout
