@@ -59,7 +59,8 @@ stored samples.
   scripts/plot sweep/ --where tag=shm -o plots    # plans: steps.png, scaling.png (dp grows)
   scripts/plot --timeline gpipe.h5 1f1b.h5 -o plots   # pipeline runs on one time axis: timeline.png
 
-Exit codes: 0 figures written, 1 nothing to plot / unreadable file, 2 bad usage.
+Exit codes: 0 figures written, 1 nothing to plot / unreadable file, 2 bad usage or a file whose
+content is not the schema (docs/report.md).
 """
 
 
@@ -71,11 +72,14 @@ def run(args):
     import matplotlib.pyplot as plt
     import numpy as np
 
-    if args.timeline:
-        return timeline_main(plt, args)
-
-    rows, bad = reader.load_collectives(args.paths, with_samples=True, who="plot")
-    runs, bad_steps = reader.load_steps(args.paths, quiet=True, who="plot")
+    try:
+        if args.timeline:
+            return timeline_main(plt, args)
+        rows, bad = reader.load_collectives(args.paths, with_samples=True, who="plot")
+        runs, bad_steps = reader.load_steps(args.paths, quiet=True, who="plot")
+    except reader.FormatError as e:
+        print(f"plot: {e}", file=sys.stderr)
+        return 2
     bad = sorted(set(bad) | set(bad_steps))
     steps = plans.plan_rows(runs)
     try:

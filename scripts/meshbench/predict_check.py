@@ -32,7 +32,13 @@ class CheckError(Exception):
 
 def parse_plans(path):
     plans = []
-    with open(path) as f:
+    if os.path.isdir(path):
+        raise CheckError(f"{path}: is a folder; the plan list is a file of 'N: step_bench flags' lines")
+    try:
+        f = open(path)
+    except OSError as e:
+        raise CheckError(f"{path}: cannot read the plan list: {e.strerror}")
+    with f:
         for ln, line in enumerate(f, 1):
             line = line.split("#", 1)[0].strip()
             if not line:
@@ -351,6 +357,8 @@ def main(argv, prog="predict-check"):
             raise CheckError(f"--predict {o.predict}: no such file")
         if not o.report_only and os.path.exists(o.out) and os.listdir(o.out):
             raise CheckError(f"--out {o.out}: exists and is not empty (results are never overwritten)")
+        if o.report_only and not os.path.isdir(o.out):
+            raise CheckError(f"--out {o.out}: no such folder (--report-only reads the folder of an earlier check)")
         exe = os.path.join(o.bin, "step_bench")
         if not os.path.exists(exe):
             raise CheckError(f"--bin {o.bin}: no step_bench (make)")
@@ -374,14 +382,23 @@ def main(argv, prog="predict-check"):
     except RuntimeError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
-    runs, bad = reader.load_steps(files, quiet=True, who=prog)
+    try:
+        runs, bad = reader.load_steps(files, quiet=True, who=prog)
+    except reader.FormatError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     if bad:
         print(f"{prog}: cannot read {', '.join(bad)}", file=sys.stderr)
         return 1
     steps = plans_mod.plan_rows(runs)
+    v = verdicts(report_predicted.predicted_rows(steps), replicate_exposed(steps, replicate_groups(o.out, prog)))
+    if not v["plans"]:
+        # A validation of nothing is no pass: as scripts/report --baseline with nothing to judge, exit 1.
+        print(f"{prog}: nothing validated: {len(files)} results file(s) in {o.out}, none with a plan that has both a "
+              f"prediction (step_bench --predict) and a measured step time", file=sys.stderr)
+        return 1
     print()
     print(report_predicted.predicted_markdown(steps))
-    v = verdicts(report_predicted.predicted_rows(steps), replicate_exposed(steps, replicate_groups(o.out, prog)))
     v.update(rounds=o.rounds, steps=o.steps, seconds=time.time() - t0, calibration=o.predict,
              recalibrated_each_round=bool(o.recalibrate),
              plans_file=o.plans, load_end=os.getloadavg()[0])

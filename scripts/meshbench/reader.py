@@ -107,6 +107,24 @@ def table(dset):
             for row in arr]
 
 
+class FormatError(ValueError):
+    """A file HDF5 can read whose content is not the schema's (docs/results.md): a dataset of
+    strings where numbers belong, a table without its fields. The scripts print its one line,
+    which names the file and the dataset, and exit 2 (bad input), as for a missing file."""
+
+
+def numbers(path, dset):
+    """A dataset of numbers as a float array; FormatError naming the file, the dataset and what it
+    holds instead."""
+    import numpy as np
+    if dset.dtype.kind not in "biuf":
+        what = {"S": "strings", "U": "strings", "O": "strings or objects", "V": "a table"}.get(dset.dtype.kind,
+                                                                                               str(dset.dtype))
+        raise FormatError(f"{path}: {dset.name} holds {what} ({dset.dtype}), not numbers: not a file the binaries "
+                          f"wrote, or a damaged one (docs/results.md)")
+    return np.asarray(dset[()], dtype=float)
+
+
 def expand_paths(paths):
     """Files and folders (searched recursively for *.h5) -> a list of files. Below a folder,
     subfolders named `stale` are left out: scripts/sweep keeps there the earlier files of rounds
@@ -174,7 +192,11 @@ def read_collectives(path, with_samples=False):
             for coll_name, coll in colls.items():
                 for g in coll.values():
                     if "summary" in g:
-                        rows += _collective_group_rows(g, coll_name, ra, gsize, gspan, with_samples)
+                        try:
+                            rows += _collective_group_rows(g, coll_name, ra, gsize, gspan, with_samples)
+                        except (ValueError, TypeError, KeyError) as e:
+                            raise FormatError(f"{path}: {g.name}: {e}: not the summary table the binaries write, "
+                                              f"or a damaged one (docs/results.md)") from None
     return rows
 
 
@@ -246,7 +268,7 @@ def read_steps(path):
                  [n for n in names.replace(",", " ").split() if n],
                  "summary": summary[0] if summary else {}}
             for k in ("step_times", "phases", "loss"):
-                r[k] = np.asarray(step[k][()], dtype=float) if k in step else np.zeros((0,))
+                r[k] = numbers(path, step[k]) if k in step else np.zeros((0,))
             for k in ("comm", "memory", "check", "time_split", "pipeline", "activation_slots", "passes"):
                 r[k] = table(step[k]) if k in step else []
             r["spans"] = group_spans(run)[1]

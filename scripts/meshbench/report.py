@@ -59,7 +59,8 @@ PATHS against OLD by exit code (regression mode).
 
 Exit codes: 0 ok, 1 no rows matched / unreadable file, 2 bad usage. With --baseline: 0 no match
 is slower beyond the threshold and outside the noise, 1 one is (or nothing could be judged: no
-match, an unreadable file; the message says which), 2 bad usage (a bad --threshold).
+match, an unreadable file; the message says which), 2 bad usage (a bad --threshold) or a file whose
+content is not the schema (one line naming the file and the dataset).
 """
 
 
@@ -162,11 +163,19 @@ def run(args):
     except ValueError as e:
         print(f"report: {e}", file=sys.stderr)
         return 2
-    rows, steps, bad = load(args)
+    try:
+        rows, steps, bad = load(args)
+    except reader.FormatError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
     if args.baseline:
         rows, steps = apply_filters(rows, args.where), apply_filters([r for r in steps if r.get("run_id") and
                                                                       "tokens_per_s" in r], args.where)
-        code, _ = regression(args, threshold, rows, steps)
+        try:
+            code, _ = regression(args, threshold, rows, steps)
+        except reader.FormatError as e:
+            print(f"report: {e}", file=sys.stderr)
+            return 2
         return 1 if bad else code
     try:
         rows, steps, text = tables_text(args, rows, steps)

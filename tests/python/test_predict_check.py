@@ -185,3 +185,37 @@ def test_plans_run_under_the_calibrations_transport(tmp_path, monkeypatch):
     monkeypatch.setenv("UCX_TLS", "self,tcp")  # the caller's choice wins, for both sides
     pc.run_rounds(plans, o, say=lambda *a, **k: None)
     assert seen[0][1]["UCX_TLS"] == "self,tcp"
+
+
+def test_bad_inputs_are_one_line_and_nothing_validated_fails(tmp_path, capsys):
+    """A missing plan list or a folder: exit 2 with one line naming it (was a traceback);
+    --report-only over a folder with no predicted and measured plan: exit 1, one line (was 0
+    after validating 0 plans); --report-only without the folder: exit 2."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "step_bench").write_text("#!/bin/sh\n")
+    cal = tmp_path / "empty.h5"
+    h5py.File(cal, "w").close()
+    plans = tmp_path / "plans.txt"
+    plans.write_text("2: --model tiny --mesh dp=2\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    common = ["--report-only", "--predict", str(cal), "--out", str(out), "--bin", str(bin_dir)]
+    for path, code, line in [
+            (tmp_path / "nope.txt", 2, f"predict-check: error: {tmp_path}/nope.txt: cannot read the plan list: "
+                                       "No such file or directory"),
+            (tmp_path, 2, f"predict-check: error: {tmp_path}: is a folder; the plan list is a file of "
+                          "'N: step_bench flags' lines"),
+            (plans, 1, f"predict-check: nothing validated: 0 results file(s) in {out}, none with a plan that has both "
+                       "a prediction (step_bench --predict) and a measured step time")]:
+        assert pc.main([str(path)] + common) == code
+        o, e = capsys.readouterr()
+        assert (o, e) == ("", line + "\n")
+    h5files.step_file(str(out / "plan-01.h5"))  # measured, but made without --predict
+    assert pc.main([str(plans)] + common) == 1
+    assert capsys.readouterr().err.startswith("predict-check: nothing validated: 1 results file(s) in ")
+    assert not (out / "summary.json").exists()
+    assert pc.main([str(plans), "--report-only", "--predict", str(cal), "--out", str(tmp_path / "none"),
+                    "--bin", str(bin_dir)]) == 2
+    assert capsys.readouterr().err == (f"predict-check: error: --out {tmp_path}/none: no such folder (--report-only "
+                                       "reads the folder of an earlier check)\n")

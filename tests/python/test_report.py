@@ -322,3 +322,20 @@ def test_a_part_of_the_step_keeps_its_first_digit():
     assert spread.fmt(0.43, report_plans.step_place_ms(g, 0.00043)) == "0.4"
     assert spread.fmt(75.4, report_plans.step_place_ms(g, 0.0754)) == "80"  # the step's place where coarser
     assert report_plans.step_place_ms(g, 0.0) == 1 and report_plans.step_place_ms({"step": None}, 0.1) is None
+
+
+def test_a_malformed_file_is_one_line_exit_2(cli, capsys, tmp_path):
+    """step_times of strings (an HDF5 file the binaries did not write): report, plot and plot
+    --timeline print one line naming the file, the dataset and what it holds, and exit 2 (was a
+    ValueError traceback); nothing is written."""
+    import numpy as np
+    path = str(tmp_path / "strings.h5")
+    h5files.step_file(path, step_times=np.array([[b"a", b"b"], [b"c", b"d"]]))
+    want = (f"{path}: /runs/s0/step/step_times holds strings (|S1), not numbers: not a file the binaries wrote, "
+            "or a damaged one (docs/results.md)\n")
+    for prog, argv in (("report", [path]), ("plot", [path, "-o", tmp_path / "p"]),
+                       ("plot", ["--timeline", path, "-o", tmp_path / "p"])):
+        assert cli[prog].main([str(a) for a in argv]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", f"{prog}: {want}")
+    assert not (tmp_path / "p").exists()
