@@ -5,7 +5,13 @@
 # contiguous, overlap off) on a 2048-token shape, pp=2 GPipe/1F1B at m = 2, 4, 8 and
 # interleaved. HDF5 files go to $OUT (default /tmp/bench); read them with scripts/report.
 # Run on an otherwise idle machine (it prints uptime before and after each group).
+#   scripts/bench-strategies.sh            (no arguments; OUT=/tmp/bench BUILD=build)
 set -u
+case "${1:-}" in
+  -h | --help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "bench-strategies: takes no arguments, got '$1' (OUT=DIR and BUILD=DIR set where it writes and reads; --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/../${BUILD:-build}"
 export OPENBLAS_CORETYPE=Haswell OMP_NUM_THREADS=1
 D=${OUT:-/tmp/bench}; mkdir -p "$D/tp" "$D/cp" "$D/pp"; rm -f "$D"/tp/*.h5 "$D"/cp/*.h5 "$D"/pp/*.h5

@@ -8,6 +8,10 @@
 #   scripts/bench-warmup.sh [ROUNDS] [MIN] [MAX]        (defaults 5, 8, 64K; BUILD=build)
 # Prints one row per size and exits 1 when some size breaks the rule.
 set -u
+case "${1:-}" in
+  -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
+[[ "${1:-5}" =~ ^[1-9][0-9]*$ ]] || { echo "bench-warmup: ROUNDS must be a positive integer, got '$1' (--help)" >&2; exit 2; }
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${BIN:-$here/${BUILD:-build}/bin}"
 rounds=${1:-5} lo=${2:-8} hi=${3:-64K}

@@ -2,7 +2,13 @@
 # Installs everything meshbench's build, tests and scripts need.
 # Idempotent: on Debian/Ubuntu as root it installs only what is missing; elsewhere it
 # prints what is missing and what to load instead, and exits 1 if the build cannot work.
+#   scripts/install-deps.sh                (no arguments; `make deps` runs it)
 set -euo pipefail
+case "${1:-}" in
+  -h | --help) sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "install-deps: takes no arguments, got '$1' (--help)" >&2; exit 2 ;;
+esac
 
 # The build, the tests, the analysis scripts, the PyTorch oracle and the Slurm/netns tests.
 PKGS=(

@@ -3,7 +3,13 @@
 # file with a JSON-lines summary beside it, then a small step_bench. Prints every table and
 # where the files went. RANKS (default 2) sets the rank count; more ranks than cores is
 # allowed but flagged as oversubscribed, and its timings are not meaningful.
+#   scripts/run-local.sh                   (no arguments; RANKS=2 MAX=64M BUILD=build)
 set -euo pipefail
+case "${1:-}" in
+  -h | --help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  "") ;;
+  *) echo "run-local: takes no arguments, got '$1' (RANKS=N, MAX=SIZE and BUILD=DIR set it up; --help)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RANKS=${RANKS:-2}

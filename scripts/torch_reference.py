@@ -18,8 +18,15 @@ import os
 import sys
 
 import numpy as np
-import torch
-import torch.nn.functional as F
+
+torch = F = None  # PyTorch, loaded by main() once the flags are parsed: --help answers without it
+
+
+def load_torch():
+    global torch, F
+    import torch as torch_module
+    import torch.nn.functional as functional
+    torch, F = torch_module, functional
 
 
 def load(d):
@@ -124,6 +131,7 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-5, help="normalised error bound (float32)")
     ap.add_argument("--verbose", action="store_true", help="print every tensor")
     a = ap.parse_args()
+    load_torch()  # seconds: after the flags, so that --help and a bad flag answer at once
     torch.set_num_threads(1)
     cfg, d = load(a.dir)
     c, adam, layout = cfg["config"], cfg["adamw"], cfg["layout"]
