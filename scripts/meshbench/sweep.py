@@ -7,7 +7,7 @@ import re
 import shlex
 import sys
 
-from . import locks, names as mb_names, predict_ranking, steps as mb_steps
+from . import estimate as mb_estimate, locks, names as mb_names, predict_ranking, steps as mb_steps
 from .expand import expand, print_batches, print_pruned
 from .launch import STATUS_DONE, launch, result_path, rounds_status, shell_line
 from .rounds import run_local
@@ -171,19 +171,50 @@ def dry_run(points, pruned, batches, args, presets):
     (env -u for preset variables of this shell it must not see), the binary."""
     print_batches(batches)
     predict_ranking.print_rankings(batches)
-    for i, pt in enumerate(points, 1):
+    # A plan search for a cluster (--predict CLUSTER.toml: predictions that name a cluster) is
+    # about plans for that cluster: their predictions, not launch lines for this machine.
+    search = [p for p in points if "cluster" in ((p.get("plan") or {}).get("predicted") or {})]
+    here = [p for p in points if p not in search]
+    if search:
+        print(cluster_plans_text(search, args))
+    runs_due = []
+    for i, pt in enumerate(here, 1):
         sts = rounds_status(args.out, pt)
         due = [k for k, st in enumerate(sts, 1) if st != STATUS_DONE]
+        runs_due.append((pt, len(due)))
         st = sts[0] if pt["rounds"] == 1 else f"{len(sts) - len(due)} of {pt['rounds']} rounds ok"
         line = shell_line(*launch(pt, due[0] if due else 1, args.bin, args.out, presets, args.launcher,
                                   args.mpiexec))
-        print(f"[{i}/{len(points)}] {pt['id']} ({st}): {line}")
-    multi = sorted({p["rounds"] for p in points if p["rounds"] > 1})
+        print(f"[{i}/{len(here)}] {pt['id']} ({st}): {line}")
+    multi = sorted({p["rounds"] for p in here if p["rounds"] > 1})
     if multi:
         print(f"rounds: {'/'.join(map(str, multi))} per point, interleaved (round 1 of every point, then "
               f"round 2, ...); round k > 1 writes <point>.r<k>.h5 (-O), otherwise the same command")
+    if here:
+        print(mb_estimate.text(mb_estimate.estimate(args.out, runs_due)))
     print_pruned(pruned)
     return 0
+
+
+def cluster_plans_text(points, args):
+    """A plan search for a cluster (--predict CLUSTER.toml): the chosen plans with their
+    predictions, in place of launch lines this machine could not run (mpiexec -n 16384)."""
+    def num(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+    out = [f"the chosen plans of the search ({len(points)}): predicted for the cluster, nothing runs here; "
+           "--write-sweep FILE.toml writes them as a sweep file to run there",
+           "| # | pred # | plan | ranks | predicted step (ms) | predicted tokens/s | MFU | chosen | step_bench flags |",
+           "|---:|---:|---|---:|---:|---:|---:|---|---|"]
+    for i, pt in enumerate(points, 1):
+        p = (pt.get("plan") or {}).get("predicted") or {}
+        st, tok, mfu = p.get("step_time_s"), p.get("tokens_per_s"), p.get("mfu")
+        flags = " ".join(["--mesh", pt["mesh"]["text"], "--order", pt["mesh"].get("order") or ""]
+                         + [str(a) for a in pt["cfg"].get("args", [])] + [str(a) for a in pt.get("plan_args") or []])
+        out.append(f"| {i} | {pt.get('pred_rank') or '-'} | {pt['id']} | {pt['ranks']} | "
+                   f"{num(st * 1e3 if isinstance(st, (int, float)) else None, '.4g')} | "
+                   f"{num(tok, ',.0f')} | {num(100 * mfu if isinstance(mfu, (int, float)) else None, '.1f')}"
+                   f"{'%' if isinstance(mfu, (int, float)) else ''} | {pt.get('selected') or '-'} | `{flags}` |")
+    return "\n".join(out) + "\n"
 
 
 def prepare(args, usage_error):

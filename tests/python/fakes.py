@@ -6,7 +6,8 @@ without MPI, Slurm or a build, with answers the test knows:
   step_bench   --plan-only [--plan-stdin]: a model with micro_batch 1; refuses tp=4 ("tp=4
                exceeds the 2 heads"); memory total 4000 / (tp pp) + 1000 (ZeRO-0) or 500;
                with --predict CAL a `predicted` object, tokens/s 1000 + 300 tp - 200 pp + 50
-               ZeRO - 10 m (a CAL path holding "nofit": {"error": ...}, as a calibration
+               ZeRO - 10 m (a CAL.toml adds cluster and mfu = tokens/s / 4000, as a cluster
+               description's; a CAL path holding "nofit": {"error": ...}, as a calibration
                without the fit a plan needs; "nopredict": refused as by a build without
                --predict)
   mpiexec      records its argv (one JSON line per call in $FAKE_LOG), claims the -O file as
@@ -74,6 +75,8 @@ def answer(args):
             tok = 1000.0 + 300 * deg["tp"] - 200 * deg["pp"] + 50 * zero - 10 * m
             out["predicted"] = {"step_time_s": 1000.0 / tok, "tokens_per_s": tok, "exposed_s": {}, "bubble": 0.0,
                                 "per_rank": [], "extrapolated": deg["tp"] == 2, "calibration": cal}
+            if cal.endswith(".toml"):  # a cluster description: the figures of a plan search
+                out["predicted"].update(cluster="fake-cluster", mfu=tok / 4000.0)
     return out
 
 if "--plan-stdin" in argv:

@@ -147,3 +147,46 @@ def test_run_then_compare_predicted_and_measured(cli, capsys, pred_env):
     assert "Spearman rank correlation between predicted and measured tokens/s over 3 plans: 0.500" in block
     (comp,) = json.load(open(out / "prediction.json"))
     assert comp["spearman"] == pytest.approx(0.5) and comp["pairs"] == 3
+
+
+def test_dry_run_estimates_the_wall_time_from_the_predicted_steps(cli, capsys, pred_env):
+    """3 chosen plans x 3 rounds, each 2 s + (2 warm-up + 10 steps) x its predicted step (1000 /
+    tokens/s: 0.735, 0.926, 1.163 s): 9 runs, 119.7 s."""
+    cal, bin_dir, out, _ = pred_env
+    rc, text, err = sweep(cli, capsys, *FLAGS, "--bin", bin_dir, "--out", out, "--predict", cal, "--top", "1",
+                          "--spread", "2", "--dry-run")
+    assert rc == 0, err
+    assert ("estimated wall time: 2 min 0 s for 9 run(s) (9 from the predicted step: 2 s + (warmup + steps) x step) "
+            "(rule: scripts/meshbench/estimate.py, docs/sweeps.md)") in text.splitlines()
+    rc, text, _ = sweep(cli, capsys, *FLAGS, "--bin", bin_dir, "--out", out, "--predict", cal, "--top", "1",
+                        "--spread", "0", "--args=--steps 3 --warmup 0", "--dry-run")
+    assert "estimated wall time: 13 s for 3 run(s) (3 from the predicted step: " in text  # 3 x (2 + 3 x 0.735)
+
+
+def test_a_cluster_search_prints_its_plans_not_launch_lines(cli, capsys, pred_env, tmp_path):
+    """--predict CLUSTER.toml: the chosen plans with their predicted step, tokens/s and MFU in a
+    table, and no mpiexec line (the world is the cluster's, not this machine's)."""
+    _, bin_dir, out, _ = pred_env
+    cluster = tmp_path / "c.toml"
+    cluster.write_text("# stand-in: the fake step_bench does not read it\n")
+    rc, text, err = sweep(cli, capsys, *FLAGS, "--bin", bin_dir, "--out", out, "--predict", cluster, "--top", "1",
+                          "--spread", "1", "--dry-run")
+    assert rc == 0, err
+    lines = text.splitlines()
+    i = lines.index("| # | pred # | plan | ranks | predicted step (ms) | predicted tokens/s | MFU | chosen | "
+                    "step_bench flags |")
+    assert lines[i - 1].startswith("the chosen plans of the search (2): predicted for the cluster, nothing runs here")
+    assert lines[i + 2].startswith("| 1 | 1 | step-r2-mpi-shm-tp2cp1ep1dp1pp1-z0-m4-otcedp | 2 | 735.3 | 1,360 | 34.0% "
+                                   "| top | `--mesh tp=2,dp=1 --order tp-cp-ep-dp-pp ")
+    assert lines[i + 3].startswith("| 2 | 4 | step-r2-mpi-shm-tp1cp1ep1dp1pp2-z0-1f1b-m4-otcedp | 2 | 1163 | 860 | "
+                                   "21.5% | spread |")
+    assert "mpiexec" not in text and not any(ln.startswith("[") for ln in lines)
+    assert "estimated wall time" not in text
+
+
+def test_help_shows_the_slurm_entry_points(cli, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli["sweep"].main(["--help"])
+    text = capsys.readouterr().out
+    assert e.value.code == 0 and "--run-point PLAN INDEX" in text and "--run-plan PLAN" in text
+    assert "inside a Slurm job" in text

@@ -1,6 +1,7 @@
 """scripts/sweep's main on generated sweep files with stand-in binaries and mpiexec (fakes.py):
 exit code 2 and its message for every bad file or option, before any output folder or launch;
 --dry-run's commands and pruned plans; a local run's exit code."""
+import json
 import os
 import signal
 import subprocess
@@ -168,3 +169,24 @@ def test_a_second_sweep_on_a_folder_in_use_exits_2(env):
     assert not (out / "stale").exists() and not (out / ".sweep.lock").exists()
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "1 already done" in again.stdout
+
+
+def test_dry_run_estimates_from_earlier_runs_and_bounds_the_rest(cli, capsys, env):
+    """No earlier run, no prediction: no estimate, each run bounded by its timeout (600 s); after
+    one round ran here, the next rounds of that point take its recorded seconds."""
+    write, bin_dir, out, mpiexec, _ = env
+    path = write('binaries = ["all_reduce", "all_gather"]\n')
+    rc, text, _ = sweep(cli, capsys, path, "--bin", bin_dir, "--out", out, "--dry-run")
+    assert rc == 0 and text.splitlines()[-1] == (
+        "estimated wall time: 2 run(s) without an estimate (no earlier run here, no prediction), each at most its "
+        "timeout: at most 20 min 0 s in all (rule: scripts/meshbench/estimate.py, docs/sweeps.md)")
+    assert sweep(cli, capsys, path, "--bin", bin_dir, "--out", out, "--mpiexec", mpiexec, "--no-report",
+                 "--only", "all_reduce")[0] == 0
+    rec = out / "points" / "all_reduce-r2-mpi-shm.json"
+    seconds = json.loads(rec.read_text())["rounds"][0]["seconds"]
+    rc, text, _ = sweep(cli, capsys, path, "--bin", bin_dir, "--out", out, "--dry-run", "--rounds", "3")
+    from meshbench import estimate
+    assert text.splitlines()[-1] == (
+        f"estimated wall time: {estimate.duration(2 * seconds)} for 2 run(s) (2 from their point's earlier runs "
+        "here); 3 run(s) without an estimate (no earlier run here, no prediction), each at most its timeout: at most "
+        f"{estimate.duration(2 * seconds + 1800)} in all (rule: scripts/meshbench/estimate.py, docs/sweeps.md)")
