@@ -38,7 +38,14 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 const char* name(Timing t) {
-  return t == Timing::kPipelined ? "pipelined" : t == Timing::kWindow ? "window" : "isolated";
+  switch (t) {
+    case Timing::kPipelined: return "pipelined";
+    case Timing::kWindow: return "window";
+    case Timing::kStream: return "stream";
+    case Timing::kGraph: return "graph";
+    case Timing::kIsolated: break;
+  }
+  return "isolated";
 }
 const char* name(InplaceMode m) {
   return m == InplaceMode::kYes ? "yes" : m == InplaceMode::kNo ? "no" : "both";
@@ -49,7 +56,7 @@ namespace {
 // The options typed as text, parsed and checked once CLI11 has read them.
 struct TextFlags {
   std::string min_b = "8", max_b = "128M", sizes, dtype = "float", op = "sum", backend = "mpi", mem, inplace = "both",
-              timing = "isolated", warmup = "auto", rank_stat = "max", routing = "balanced";
+              timing = "auto", warmup = "auto", rank_stat = "max", routing = "balanced";
 };
 
 // Adds one option that also reads MESHBENCH_<OPTION> from the environment.
@@ -101,8 +108,10 @@ void add_run_options(CLI::App& app, Options& o, TextFlags& t, bool reduces, bool
   add(app, "--mem", t.mem, "host or device (default: host for mpi, device for nccl)");
   add(app, "--inplace", t.inplace, "yes, no or both")->capture_default_str();
   add(app, "--timing", t.timing,
-      "isolated (barrier before each call, not timed), pipelined (back-to-back calls) or window (each call "
-      "starts at a scheduled time on synchronised clocks; ReproMPI)")->capture_default_str();
+      "auto (stream on nccl, isolated on mpi), isolated (barrier before each call, not timed), pipelined "
+      "(back-to-back calls, each timed), window (each call starts at a scheduled time on synchronised clocks; "
+      "ReproMPI), stream (nccl: n back-to-back calls between two events on the stream; nccl-tests) or graph (nccl: "
+      "those calls captured once as a CUDA graph; nccl-tests -G)")->capture_default_str();
   add(app, "-O,--output", o.output, "HDF5 file to write (never overwritten; a .jsonl summary goes beside it)");
   core::with_env(app.add_flag("--append", o.append, "add this run to an existing --output file"));
   add(app, "--tag", o.tag, "a label stored with the run (e.g. the fabric's name)");
@@ -234,12 +243,18 @@ void parse_placement(Options& o, const TextFlags& t) {
       {"yes", InplaceMode::kYes}, {"no", InplaceMode::kNo}, {"both", InplaceMode::kBoth}};
   if (!kInplace.count(t.inplace)) throw UsageError(fmt::format("--inplace: '{}' is not yes, no or both", t.inplace));
   o.inplace = kInplace.at(t.inplace);
-  if (t.timing == "isolated") o.timing = Timing::kIsolated;
+  const bool nccl = o.backend == comm::Backend::kNccl;
+  if (t.timing == "auto") o.timing = nccl ? Timing::kStream : Timing::kIsolated;
+  else if (t.timing == "isolated") o.timing = Timing::kIsolated;
   else if (t.timing == "pipelined") o.timing = Timing::kPipelined;
   else if (t.timing == "window") o.timing = Timing::kWindow;
-  else throw UsageError(fmt::format("--timing: '{}' is not isolated, pipelined or window", t.timing));
-  if (o.timing == Timing::kWindow && o.backend != comm::Backend::kMpi)
+  else if (t.timing == "stream") o.timing = Timing::kStream;
+  else if (t.timing == "graph") o.timing = Timing::kGraph;
+  else throw UsageError(fmt::format("--timing: '{}' is not auto, isolated, pipelined, window, stream or graph", t.timing));
+  if (o.timing == Timing::kWindow && nccl)
     throw UsageError("--timing window needs --backend mpi (it times on host clocks; NCCL calls return before they finish)");
+  if ((o.timing == Timing::kStream || o.timing == Timing::kGraph) && !nccl)
+    throw UsageError(fmt::format("--timing {} needs --backend nccl (it times on the device stream)", t.timing));
 }
 
 void parse_routing_workload(Options& o, const TextFlags& t) {

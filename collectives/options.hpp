@@ -16,7 +16,9 @@
 namespace meshbench::collectives {
 
 enum class InplaceMode { kYes, kNo, kBoth };
-enum class Timing { kIsolated, kPipelined, kWindow };
+// kStream and kGraph: n back-to-back calls between two events on the device stream, the
+// second captured once as a CUDA graph (nccl-tests' default and -G; issue 44, item 7).
+enum class Timing { kIsolated, kPipelined, kWindow, kStream, kGraph };
 
 struct Options {
   std::uint64_t min_bytes = 8;

@@ -28,6 +28,29 @@ void Runner::phase(const char* what) {
   if (watch_) watch_->set_context(where_ + ", " + what);
 }
 
+int time_back_to_back(comm::Communicator& c, comm::Timer& t, int count, bool graph, const std::function<void()>& call,
+                      std::vector<double>& out) {
+  if (count <= 0) return 0;
+  std::unique_ptr<comm::Captured> g;
+  if (graph) {
+    g = c.capture([&] {
+      for (int i = 0; i < count; ++i) call();
+    });
+    if (!g) throw core::UsageError("--timing graph: backend " + std::string(comm::name(c.backend())) + " cannot capture");
+  }
+  c.barrier();
+  t.mark(0);
+  if (g) {
+    g->launch();
+  } else {
+    for (int i = 0; i < count; ++i) call();
+  }
+  t.mark(1);
+  t.sync();
+  out.insert(out.end(), static_cast<std::size_t>(count), t.elapsed(0, 1) / count);
+  return count;
+}
+
 double Runner::isolated_call(comm::Timer& t, const Views& v, const Inputs& in) {
   comm_.barrier();
   t.mark(0);
@@ -50,6 +73,10 @@ int Runner::run_calls(const Views& v, const Inputs& in, int count, std::vector<d
     timer_ = comm_.make_timer(timer_marks_);
   }
   comm::Timer& t = *timer_;
+  if (opt_.timing == Timing::kStream || opt_.timing == Timing::kGraph) {
+    WatchScope w(watch_, "back-to-back calls", 0, comm_.group_name().c_str());
+    return time_back_to_back(comm_, t, count, opt_.timing == Timing::kGraph, [&] { spec_.call(comm_, v, in); }, out);
+  }
   if (opt_.timing == Timing::kIsolated) {
     for (int i = 0; i < count; ++i) out[first + static_cast<std::size_t>(i)] = isolated_call(t, v, in);
     return count;

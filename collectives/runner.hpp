@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,15 @@ struct Buffers {
   compute::Buffer send, recv;
   std::vector<std::byte> host_in, host_out;
 };
+
+// nccl-tests' timing of a device collective (--timing stream and graph): `count` calls queued
+// back to back on the communicator's stream between two events (marks 0 and 1 of `t`), after
+// one barrier; with `graph` the calls are first captured once (untimed) and the capture is
+// launched between the events. Appends `count` samples, each the interval / count (the mean
+// per call nccl-tests reports), and returns count. No host work, barrier or event sits
+// between the calls, so neither launch latency nor the peers' barrier skew is in the time.
+int time_back_to_back(comm::Communicator& c, comm::Timer& t, int count, bool graph, const std::function<void()>& call,
+                      std::vector<double>& out);
 
 class Runner {
  public:

@@ -123,13 +123,18 @@ S* PipeExchange<S>::free_buffer() {
   return grad_sends_.back().buf.data();
 }
 
+void all_reduce_in_order(comm::Communicator& c, comm::View v, void* compute) {
+  c.order_after(compute);
+  c.all_reduce(v, v, comm::RedOp::kSum);
+  c.order_before(compute);
+}
+
 template <typename S>
 void reduce_tied_embedding(Gpt<S>& model, const PipeEnv& pipe) {
   for (const auto& e : model.layout().entries())
     if (e.name == "wte") {
       comm::View v{model.grads_at(e.offset), static_cast<size_t>(e.numel), comm::dtype_of<S>(), model.backend().mem()};
-      pipe.embedding->order_after(model.backend().stream());
-      pipe.embedding->all_reduce(v, v, comm::RedOp::kSum);
+      all_reduce_in_order(*pipe.embedding, v, model.backend().stream());
     }
 }
 

@@ -89,7 +89,15 @@ class PipeExchange {
   std::map<std::pair<int, int>, std::unique_ptr<comm::Request>> act_sends_;
 };
 
-// The tied embedding's gradient summed over the first and last stage (the embedding group).
+// An in-place sum of v over c, ordered on both sides with the compute stream `compute` (null:
+// host compute): after what the stream queued so far (order_after), and before what it
+// queues next (order_before), so that nothing reads or overwrites v before the sum is done.
+void all_reduce_in_order(comm::Communicator& c, comm::View v, void* compute);
+
+// The tied embedding's gradient summed over the first and last stage (the embedding group),
+// with every consumer ordered after it: the optimizer, the check's gradient download, the
+// next step's zero_grad (all on the compute stream) and ZeRO's reduce-scatter (ordered after
+// the compute stream) (issue 44, item 5: it was queued and never waited for).
 template <typename S>
 void reduce_tied_embedding(Gpt<S>& model, const PipeEnv& pipe);
 

@@ -128,6 +128,10 @@ class RecordingComm final : public comm::Communicator {
   std::unique_ptr<comm::Request> isend(comm::View s, int to, int tag) override;
   std::unique_ptr<comm::Request> irecv(comm::View r, int from, int tag) override;
   void order_after(void* producer) override { inner_->order_after(producer); }
+  void order_before(void* consumer) override { inner_->order_before(consumer); }
+  std::unique_ptr<comm::Captured> capture(const std::function<void()>& enqueue) override {
+    return inner_->capture(enqueue);
+  }
   // Recorded with bytes = everything this rank's blocks hold (its own included) and
   // wire_bytes = the bytes it actually sends to other ranks.
   void all_to_allv(comm::View s, const comm::PeerBlocks& sb, comm::View r, const comm::PeerBlocks& rb) override;

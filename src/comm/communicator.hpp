@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <optional>
@@ -57,6 +58,13 @@ std::size_t sent_to_peers(const PeerBlocks& send, int rank);
 // Throws core::UsageError naming all_to_allv when `b` has not `ranks` entries or a block
 // leaves `v` (`side`: "send" or "recv").
 void check_blocks(const PeerBlocks& b, const View& v, int ranks, const char* side);
+
+// Calls captured by Communicator::capture, replayed on the communicator's stream.
+class Captured {
+ public:
+  virtual ~Captured() = default;
+  virtual void launch() = 0;
+};
 
 class Communicator {
  public:
@@ -115,12 +123,24 @@ class Communicator {
   // `producer` (an opaque cudaStream_t; null: host compute, nothing queued). NCCL: an event
   // its stream waits on; MPI with device buffers: a synchronisation before staging.
   virtual void order_after(void* producer) = 0;
+  // The converse: the work queued next on the compute stream `consumer` runs after every call
+  // already queued here (an opaque cudaStream_t; null: the host reads next). NCCL: an event
+  // recorded on its stream that `consumer` waits on, so the host does not block (null: the
+  // stream is synchronised); host backends: nothing, their blocking calls are complete when
+  // they return. Every consumer of a blocking call's result that nothing else orders (an
+  // optimizer, a download, the next step's zeroing) needs it (issue 44, item 5).
+  virtual void order_before(void* consumer) = 0;
 
   // All-to-all-v: rank r sends send[send_blocks.displs[p], + counts[p]) to rank p and receives
   // rank p's block for r into recv at recv_blocks.displs[p]. recv_blocks.counts[p] must equal
   // what p sends to r (the caller exchanges counts first). Out of place only; blocking as
   // all_to_all (NCCL: grouped send/recv queued on the communicator's stream).
   virtual void all_to_allv(View send, const PeerBlocks& send_blocks, View recv, const PeerBlocks& recv_blocks) = 0;
+
+  // The calls `enqueue` makes on this communicator, captured once (nothing runs) for replay
+  // by launch(): NCCL a CUDA graph on its stream (nccl-tests' -G); null where the backend
+  // cannot capture (host backends).
+  virtual std::unique_ptr<Captured> capture(const std::function<void()>& enqueue) = 0;
 
   virtual void barrier() = 0;        // all ranks of this group, after local work completes
   virtual void synchronize() = 0;    // wait until every call issued so far has completed

@@ -311,6 +311,10 @@ class MpiCommunicator final : public Communicator {
     if (producer != nullptr) compute::stream_synchronize(producer);
   }
 
+  // A blocking call's staged result is copied back (and complete) before it returns.
+  void order_before(void*) override {}
+  std::unique_ptr<Captured> capture(const std::function<void()>&) override { return nullptr; }
+
   void barrier() override { MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str()); }
   void synchronize() override {}
   std::unique_ptr<Timer> make_timer(int marks) override { return std::make_unique<HostTimer>(marks); }

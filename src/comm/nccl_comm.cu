@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,41 @@ class NcclRequest final : public Request {
   bool done_ = false;
 };
 
+// A CUDA graph of NCCL calls captured on the communicator's stream, launched there.
+class NcclGraph final : public Captured {
+ public:
+  NcclGraph(cudaStream_t stream, const std::function<void()>& enqueue, std::string group)
+      : stream_(stream), group_(std::move(group)) {
+    const char* g = group_.c_str();
+    MB_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), g);
+    try {
+      enqueue();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream_, &broken);
+      if (broken) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    MB_CHECK_CUDA(cudaStreamEndCapture(stream_, &graph_), g);
+#if CUDART_VERSION >= 12000
+    MB_CHECK_CUDA(cudaGraphInstantiate(&exec_, graph_, 0), g);
+#else
+    MB_CHECK_CUDA(cudaGraphInstantiate(&exec_, graph_, nullptr, nullptr, 0), g);
+#endif
+  }
+  ~NcclGraph() override {
+    if (exec_) (void)cudaGraphExecDestroy(exec_);
+    if (graph_) (void)cudaGraphDestroy(graph_);
+  }
+  void launch() override { MB_CHECK_CUDA(cudaGraphLaunch(exec_, stream_), group_.c_str()); }
+
+ private:
+  cudaStream_t stream_;
+  std::string group_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm mpi, std::string group, int device) : Communicator(mpi, std::move(group)) {
@@ -117,10 +153,12 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), g);
     MB_CHECK_NCCL(ncclCommInitRank(&comm_, size_, id, rank_), g);
     MB_CHECK_CUDA(cudaEventCreateWithFlags(&order_ev_, cudaEventDisableTiming), g);
+    MB_CHECK_CUDA(cudaEventCreateWithFlags(&done_ev_, cudaEventDisableTiming), g);
   }
   ~NcclCommunicator() override {
     (void)cudaStreamSynchronize(stream_);
     (void)cudaEventDestroy(order_ev_);
+    (void)cudaEventDestroy(done_ev_);
     (void)ncclCommDestroy(comm_);
     (void)cudaStreamDestroy(stream_);
   }
@@ -236,6 +274,21 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_CUDA(cudaStreamWaitEvent(stream_, order_ev_, 0), group_.c_str());
   }
 
+  // The consumer's next work waits for everything queued here (an event, no host wait); a
+  // host consumer (null) waits for the stream.
+  void order_before(void* consumer) override {
+    if (consumer == nullptr) {
+      MB_CHECK_CUDA(cudaStreamSynchronize(stream_), group_.c_str());
+      return;
+    }
+    MB_CHECK_CUDA(cudaEventRecord(done_ev_, stream_), group_.c_str());
+    MB_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(consumer), done_ev_, 0), group_.c_str());
+  }
+
+  std::unique_ptr<Captured> capture(const std::function<void()>& enqueue) override {
+    return std::make_unique<NcclGraph>(stream_, enqueue, group_);
+  }
+
   void barrier() override {
     synchronize();
     MB_CHECK_MPI(MPI_Barrier(mpi_), group_.c_str());
@@ -256,6 +309,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t order_ev_ = nullptr;
+  cudaEvent_t done_ev_ = nullptr;  // order_before's: recorded here, waited on by the consumer
 };
 
 }  // namespace

@@ -100,6 +100,8 @@ class WatchedCommunicator final : public Communicator {
             std::make_unique<WatchedRequest>(std::move(rq), w_, "recv wait", recv.bytes(), group_.c_str())};
   }
   void order_after(void* producer) override { in_->order_after(producer); }
+  void order_before(void* consumer) override { in_->order_before(consumer); }
+  std::unique_ptr<Captured> capture(const std::function<void()>& enqueue) override { return in_->capture(enqueue); }
   void all_to_allv(View send, const PeerBlocks& sb, View recv, const PeerBlocks& rb) override {
     WatchScope s(&w_, "all_to_allv", sb.total() * size_of(send.dtype), group_.c_str());
     in_->all_to_allv(send, sb, recv, rb);

@@ -29,8 +29,11 @@
 // The code under test, compiled in this translation unit against the fakes below.
 #include "comm/nccl_comm.cu"
 #include "compute/device_cuda.cu"
+#include "runner.hpp"
 #include "spec.hpp"
 #if MB_TEST_RECORDING_COMM
+#include "model/model.hpp"
+#include "pipeline_parallel/exchange.hpp"
 #include "vocab/trace.hpp"
 #endif
 
@@ -92,9 +95,29 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
-  *ms = 1.0f;
+  *ms = 8.0f;
   return cudaSuccess;
 }
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+  g.record({"beginCapture", nullptr, nullptr, 0, -1, s});
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* graph) {
+  *graph = static_cast<cudaGraph_t>(g.handle());
+  g.record({"endCapture", *graph, nullptr, 0, -1, s});
+  return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  *exec = static_cast<cudaGraphExec_t>(g.handle());
+  g.record({"graphInstantiate", graph, *exec});
+  return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+  g.record({"graphLaunch", exec, nullptr, 0, -1, s});
+  return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
+cudaError_t cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
   g.record({kind == cudaMemcpyHostToDevice ? "memcpyH2D" : "memcpyD2H", src, dst, n, -1, s});
   return cudaSuccess;
@@ -393,6 +416,61 @@ TEST(NcclOrder, RecordingCommTimesADeviceCollectiveToItsEnd) {
 }
 #endif
 
+#if MB_TEST_RECORDING_COMM
+// Issue 44, item 5: the tied embedding's all-reduce is ordered on both sides with the compute
+// stream. Before: the producer's event; after: an event recorded on the NCCL stream behind the
+// all-reduce that the compute stream waits on, so AdamW, the check's download and the next
+// zero_grad (compute stream) and ZeRO's reduce-scatter (ordered after the compute stream) run
+// after the sum. The host does not block.
+TEST(NcclOrder, TiedEmbeddingReductionIsWaitedForByTheComputeStream) {
+  Fixture f(1, 2);
+  void* compute = reinterpret_cast<void*>(0xC0FFEE0);
+  std::vector<float> grad(16);
+  mc::View v{grad.data(), 16, mc::DType::kFloat, MemKind::kDevice};
+  meshbench::parallel::all_reduce_in_order(*f.comm, v, compute);
+  ASSERT_EQ(names(g.calls), (std::vector<std::string>{"eventRecord", "streamWaitEvent", "allReduce", "eventRecord",
+                                                      "streamWaitEvent"}));
+  EXPECT_EQ(g.calls[0].stream, compute);
+  EXPECT_EQ(g.calls[1].stream, f.stream);
+  EXPECT_EQ(g.calls[2].stream, f.stream);
+  EXPECT_EQ(g.calls[3].stream, f.stream) << "the event behind the all-reduce is recorded on the NCCL stream";
+  EXPECT_EQ(g.calls[4].stream, compute) << "the compute stream waits for it";
+  EXPECT_EQ(g.calls[4].a, g.calls[3].a) << "the compute stream waits on another event";
+}
+
+// reduce_tied_embedding itself, on a model of the last stage (tied head: a "wte" gradient):
+// its all-reduce is followed by a wait before anything else can read the gradient. A host
+// model's consumer is the host, so the NCCL stream is synchronised.
+TEST(NcclOrder, ReduceTiedEmbeddingWaitsForItsAllReduce) {
+  Fixture f(1, 2);
+  meshbench::parallel::GptConfig c;
+  c.layers = 2;
+  c.hidden = 8;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.ffn = 16;
+  c.seq = 4;
+  c.max_seq = 4;
+  c.vocab = 11;
+  c.micro_batch = 1;
+  c.tied = true;
+  meshbench::parallel::GptOptions o;
+  o.stage = meshbench::parallel::StageSpec{{{1, 2}}, false, true, 1};
+  meshbench::parallel::Gpt<float> last(c, meshbench::parallel::cpu_backend<float>(), o);
+  meshbench::parallel::PipeEnv pipe;
+  pipe.embedding = f.comm.get();
+  g.clear();
+  meshbench::parallel::reduce_tied_embedding(last, pipe);
+  const std::vector<std::string> got = names(g.calls);
+  const auto ar = std::find(got.begin(), got.end(), "allReduce");
+  ASSERT_NE(ar, got.end()) << "no all-reduce of the tied embedding";
+  EXPECT_EQ(g.calls[size_t(ar - got.begin())].count, size_t(c.vocab) * size_t(c.hidden));
+  ASSERT_NE(ar + 1, got.end()) << "nothing waits for the tied embedding's all-reduce";
+  EXPECT_EQ(*(ar + 1), "streamSynchronize");
+  EXPECT_EQ(g.calls[size_t(ar - got.begin()) + 1].stream, f.stream);
+}
+#endif
+
 // order_after(producer): the producer's stream records an event, the NCCL stream waits on it,
 // and only then is the collective queued.
 TEST(NcclOrder, OrderAfterMakesTheNcclStreamWaitForTheProducer) {
@@ -412,6 +490,46 @@ TEST(NcclOrder, OrderAfterMakesTheNcclStreamWaitForTheProducer) {
   // The request's event is recorded on the NCCL stream behind the collective, and wait() waits on it.
   EXPECT_EQ(g.calls[3].stream, f.stream);
   EXPECT_EQ(g.calls[4].a, g.calls[3].a);
+}
+
+// Issue 44, item 7: --timing stream (the NCCL default) times n calls queued back to back on the
+// communicator's stream between two events, after one barrier: no barrier, event or host wait
+// between the calls, so neither launch latency nor barrier skew is counted; each sample is the
+// interval / n. --timing graph captures the n calls once and launches the graph between the events.
+TEST(NcclOrder, StreamTimingIsNBackToBackCallsBetweenTwoEvents) {
+  Fixture f(1, 2);
+  std::vector<float> a(8);
+  mc::View v{a.data(), 8, mc::DType::kFloat, MemKind::kDevice};
+  auto timer = f.comm->make_timer(2);
+  g.clear();
+  std::vector<double> out;
+  EXPECT_EQ(mcol::time_back_to_back(*f.comm, *timer, 4, false, [&] { f.comm->all_reduce(v, v, mc::RedOp::kSum); }, out), 4);
+  ASSERT_EQ(names(g.calls),
+            (std::vector<std::string>{"streamSynchronize", "streamSynchronize", "commGetAsyncError", "mpiBarrier",
+                                      "eventRecord", "allReduce", "allReduce", "allReduce", "allReduce", "eventRecord",
+                                      "streamSynchronize"}));
+  for (std::size_t i = 4; i < 11; ++i) EXPECT_EQ(g.calls[i].stream, f.stream) << g.calls[i].fn;
+  ASSERT_EQ(out.size(), 4u);
+  for (double t : out) EXPECT_DOUBLE_EQ(t, 8e-3 / 4) << "each sample is the interval over the calls";
+}
+
+TEST(NcclOrder, GraphTimingCapturesTheCallsOnceAndLaunchesThemBetweenTwoEvents) {
+  Fixture f(0, 2);
+  std::vector<float> a(8);
+  mc::View v{a.data(), 8, mc::DType::kFloat, MemKind::kDevice};
+  auto timer = f.comm->make_timer(2);
+  g.clear();
+  std::vector<double> out;
+  mcol::time_back_to_back(*f.comm, *timer, 3, true, [&] { f.comm->all_reduce(v, v, mc::RedOp::kSum); }, out);
+  ASSERT_EQ(names(g.calls),
+            (std::vector<std::string>{"beginCapture", "allReduce", "allReduce", "allReduce", "endCapture",
+                                      "graphInstantiate", "streamSynchronize", "streamSynchronize", "commGetAsyncError",
+                                      "mpiBarrier", "eventRecord", "graphLaunch", "eventRecord", "streamSynchronize"}));
+  EXPECT_EQ(g.calls[0].stream, f.stream) << "captured on the NCCL stream";
+  EXPECT_EQ(g.calls[11].stream, f.stream) << "launched on the NCCL stream";
+  EXPECT_EQ(g.calls[11].a, g.calls[5].b) << "the instantiated graph is the one launched";
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_DOUBLE_EQ(out[0], 8e-3 / 3);
 }
 
 // The collective driver's verified first call (collectives/runner.cpp): upload, barrier,
