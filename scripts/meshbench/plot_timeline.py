@@ -1,7 +1,8 @@
 """meshbench.plot_timeline: scripts/plot --timeline: pipeline runs (step_bench --mesh pp=P; up
 to MAX_TIMELINE_RUNS) on one shared time axis, timeline.png: each run's last timed step, a row
-per stage with forward and backward blocks per micro-batch, sends and receives, each rank's
-bubble, and the stored activations per rank below.
+per rank, labelled with its pipeline stage and its place in its other groups (topology/groups),
+with forward and backward blocks per micro-batch, sends and receives, each rank's bubble, and
+the stored activations per rank below.
 """
 import os
 import sys
@@ -18,10 +19,42 @@ def timeline_step(run):
     return passes, slots, min(p["t_start"] for p in passes)
 
 
+PLACE_DIMS = ("tp", "cp", "ep", "dp")  # a rank's other coordinates, after its stage
+
+
+def stage_rows(run, ranks):
+    """The timeline's rows: [(rank, label)] in stage order. A rank's stage is its place in its
+    pipeline group, and its index in every other group of more than one rank is its place
+    there, all read from the run's topology/groups ("stage 0 · dp 1 (rank 2)"). Without a
+    topology, a run whose ranks are all one pipeline (pp = its ranks) has rank order for stage
+    order; otherwise a row says only its rank, never a stage it cannot know."""
+    place = {r: {} for r in ranks}
+    for dim, members in run.get("groups") or []:
+        if (dim == "pp" or dim in PLACE_DIMS) and len(members) > 1:
+            for i, r in enumerate(members):
+                if r in place:
+                    place[r].setdefault(dim, i)
+    degrees = (run.get("attrs") or {}).get("degrees")
+    if not run.get("groups") and isinstance(degrees, dict) and degrees.get("pp") == len(ranks):
+        for i, r in enumerate(sorted(ranks)):
+            place[r]["pp"] = i
+
+    def key(r):
+        return (place[r].get("pp", 1 << 30),) + tuple(place[r].get(d, 0) for d in reversed(PLACE_DIMS)) + (r,)
+    rows = []
+    for r in sorted(ranks, key=key):
+        if "pp" not in place[r]:
+            rows.append((r, f"rank {r}"))
+            continue
+        where = [f"stage {place[r]['pp']}"] + [f"{d} {place[r][d]}" for d in PLACE_DIMS if d in place[r]]
+        rows.append((r, " \u00b7 ".join(where) + f" (rank {r})"))
+    return rows
+
+
 def plot_timeline(plt, items, path, title):
     """Pipeline runs on one shared time axis (each run's last timed step from its own first
-    pass): one panel per run, a row per stage (rank), forward (solid) and backward (hatched)
-    blocks coloured by micro-batch and labelled "3" or "3c1" (chunk 1), sends marked by a triangle
+    pass): one panel per run, a row per rank in stage order (stage_rows), forward (solid) and
+    backward (hatched) blocks coloured by micro-batch and labelled "3" or "3c1" (chunk 1), sends marked by a triangle
     at their posting and receives by a bar from posting to completion, each rank's bubble
     (step/pipeline: its share of the rank's step); under them every run's stored activations
     per rank in MiB (step/activation_slots bytes). items: [(run, label)]."""
@@ -34,7 +67,8 @@ def plot_timeline(plt, items, path, title):
     styles = ["-", "--", ":", "-."]
     for k, ((run, label), ax) in enumerate(zip(items, axes)):
         passes, slots, t0 = timeline_step(run)
-        ranks = sorted({p["rank"] for p in passes})
+        rows = stage_rows(run, {p["rank"] for p in passes})
+        ranks = [r for r, _ in rows]
         ms = lambda t, t0=t0: (t - t0) * 1e3  # noqa: E731
         m = int(run["attrs"].get("microbatches", 1))
         cmap = plt.get_cmap("tab10" if m <= 10 else "tab20")
@@ -52,7 +86,7 @@ def plot_timeline(plt, items, path, title):
             elif ph == "R":
                 ax.plot([ms(p["t_start"]), ms(p["t_end"])], [y + 0.38, y + 0.38], color="red", linewidth=1.5)
         ax.set_yticks(range(len(ranks)))
-        ax.set_yticklabels([f"stage {i} (rank {r})" for i, r in enumerate(ranks)], fontsize=8)
+        ax.set_yticklabels([lab for _, lab in rows], fontsize=8)
         ax.set_ylim(len(ranks) - 0.5, -0.5)
         bubble = {p["rank"]: p for p in run["pipeline"]}
         split = bool(run.get("time_split"))

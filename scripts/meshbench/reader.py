@@ -175,6 +175,25 @@ def group_spans(run):
     return gsize, gspan
 
 
+def group_ranks(run):
+    """[(dim, [member ranks])] for every group of a run's topology/groups, in order: the members
+    from topology/group_members (every rank), else from the groups' `ranks` text (cut at 255
+    characters in the file); [] without a topology."""
+    tg = run.get("topology/groups")
+    if tg is None:
+        return []
+    gm = run.get("topology/group_members")
+    members = gm[()] if gm is not None else None
+    out = []
+    for i, g in enumerate(tg[()]):
+        if members is not None and i < len(members):
+            ranks = [int(x) for x in members[i] if x >= 0]
+        else:
+            ranks = [int(x) for x in text(g["ranks"]).split(",") if x.strip().isdigit()]
+        out.append((text(g["dim"]), ranks))
+    return out
+
+
 def read_collectives(path, with_samples=False):
     """All collective rows of one file. with_samples adds 'samples' ([iters, ranks] seconds)."""
     import h5py
@@ -243,7 +262,8 @@ def read_steps(path):
     'step_times' [steps, ranks], 'phases' [steps, ranks, n_phases], 'loss' [steps], and tables
     'summary' (one dict, or {} before the run finished), 'comm', 'memory', 'check' and
     'time_split' (lists; time_split: rank, category, seconds per timed step; empty in files
-    written before it existed); pipeline runs also 'pipeline' (a row per rank: stored
+    written before it existed); 'groups' (group_ranks: [(dim, member ranks)]); pipeline runs
+    also 'pipeline' (a row per rank: stored
     activations, bubble), 'activation_slots' and 'passes' (forwards F, backwards B, sends S,
     receives R per rank and step); 'predicted' (read_predicted: step/predicted of a run given
     --predict, else None)."""
@@ -272,6 +292,7 @@ def read_steps(path):
             for k in ("comm", "memory", "check", "time_split", "pipeline", "activation_slots", "passes"):
                 r[k] = table(step[k]) if k in step else []
             r["spans"] = group_spans(run)[1]
+            r["groups"] = group_ranks(run)
             r["predicted"] = read_predicted(step)
             out.append(r)
     return out

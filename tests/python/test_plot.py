@@ -141,3 +141,56 @@ def test_exit_codes(cli, capsys, tmp_path):
     bad.write_text("no")
     rc, written, err = run(cli, capsys, tmp_path / "shm.h5", bad, "-o", tmp_path / "p")
     assert rc == 1 and len(written) == 3 and f"plot: cannot read {bad}" in err
+
+
+def four_rank_pipeline(path, order):
+    """pp=2 x dp=2 pipeline passes for ranks 0..3, with topology/groups as step_bench writes them
+    for `order` (default tp-cp-ep-dp-pp: rank = dp + 2 pp; tp-cp-ep-pp-dp: rank = pp + 2 dp)."""
+    import h5py
+    h5files.pipeline_file(path)
+    pp_first = order.endswith("-dp")
+    pp_groups = [[0, 1], [2, 3]] if pp_first else [[0, 2], [1, 3]]
+    dp_groups = [[0, 2], [1, 3]] if pp_first else [[0, 1], [2, 3]]
+    groups = [(b"pp", i, 2, ",".join(map(str, g)).encode(), 1, b"intra") for i, g in enumerate(pp_groups)]
+    groups += [(b"dp", i, 2, ",".join(map(str, g)).encode(), 1, b"intra") for i, g in enumerate(dp_groups)]
+    with h5py.File(path, "a") as f:
+        run = f["runs/pp"]
+        run["topology/groups"] = np.array(groups, h5files.GROUPS_T)
+        run["topology/group_members"] = np.array(pp_groups + dp_groups, dtype="<i4")
+        s = run["step"]
+        passes = s["passes"][()]  # one pipeline's, its ranks 0 and 1 being stages 0 and 1
+        del s["passes"]
+        copies = []
+        for members in pp_groups:  # the same passes in each pipeline, on the rank at each stage
+            c = passes.copy()
+            c["rank"] = [members[p] for p in passes["rank"]]
+            copies.append(c)
+        both = np.concatenate(copies)
+        s["passes"] = both
+        s.attrs["order"] = order
+        s.attrs["degrees"] = '{"dp": 2, "tp": 1, "pp": 2, "cp": 1, "ep": 1}'
+
+
+@pytest.mark.parametrize("order, want", [
+    ("tp-cp-ep-pp-dp", ["stage 0 \u00b7 dp 0 (rank 0)", "stage 0 \u00b7 dp 1 (rank 2)",
+                        "stage 1 \u00b7 dp 0 (rank 1)", "stage 1 \u00b7 dp 1 (rank 3)"]),
+    ("tp-cp-ep-dp-pp", ["stage 0 \u00b7 dp 0 (rank 0)", "stage 0 \u00b7 dp 1 (rank 1)",
+                        "stage 1 \u00b7 dp 0 (rank 2)", "stage 1 \u00b7 dp 1 (rank 3)"]),
+])
+def test_timeline_rows_are_stages_and_dp_from_the_groups(cli, capsys, tmp_path, saved, order, want):
+    """pp=2 x dp=2: four rows labelled with each rank's stage and dp index as topology/groups
+    store them (was "stage 0..3 (rank 0..3)"), in stage order; without a topology the rows name
+    only the ranks."""
+    from meshbench import plot_timeline
+    path = str(tmp_path / "pp.h5")
+    four_rank_pipeline(path, order)
+    (pr,) = reader.load_steps([path])[0]
+    assert pr["groups"][0][0] == "pp" and len(pr["groups"]) == 4
+    assert [lab for _, lab in plot_timeline.stage_rows(pr, {0, 1, 2, 3})] == want
+    rc, _, err = run(cli, capsys, "--timeline", path, "-o", tmp_path / "tl")
+    assert rc == 0, err
+    ax = saved[0].axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == want
+    no_topology = dict(pr, groups=[])
+    assert [lab for _, lab in plot_timeline.stage_rows(no_topology, {0, 1, 2, 3})] == [
+        "rank 0", "rank 1", "rank 2", "rank 3"]  # pp 2 of 4 ranks: which rank is which stage is not known
