@@ -9,6 +9,7 @@
 
 #include "compute/blas.hpp"
 #include "kernels/flash_tile.hpp"
+#include "kernels/moe_plan_blocks.hpp"
 #include "kernels/operands.hpp"
 
 namespace meshbench::parallel {
@@ -130,6 +131,32 @@ void emulated_flash_backward(float* dqkv, const float* dout, const float* qkv, c
                       sizeof(float) * size_t(s.hs));
       }
     }
+}
+
+// The CUDA dispatch plan (cuda/moe_kernels.cuh k_moe_plan_*) launch by launch, block by block,
+// each thread's step from moe_plan_blocks.hpp; hist zeroed first, as the backend does.
+void emulated_moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx, const float* probs, int N,
+                       int E, int k, int capacity) {
+  namespace mpb = moe_plan_blocks;
+  const mpb::Plan g = mpb::plan(N, E, k);
+  std::vector<int32_t> scratch(size_t(std::max<int64_t>(1, g.scratch_ints())), 0);
+  int32_t* hist = scratch.data();
+  int32_t* base = hist + g.chunks * E;
+  std::vector<int32_t> ids(mpb::kChunk);
+  for (int64_t c = 0; c < g.ranks.blocks; ++c) {  // 1: per chunk, its ids staged as in shared memory
+    const int64_t a0 = c * mpb::kChunk;
+    const int n = int(std::min<int64_t>(mpb::kChunk, g.assignments - a0));
+    for (int i = 0; i < n; ++i) ids[size_t(i)] = idx[a0 + i];
+    for (int i = 0; i < n; ++i) mpb::rank_in_chunk(slot, hist, ids.data(), n, i, a0 + i, c, E);
+  }
+  for (int e = 0; e < g.per_expert.blocks * g.per_expert.threads; ++e)  // 2
+    if (e < E) mpb::scan_expert(base, counts, prob_sum, hist, probs, g.chunks, N, E, e);
+  std::vector<int32_t> part(mpb::kScanThreads);  // 3: the run totals, their inclusive scan, the offsets
+  for (int t = 0; t < mpb::kScanThreads; ++t) part[size_t(t)] = mpb::run_total(counts, E, capacity, t);
+  for (int t = 1; t < mpb::kScanThreads; ++t) part[size_t(t)] += part[size_t(t) - 1];
+  for (int t = 0; t < mpb::kScanThreads; ++t)
+    mpb::run_offsets(counts + E, counts, E, capacity, t, t > 0 ? part[size_t(t) - 1] : 0, part.back());
+  for (int64_t a = 0; a < g.assignments; ++a) mpb::place(slot, idx, base, counts + E, a, a / mpb::kChunk, E);  // 4
 }
 
 class EmulatedBackend final : public Backend<float> {
@@ -299,7 +326,7 @@ class EmulatedBackend final : public Backend<float> {
   }
   void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
                 const float* probs, int N, int E, int k, int capacity) override {
-    cpu_.moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
+    emulated_moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
   }
   void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
     cpu_.moe_permute_forward(xp, x, slot, N, C, k);

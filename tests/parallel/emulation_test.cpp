@@ -9,10 +9,15 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
+#include <cstdint>
 #include <map>
+#include <vector>
 
 #include "shapes.hpp"
 #include "kernels/backend_emulated.hpp"
+#include "kernels/moe_layers.hpp"
+#include "kernels/moe_plan_blocks.hpp"
 #include "kernels/parity.hpp"
 #include "vocab/precision.hpp"
 #include "model/step_parity.hpp"
@@ -92,5 +97,50 @@ TEST(Emulation, Bf16TolerancesArePinned) {
                 gemm ? " (from this measurement)" : "");
     EXPECT_LE(err, gemm ? tol / 2 : tol) << op;
     if (gemm) EXPECT_GE(err, tol / 10) << op << ": the tolerance is looser than bf16 needs";
+  }
+}
+
+// Issue 44, item 12: the CUDA dispatch plan runs over many blocks (moe_plan_blocks.hpp): at
+// E = 2048 experts (past the 1024 threads a block may have; the old one-block plan could not
+// launch) every launch fits a block, and the emulation of the kernels' steps equals the CPU
+// reference exactly, dropless and under a capacity, over several chunks of assignments.
+TEST(Emulation, MoePlanOverManyBlocksAt2048Experts) {
+  namespace mpb = moe_plan_blocks;
+  const int N = 700, E = 2048, k = 2;  // 1400 assignments: 6 chunks, the last partial
+  const mpb::Plan g = mpb::plan(N, E, k);
+  for (const mpb::Launch& l : {g.ranks, g.per_expert, g.offsets, g.slots}) {
+    EXPECT_GE(l.blocks, 1);
+    EXPECT_LE(l.threads, mpb::kMaxBlockThreads);
+  }
+  EXPECT_EQ(g.chunks, 6);
+  EXPECT_GE(int64_t(g.per_expert.blocks) * g.per_expert.threads, E);
+  std::vector<int32_t> idx(size_t(N) * k);
+  uint64_t x = 12345;
+  for (int n = 0; n < N; ++n) {  // k distinct experts per token, skewed towards the low ids
+    for (int j = 0; j < k; ++j) {
+      int32_t e;
+      bool again;
+      do {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        e = int32_t((x >> 33) % (x >> 62 == 0 ? 8 : E));
+        again = false;
+        for (int i = 0; i < j; ++i) again = again || idx[size_t(n) * k + i] == e;
+      } while (again);
+      idx[size_t(n) * k + j] = e;
+    }
+  }
+  std::vector<float> probs(size_t(N) * E);
+  for (size_t i = 0; i < probs.size(); ++i) probs[i] = float((i * 2654435761u) % 1000) / 1000.f / E;
+  Backend<float>& emu = emulated_backend(Precision::kBf16);
+  for (int capacity : {0, 3}) {
+    std::vector<int32_t> want_slot(idx.size()), want_counts(2 * E + 1), got_slot(idx.size(), 77),
+        got_counts(2 * E + 1, 77);
+    std::vector<float> want_ps(E), got_ps(E);
+    moe_plan(want_slot.data(), want_counts.data(), want_ps.data(), idx.data(), probs.data(), N, E, k, capacity);
+    emu.moe_plan(got_slot.data(), got_counts.data(), got_ps.data(), idx.data(), probs.data(), N, E, k, capacity);
+    EXPECT_EQ(got_slot, want_slot) << "capacity " << capacity;
+    EXPECT_EQ(got_counts, want_counts) << "capacity " << capacity;
+    EXPECT_EQ(got_ps, want_ps) << "capacity " << capacity << ": the same sums in the same order";
+    if (capacity > 0) EXPECT_NE(std::count(got_slot.begin(), got_slot.end(), -1), 0) << "the capacity dropped nothing";
   }
 }

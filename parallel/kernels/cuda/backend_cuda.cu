@@ -334,8 +334,19 @@ class CudaBackend final : public Backend<float> {
   }
   void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
                 const float* probs, int N, int E, int k, int capacity) override {
-    k_moe_plan<<<1, unsigned((E + 31) / 32 * 32), 0, stream_>>>(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
-    MB_CHECK_LAUNCH(k_moe_plan, kG);
+    const moe_plan_blocks::Plan g = moe_plan_blocks::plan(N, E, k);
+    auto* hist = static_cast<int32_t*>(scratch(kMoePlan, sizeof(int32_t) * size_t(std::max<int64_t>(1, g.scratch_ints()))));
+    int32_t* base = hist + g.chunks * E;
+    MB_CHECK_CUDA(cudaMemsetAsync(hist, 0, sizeof(int32_t) * size_t(g.chunks) * size_t(E), stream_), kG);
+    k_moe_plan_ranks<<<g.ranks.blocks, g.ranks.threads, 0, stream_>>>(slot, hist, idx, g.assignments, E);
+    MB_CHECK_LAUNCH(k_moe_plan_ranks, kG);
+    k_moe_plan_experts<<<g.per_expert.blocks, g.per_expert.threads, 0, stream_>>>(base, counts, prob_sum, hist, probs,
+                                                                                 g.chunks, N, E);
+    MB_CHECK_LAUNCH(k_moe_plan_experts, kG);
+    k_moe_plan_offsets<<<g.offsets.blocks, g.offsets.threads, 0, stream_>>>(counts, E, capacity);
+    MB_CHECK_LAUNCH(k_moe_plan_offsets, kG);
+    k_moe_plan_slots<<<g.slots.blocks, g.slots.threads, 0, stream_>>>(slot, idx, base, counts + E, g.assignments, E);
+    MB_CHECK_LAUNCH(k_moe_plan_slots, kG);
   }
   void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
     if (N <= 0) return;  // an expert-parallel rank that received no rows
@@ -639,10 +650,10 @@ class CudaBackend final : public Backend<float> {
   // 0 .. kStagingSlots-1: GEMM operands converted to bf16 (chunk attention's backward stages
   // six: Q, K, V, dO, P, dS); kReduceSlot: column-sum tiles; kChunk*: chunk attention's scores,
   // score gradients, a pair's output and its rows' max and sum.
-  // kFlashD: flash attention's rowsum(dO * O).
+  // kFlashD: flash attention's rowsum(dO * O); kMoePlan: the dispatch plan's per-chunk counts.
   static constexpr int kStagingSlots = 6, kReduceSlot = 6, kChunkS = 7, kChunkDs = 8, kChunkOpair = 9, kChunkStats = 10,
-                       kFlashD = 11;
-  Scratch scratch_[12];
+                       kFlashD = 11, kMoePlan = 12;
+  Scratch scratch_[13];
   static FlashDims flash_dims(int B, int T, int NH, int KVH, int hs) {
     if (hs > flash::kMaxHead)
       throw std::invalid_argument("--attention flash on cuda: head size " + std::to_string(hs) + " exceeds " +

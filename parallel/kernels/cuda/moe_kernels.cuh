@@ -1,6 +1,6 @@
 // The CUDA twins of the MoE operations of moe_layers.cpp (float32): the router's softmax and
-// top-k (one thread per row: E is small), the dispatch plan (one block, one thread per
-// expert, so the token order of each expert's assignments is kept without atomics), permute
+// top-k (one thread per row: E is small), the dispatch plan (four launches over many blocks,
+// moe_plan_blocks.hpp: each expert's assignments keep their token order without atomics), permute
 // and unpermute (one thread per element; one block per assignment for the gate gradient's
 // dot product). Included by backend_cuda.cu after kernels.cuh (block_sum).
 #pragma once
@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "kernels/moe_plan_blocks.hpp"
 
 namespace meshbench::parallel::cuda {
 namespace {
@@ -61,34 +63,41 @@ __global__ void k_moe_topk_bwd(float* dlogits, const float* dgates, const float*
   for (int j = 0; j < k; ++j) dz[idx[size_t(n) * k + j]] += g[j] * (dg[j] - gdg);
 }
 
-// One block of E threads (E <= 1024): thread e walks all assignments in token order.
-__global__ void k_moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
-                           const float* probs, int N, int E, int k, int capacity) {
-  const int e = threadIdx.x;
-  const size_t A = size_t(N) * k;
-  int32_t* routed = counts;
-  int32_t* offsets = counts + E;
-  if (e < E) {
-    int32_t r = 0;
-    for (size_t a = 0; a < A; ++a)
-      if (idx[a] == e) slot[a] = r++;
-    routed[e] = r;
-    float s = 0.f;
-    for (int n = 0; n < N; ++n) s += probs[size_t(n) * E + e];
-    prob_sum[e] = s;
-  }
+// The dispatch plan over many blocks (moe_plan_blocks.hpp: the four launches and their steps,
+// shared with the host emulation); any expert count fits (issue 44, item 12).
+namespace mpb = moe_plan_blocks;
+__global__ void k_moe_plan_ranks(int32_t* slot, int32_t* hist, const int32_t* idx, int64_t A, int E) {
+  __shared__ int32_t ids[mpb::kChunk];
+  const int64_t c = blockIdx.x, a0 = c * mpb::kChunk;
+  const int n = int(A - a0 < mpb::kChunk ? A - a0 : mpb::kChunk), i = int(threadIdx.x);
+  if (i < n) ids[i] = idx[a0 + i];
   __syncthreads();
-  if (e == 0) {
-    offsets[0] = 0;
-    for (int x = 0; x < E; ++x)
-      offsets[x + 1] = offsets[x] + (capacity > 0 ? min(routed[x], capacity) : routed[x]);
-  }
+  if (i < n) mpb::rank_in_chunk(slot, hist, ids, n, i, a0 + i, c, E);
+}
+__global__ void k_moe_plan_experts(int32_t* base, int32_t* routed, float* prob_sum, const int32_t* hist,
+                                   const float* probs, int64_t chunks, int N, int E) {
+  const int e = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (e < E) mpb::scan_expert(base, routed, prob_sum, hist, probs, chunks, N, E, e);
+}
+// One block of kScanThreads: each thread's run total, an inclusive scan of them in shared
+// memory, then each run's offsets.
+__global__ void k_moe_plan_offsets(int32_t* counts, int E, int capacity) {
+  __shared__ int32_t part[mpb::kScanThreads];
+  const int t = int(threadIdx.x);
+  part[t] = mpb::run_total(counts, E, capacity, t);
   __syncthreads();
-  if (e < E) {
-    const int32_t lo = offsets[e], kept = offsets[e + 1] - lo;
-    for (size_t a = 0; a < A; ++a)
-      if (idx[a] == e) slot[a] = slot[a] < kept ? lo + slot[a] : -1;
+  for (int d = 1; d < mpb::kScanThreads; d <<= 1) {
+    const int32_t v = t >= d ? part[t - d] : 0;
+    __syncthreads();
+    part[t] += v;
+    __syncthreads();
   }
+  mpb::run_offsets(counts + E, counts, E, capacity, t, t > 0 ? part[t - 1] : 0, part[mpb::kScanThreads - 1]);
+}
+__global__ void k_moe_plan_slots(int32_t* slot, const int32_t* idx, const int32_t* base, const int32_t* offsets,
+                                 int64_t A, int E) {
+  const int64_t a = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (a < A) mpb::place(slot, idx, base, offsets, a, a / mpb::kChunk, E);
 }
 
 // One thread per (assignment, channel).
