@@ -9,17 +9,36 @@
 
 namespace meshbench::parallel {
 
-// SGEMM FLOP/s on the model's largest forward GEMM (A (M,K) @ B (N,K)^T, as the engine calls
-// it), repeated for at least `min_seconds` and 3 calls after one warm-up call.
-Peak measure_sgemm_peak(const GptConfig& c, double min_seconds) {
+GemmRate rate_stats(const GemmShape& shape, const std::vector<double>& rates) {
+  GemmRate r;
+  r.shape = shape;
+  r.reps = static_cast<int>(rates.size());
+  if (rates.empty()) return r;
+  r.best = *std::max_element(rates.begin(), rates.end());
+  r.median = meshbench::core::median(rates);
+  return r;
+}
+
+Peak choose_basis(const GemmRate& largest, const GemmRate& square) {
   Peak pk;
-  pk.shape = largest_gemm(c);
-  const auto& s = pk.shape;
+  pk.largest = largest;
+  pk.square = square;
+  const bool sq = square.best > largest.best;
+  const GemmRate& b = sq ? square : largest;
+  pk.basis = sq ? "square" : "largest_gemm";
+  pk.shape = b.shape;
+  pk.best = b.best;
+  pk.median = b.median;
+  pk.reps = b.reps;
+  return pk;
+}
+
+GemmRate measure_sgemm(const GemmShape& s, double min_seconds) {
   std::vector<float> A(static_cast<size_t>(s.M) * s.K, 0.01f), B(static_cast<size_t>(s.N) * s.K, 0.02f),
       C(static_cast<size_t>(s.M) * s.N, 0.f);
   auto call = [&] {
     meshbench::compute::gemm<float>(meshbench::compute::Trans::kNo, meshbench::compute::Trans::kYes, s.M, s.N, s.K, 1.f,
-                             A.data(), s.K, B.data(), s.K, 0.f, C.data(), s.N);
+                                    A.data(), s.K, B.data(), s.K, 0.f, C.data(), s.N);
   };
   call();
   std::vector<double> rates;
@@ -30,20 +49,22 @@ Peak measure_sgemm_peak(const GptConfig& c, double min_seconds) {
     rates.push_back(flops / (meshbench::core::now_seconds() - t0));
     if (rates.size() >= 200) break;
   }
-  pk.best = *std::max_element(rates.begin(), rates.end());
-  pk.median = meshbench::core::median(rates);
-  pk.reps = static_cast<int>(rates.size());
-  return pk;
+  return rate_stats(s, rates);
 }
 
-// The GEMM peak MFU is normalised by: SGEMM on the CPU, cuBLAS (fp32 or bf16 inputs) on a GPU.
+GemmShape square_shape(bool gpu) {
+  const int n = gpu ? kSquareGpu : kSquareCpu;
+  return GemmShape{"square", n, n, n, 1};
+}
+
 Peak measure_peak(const GptConfig& c, bool gpu, Precision prec, int device) {
-  if (!gpu) return measure_sgemm_peak(c, 0.5);
-  Peak pk;
-  pk.shape = largest_gemm(c);
-  pk.best = pk.median = cuda::measure_gemm_peak(pk.shape.M, pk.shape.N, pk.shape.K, prec, device);
-  pk.reps = 3;
-  return pk;
+  const GemmShape largest = largest_gemm(c), square = square_shape(gpu);
+  if (!gpu) return choose_basis(measure_sgemm(largest, 0.5), measure_sgemm(square, 0.2));
+  auto on_gpu = [&](const GemmShape& s) {
+    const cuda::GemmTiming t = cuda::measure_gemm_peak(s.M, s.N, s.K, prec, device);
+    return GemmRate{s, t.best, t.median, t.reps};
+  };
+  return choose_basis(on_gpu(largest), on_gpu(square));
 }
 
 }  // namespace meshbench::parallel

@@ -140,6 +140,25 @@ TEST(CudaParity, ThreeStepsMoeBf16) {
   three_steps(Precision::kBf16, moe_tiny());
 }
 
+// Issue 44, item 11 (a GPU case: only a GPU shows it): growing a scratch slot inside a step
+// (MoE sizes vary) neither synchronises nor calls cudaFree/cudaMalloc; under stream capture any
+// of those fails. The column-sum scratch of matmul_backward's bias gradient grows from 1 row
+// tile (N = 64) to 1024 (N = 65536). The backend is thrown away after (nothing captured ran).
+TEST(CudaParity, ScratchGrowthDoesNotSynchronize) {
+  REQUIRE_GPU();
+  auto be = cuda::make_backend(Precision::kFp32, 0);
+  const int C = 64, OC = 64, N1 = 64, N2 = 65536;
+  auto* dout = static_cast<float*>(be->alloc(sizeof(float) * size_t(N2) * OC));
+  auto* inp = static_cast<float*>(be->alloc(sizeof(float) * size_t(N2) * C));
+  auto* w = static_cast<float*>(be->alloc(sizeof(float) * size_t(OC) * C));
+  auto* dw = static_cast<float*>(be->alloc(sizeof(float) * size_t(OC) * C));
+  auto* db = static_cast<float*>(be->alloc(sizeof(float) * size_t(OC)));
+  be->matmul_backward(nullptr, dw, db, dout, inp, w, N1, C, OC);  // the slot's first, small size
+  const std::string why =
+      cuda::host_sync_in(*be, [&] { be->matmul_backward(nullptr, dw, db, dout, inp, w, N2, C, OC); });
+  EXPECT_EQ(why, "") << "growing the scratch synchronised";
+}
+
 TEST(CudaParity, DatasheetPeakNeverDefaults) {
   EXPECT_TRUE(std::isnan(cuda::datasheet_peak("Some Unknown GPU", Precision::kBf16)));
 }

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -43,12 +44,16 @@ class CudaBackend final : public Backend<float> {
   CudaBackend(Precision p, int device) : p_(p), device_(device) {
     MB_CHECK_CUDA(cudaSetDevice(device), kG);
     MB_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), kG);
-    // The pool keeps what is freed (no release at each synchronize): the per-unit and
-    // per-micro-batch buffers are reused rather than returned to the driver and asked again.
+    // The pool keeps up to an eighth of the device's memory across synchronisations (the
+    // per-unit and per-micro-batch buffers are reused rather than returned to the driver and
+    // asked again), and returns what lies above it, so NCCL's and cudaMalloc's allocations
+    // still find memory (issue 44, item 11: it kept everything, UINT64_MAX).
     cudaMemPool_t pool;
     MB_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, device), kG);
-    uint64_t keep_all = UINT64_MAX;
-    MB_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all), kG);
+    size_t free_b = 0, total_b = 0;
+    MB_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b), kG);
+    uint64_t keep = total_b / 8;
+    MB_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), kG);
     MB_CHECK_CUBLAS(cublasCreate(&blas_), kG);
     MB_CHECK_CUBLAS(cublasSetStream(blas_, stream_), kG);
     // Default math: fp32 GEMMs stay fp32 (no TF32); bf16 inputs take the tensor cores.
@@ -59,7 +64,8 @@ class CudaBackend final : public Backend<float> {
   ~CudaBackend() override {
     (void)cudaStreamSynchronize(stream_);
     for (auto& m : mirrors_) (void)cudaFree(m.bf16);
-    for (auto& s : scratch_) (void)cudaFree(s.p);
+    for (auto& s : scratch_) (void)cudaFreeAsync(s.p, stream_);
+    (void)cudaStreamSynchronize(stream_);
     if (bad_) (void)cudaFree(bad_);
     (void)cublasDestroy(blas_);
     (void)cudaStreamDestroy(stream_);
@@ -456,10 +462,10 @@ class CudaBackend final : public Backend<float> {
     }
   }
 
-  // Best cuBLAS rate (FLOP/s) of C (M,N) = A (M,K) B (N,K)^T on this backend's precision:
+  // cuBLAS rates (FLOP/s) of C (M,N) = A (M,K) B (N,K)^T on this backend's precision:
   // operands are made (and, in bf16, converted) before the clock starts, and only the GEMM
-  // calls are timed, by events on the stream; best of at least 3 calls over 0.3 s.
-  double gemm_rate(int M, int N, int K) {
+  // calls are timed, by events on the stream; the best and median of at least 3 batches over 0.3 s.
+  GemmTiming gemm_rate(int M, int N, int K) {
     const size_t es = p_ == Precision::kBf16 ? sizeof(__nv_bfloat16) : sizeof(float);
     void* a = alloc(es * size_t(M) * K);
     void* b = alloc(es * size_t(N) * K);
@@ -487,18 +493,27 @@ class CudaBackend final : public Backend<float> {
     };
     const double one = time_batch(10) / 10;
     const int batch = static_cast<int>(std::clamp(2e-3 / std::max(one, 1e-9), 1.0, 1000.0));
-    double best = 0, spent = 0;
+    std::vector<double> rates;
+    double spent = 0;
     for (int i = 0; i < 200 && (i < 3 || spent < 0.3); ++i) {
       const double s = time_batch(batch);
       spent += s;
-      if (s > 0) best = std::max(best, 2.0 * M * N * K * batch / s);
+      if (s > 0) rates.push_back(2.0 * M * N * K * batch / s);
+    }
+    GemmTiming t;
+    t.reps = int(rates.size());
+    if (!rates.empty()) {
+      std::sort(rates.begin(), rates.end());
+      t.best = rates.back();
+      const size_t h = rates.size() / 2;
+      t.median = rates.size() % 2 ? rates[h] : 0.5 * (rates[h - 1] + rates[h]);
     }
     (void)cudaEventDestroy(e0);
     (void)cudaEventDestroy(e1);
     release(a);
     release(b);
     release(c);
-    return best;
+    return t;
   }
 
  private:
@@ -612,15 +627,18 @@ class CudaBackend final : public Backend<float> {
     mirrors_.push_back(m);
     return m.bf16;
   }
-  // Scratch slot i of at least `bytes`; growing waits for queued users of the old one.
+  // Scratch slot i of at least `bytes`. Growing is stream-ordered (issue 44, item 11): the old
+  // block is freed behind its queued users and the new one allocated on the same stream, so
+  // neither the host nor the device synchronises (MoE sizes vary from step to step, inside
+  // timed steps); it grows by at least half again, so a slowly growing size settles.
   void* scratch(int i, std::size_t bytes) {
     Scratch& s = scratch_[i];
     if (s.bytes < bytes) {
-      MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);
-      MB_CHECK_CUDA(cudaFree(s.p), kG);
+      const std::size_t grown = std::max(bytes, s.bytes + s.bytes / 2);
+      if (s.p) MB_CHECK_CUDA(cudaFreeAsync(s.p, stream_), kG);
       s.p = nullptr;
-      MB_CHECK_CUDA(cudaMalloc(&s.p, bytes), kG);
-      s.bytes = bytes;
+      MB_CHECK_CUDA(cudaMallocAsync(&s.p, grown, stream_), kG);
+      s.bytes = grown;
     }
     return s.p;
   }
@@ -674,11 +692,30 @@ class CudaBackend final : public Backend<float> {
 
 }  // namespace
 
+std::string host_sync_in(Backend<float>& be, const std::function<void()>& work) {
+  auto stream = static_cast<cudaStream_t>(be.stream());
+  MB_CHECK_CUDA(cudaStreamSynchronize(stream), kG);
+  MB_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), kG);
+  std::string why;
+  try {
+    work();
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+  if (graph) (void)cudaGraphDestroy(graph);
+  if (why.empty() && end != cudaSuccess) why = std::string(cudaGetErrorName(end)) + ": " + cudaGetErrorString(end);
+  (void)cudaGetLastError();
+  MB_CHECK_CUDA(cudaStreamSynchronize(stream), kG);
+  return why;
+}
+
 std::unique_ptr<Backend<float>> make_backend(Precision p, int device) {
   return std::make_unique<CudaBackend>(p, device);
 }
 
-double measure_gemm_peak(int M, int N, int K, Precision p, int device) {
+GemmTiming measure_gemm_peak(int M, int N, int K, Precision p, int device) {
   CudaBackend be(p, device);
   return be.gemm_rate(M, N, K);
 }

@@ -8,6 +8,7 @@
 // the parity rules and tolerances (kernels/parity.hpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,13 +39,22 @@ std::unique_ptr<Backend<float>> make_backend(Precision p, int device = 0);
 // device 0 (exact match, datasheet.hpp); NaN when no entry matches (never a default).
 double datasheet_peak(const std::string& device_name, Precision p);
 
+// Runs `work` (calls on `be`, a CUDA backend) under stream capture of be's stream, where any
+// host or device synchronisation, cudaMalloc or cudaFree fails: "" when none happened, else
+// the error (issue 44, items 10 and 11: GPU cases in CudaParity). Nothing captured runs.
+std::string host_sync_in(Backend<float>& be, const std::function<void()>& work);
+
 // layer_parity (kernels/parity.hpp) of the CUDA backend on device 0.
 std::vector<ParityRow> layer_parity(Precision p, unsigned seed);
 
 // cuBLAS GEMM FLOP/s on C (M,N) = A (M,K) B (N,K)^T with operands already in the GEMM's
 // input type: only the GEMMs are timed (no conversion), each timing a batch of back-to-back
-// calls of about 2 ms between CUDA events (so launch latency does not count), best of at
-// least 3 batches over 0.3 s.
-double measure_gemm_peak(int M, int N, int K, Precision p, int device = 0);
+// calls of about 2 ms between CUDA events (so launch latency does not count), at least 3
+// batches over 0.3 s: the best and the median batch's rate, and the number of batches.
+struct GemmTiming {
+  double best = 0, median = 0;  // FLOP/s
+  int reps = 0;
+};
+GemmTiming measure_gemm_peak(int M, int N, int K, Precision p, int device = 0);
 
 }  // namespace meshbench::parallel::cuda

@@ -20,6 +20,7 @@ double device_memory_gib(int) { return NAN; }
 std::unique_ptr<Backend<float>> make_backend(Precision, int) { no_cuda(); }
 double datasheet_peak(const std::string&, Precision) { return NAN; }
 std::vector<ParityRow> layer_parity(Precision, unsigned) { no_cuda(); }
-double measure_gemm_peak(int, int, int, Precision, int) { no_cuda(); }
+GemmTiming measure_gemm_peak(int, int, int, Precision, int) { no_cuda(); }
+std::string host_sync_in(Backend<float>&, const std::function<void()>&) { no_cuda(); }
 
 }  // namespace meshbench::parallel::cuda
