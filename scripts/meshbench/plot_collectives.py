@@ -83,7 +83,9 @@ def plot_lines(plt, rows, path, metric, title):
         for lab, srows in split_series(crows, label).items():
             x = [r["bytes"] for r in srows]
             if metric == "busbw":
-                y = [r["busbw"] for r in srows]
+                # A busbw of 0 (all_to_allv whose routing sent nothing off-rank: total_bytes 0) has no
+                # place on a log axis: left out (a gap in the line), and the report notes the row.
+                y = [r["busbw"] if r["busbw"] > 0 else float("nan") for r in srows]
                 ax.plot(x, y, marker="o", ms=3, label=lab, color=colors[lab])
             else:
                 y = [r["t_median"] * 1e6 for r in srows]

@@ -28,6 +28,15 @@ def latest_per_round_key(steps):
     return [r for r in steps if id(r) in keep]
 
 
+def set_title(fig, ax, text, fontsize=9):
+    """A title wrapped to the figure's width (about 15 characters per inch at 9 pt), so that a
+    long one is never clipped at both sides (steps.png's was); savefig's bbox_inches="tight"
+    keeps the legend beside the axes in the file too."""
+    import textwrap
+    width = max(30, int(fig.get_figwidth() * 15))
+    ax.set_title("\n".join(textwrap.wrap(text, width)), fontsize=fontsize)
+
+
 def plot_memory(plt, steps, path, title):
     """Stacked bars of the measured peak per category of each run's worst rank (the rank whose
     five parts add up to the most, named under its bar), one bar per plan (its latest round),
@@ -56,12 +65,12 @@ def plot_memory(plt, steps, path, title):
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=20, fontsize=8)
     ax.set_ylabel(f"peak bytes on the worst rank ({unit})")
-    ax.set_title(title + "memory per category on each plan's worst rank (measured, stacked; the rank whose "
-                 "parts add up to the most) and the formula's total", fontsize=9)
+    set_title(fig, ax, title + "memory per category on each plan's worst rank (measured, stacked; the rank whose "
+              "parts add up to the most) and the formula's total")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, not on them
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -97,12 +106,12 @@ def plot_step_bars(plt, groups, path, title):
     ax.set_xticks(x)
     ax.set_xticklabels(plan_labels(groups), rotation=20, fontsize=8)
     ax.set_ylabel("µs per token (step/time_split,\nmedian over rounds)")
-    ax.set_title(title + "time per token per plan: compute, exposed communication per dimension, bubble, other "
-                 "(best median tokens/s first)", fontsize=9)
+    set_title(fig, ax, title + "time per token per plan: compute, exposed communication per dimension, bubble, "
+              "other (best median tokens/s first)")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 
@@ -139,11 +148,11 @@ def plot_scaling(plt, fams, dim, path, title):
     ax.set_xticklabels([str(n) for n in sorted(ranks)])
     ax.set_xlabel(f"ranks ({dim} grows)")
     ax.set_ylabel("tokens/s (global batch; median of rounds,\nbars: spread)")
-    ax.set_title(title + f"scaling with {dim}: measured (solid), linear from the smallest run (dashed)", fontsize=9)
+    set_title(fig, ax, title + f"scaling with {dim}: measured (solid), linear from the smallest run (dashed)")
     ax.legend(fontsize=7)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
 
 

@@ -157,6 +157,11 @@ def collective_notes(rows):
     unfinished = sorted({(r["run_id"], r["status"]) for r in rows if r.get("status") != "ok"})
     for rid, st in unfinished:
         notes.append(f"run {rid} has status '{st}': its rows are the sizes it finished")
+    quiet = [r for r in rows if r.get("busbw") == 0 and r.get("total_bytes") == 0]
+    if quiet:
+        pts = ", ".join(sorted({f"{r['collective']} {fmt_size(r['bytes'])}" for r in quiet}))
+        notes.append(f"{len(quiet)} point(s) moved no bytes between ranks (total_bytes 0: the routing kept every "
+                     f"token on its rank), so their bandwidth is 0 and busbw.png leaves them out: {pts}")
     cold = [r for r in rows if r.get("warmup_converged") == 0]
     if cold:
         pts = ", ".join(f"{r['collective']} {fmt_size(r['bytes'])} {r['placement']}" for r in cold[:6])
@@ -184,7 +189,13 @@ def collective_text(args, rows, viol):
         if args.expect_order:  # keep the machine-readable output clean: the verdict goes to stderr
             sys.stderr.write(order_notes(args, viol, rows).lstrip("\n"))
         return rows, to_csv(rows, cols) if args.format == "csv" else to_json(rows, cols)
-    text = markdown(rows, cols, headers)
+    if args.compare:
+        text = markdown(rows, cols, headers)
+    else:  # a heading and a table per collective, in the rows' order (was one table of every row)
+        by = {}
+        for r in rows:
+            by.setdefault(r["collective"], []).append(r)
+        text = "\n".join(f"## {coll}\n\n" + markdown(crows, cols, headers) for coll, crows in by.items())
     if args.compare:
         text += compare_lines(rows, varying, a, b)
         if differ:

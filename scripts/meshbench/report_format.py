@@ -37,11 +37,24 @@ def human(col, v):
     return str(v)
 
 
+NO_OFF_RANK = "0 (no off-rank bytes)"
+
+
+def cell(col, r):
+    """One Markdown cell: human(col, value), and a bandwidth of 0 from a point that moved no
+    bytes between ranks (total_bytes 0: all_to_allv whose routing kept every token on its rank)
+    says so rather than reading as a dead link."""
+    v = r.get(col)
+    if col in ("algbw", "busbw") and v == 0 and r.get("total_bytes") == 0:
+        return NO_OFF_RANK
+    return human(col, v)
+
+
 def markdown(rows, cols, headers=None):
     """A Markdown table of rows in human units; headers (default HEADERS) name the columns."""
     headers = HEADERS if headers is None else headers
     head = [headers.get(c, c) for c in cols]
-    body = [[human(c, r.get(c)) for c in cols] for r in rows]
+    body = [[cell(c, r) for c in cols] for r in rows]
     right = [c in NUMERIC or c.split("_")[0] in ("ratio", "t", "busbw", "algbw") for c in cols]
     out = ["| " + " | ".join(head) + " |",
            "|" + "|".join("---:" if rt else "---" for rt in right) + "|"]

@@ -194,3 +194,26 @@ def test_timeline_rows_are_stages_and_dp_from_the_groups(cli, capsys, tmp_path, 
     no_topology = dict(pr, groups=[])
     assert [lab for _, lab in plot_timeline.stage_rows(no_topology, {0, 1, 2, 3})] == [
         "rank 0", "rank 1", "rank 2", "rank 3"]  # pp 2 of 4 ranks: which rank is which stage is not known
+
+
+def test_zero_busbw_is_left_off_the_log_axis_and_titles_fit(tmp_path, saved):
+    """A busbw of 0 (all_to_allv with nothing sent off-rank) is a gap in its line, not a point
+    dropping off the log axis; steps.png's long title is wrapped to stay inside the figure (it was
+    clipped at both sides)."""
+    path = str(tmp_path / "a2av.h5")
+    h5files.timed_collective_file(path, sizes=[8, 16384, 65536], times=[1e-6, 2e-6, 4e-6], collective="all_to_allv")
+    rows, _ = reader.load_collectives([path])
+    rows[1]["busbw"] = 0.0
+    plot_collectives.plot_lines(plt, rows, "/dev/null", "busbw", "t")
+    y = saved[-1].axes[0].get_lines()[0].get_ydata()
+    assert np.isnan(y[1]) and y[0] > 0 and y[2] > 0
+    h5files.plan_round(str(tmp_path / "dp2.h5"), "dp2", "dp2.0", 0.1, 1280.0, "2026-12-01T00:00:00Z")
+    groups = [g for g in plans.plan_groups(plans.plan_rows(reader.load_steps([str(tmp_path / "dp2.h5")])[0]))
+              if g["tokens"] is not None]
+    plot_steps.plot_step_bars(plt, groups, "/dev/null", "a sweep's title: ")
+    fig = saved[-1]
+    fig.canvas.draw()
+    title = fig.axes[0].title
+    assert "\n" in title.get_text()
+    box, page = title.get_window_extent(fig.canvas.get_renderer()), fig.bbox
+    assert box.x0 >= page.x0 and box.x1 <= page.x1, (box, page)

@@ -44,9 +44,10 @@ def write_plans(folder, scale=1.0, tag="shm"):
 def test_collective_markdown_and_csv(cli, capsys, fabrics):
     rc, out, _ = run(cli, capsys, *fabrics)
     lines = out.splitlines()
-    assert rc == 0 and lines[0].startswith("| binary | tag | backend | ranks | nodes | group | placement | size | time (us)")
-    assert lines[2] == "| all_reduce_bench | shm | mpi | 2 | 1 | tp | out-of-place | 8 | 1.00 | 0.008 | 0.008 | 2.00 | 1 | 0 |"
-    assert lines[5] == "| all_reduce_bench | tcp | mpi | 2 | 1 | tp | out-of-place | 1K | 1.50 | 0.68 | 0.68 | 2.00 | 0 | 0 |"
+    assert rc == 0 and lines[0] == "## all_reduce" and lines[1] == ""
+    assert lines[2].startswith("| binary | tag | backend | ranks | nodes | group | placement | size | time (us)")
+    assert lines[4] == "| all_reduce_bench | shm | mpi | 2 | 1 | tp | out-of-place | 8 | 1.00 | 0.008 | 0.008 | 2.00 | 1 | 0 |"
+    assert lines[7] == "| all_reduce_bench | tcp | mpi | 2 | 1 | tp | out-of-place | 1K | 1.50 | 0.68 | 0.68 | 2.00 | 0 | 0 |"
     rc, out, _ = run(cli, capsys, fabrics[0], "-f", "csv", "--where", "bytes>=1K")
     (row,) = list(csv.DictReader(io.StringIO(out)))
     assert (row["bytes"], float(row["t_median"]), float(row["busbw"]), row["group"]) == ("1024", 3e-6, 0.34, "tp")
@@ -339,3 +340,28 @@ def test_a_malformed_file_is_one_line_exit_2(cli, capsys, tmp_path):
         out, err = capsys.readouterr()
         assert (out, err) == ("", f"{prog}: {want}")
     assert not (tmp_path / "p").exists()
+
+
+def test_collectives_are_grouped_and_a_point_without_off_rank_bytes_says_so(cli, capsys, tmp_path):
+    """Two collectives: a heading and a table each (was one table of every row); an all_to_allv
+    point whose routing sent nothing off-rank (total_bytes 0, busbw 0) reads "0 (no off-rank
+    bytes)" with a note, not a bare 0."""
+    import h5py
+    h5files.collective_file(str(tmp_path / "ar.h5"))
+    h5files.timed_collective_file(str(tmp_path / "a2av.h5"), sizes=[8, 16384], times=[1e-6, 2e-6],
+                                  collective="all_to_allv")
+    with h5py.File(tmp_path / "a2av.h5", "a") as f:
+        (g,) = [g for g in f["runs/c1/collectives/all_to_allv"].values()]
+        summary, sizes = g["summary"][()], g["sizes"][()]
+        summary["busbw"][1] = summary["algbw"][1] = 0.0
+        sizes["total_bytes"][1] = 0
+        g["summary"][...], g["sizes"][...] = summary, sizes
+    rc, out, _ = run(cli, capsys, tmp_path)
+    lines = out.splitlines()
+    assert rc == 0 and [ln for ln in lines if ln.startswith("## ")] == ["## all_reduce", "## all_to_allv"]
+    a2av = lines[lines.index("## all_to_allv"):]
+    assert sum(1 for ln in a2av if ln.startswith("| all_to_allv_bench")) == 2
+    (quiet,) = [ln for ln in a2av if "| 16K |" in ln]
+    assert quiet.count(" 0 (no off-rank bytes) |") == 2  # algbw and busbw
+    assert ("- 1 point(s) moved no bytes between ranks (total_bytes 0: the routing kept every token on its rank), "
+            "so their bandwidth is 0 and busbw.png leaves them out: all_to_allv 16K") in lines

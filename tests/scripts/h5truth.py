@@ -4,7 +4,8 @@ h5py directly (not through scripts/report) and checks a report's output against 
 
   h5truth.py json REPORT.json FILE.h5...     every row equals the file (exact floats), none missing
   h5truth.py csv REPORT.csv FILE.h5...       same for CSV (full-precision floats)
-  h5truth.py md REPORT.md FILE.h5...         one Markdown row per summary row, time column = t_median in us
+  h5truth.py md REPORT.md FILE.h5...         one Markdown row per summary row (a table per collective),
+                                            time column = t_median in us
   h5truth.py compare REPORT.json A.h5 B.h5   ratio_t = t_median(B)/t_median(A) for every size of every group
   h5truth.py status FILE.h5 [STATUS]         print the status of every run (exit 1 unless all == STATUS)
   h5truth.py attr FILE.h5 NAME               print a run attribute of the first run
@@ -143,13 +144,20 @@ def main():
         check_rows(list(csv.DictReader(open(arg))), files)
     elif mode == "md":
         t = truth(files)
-        lines = [l for l in open(arg) if l.startswith("|")][2:]
-        if len(lines) != len(t):
-            die(f"markdown has {len(lines)} rows, files hold {len(t)}")
-        head = [c.strip() for c in open(arg).readline().strip("|\n").split("|")]
-        ti = head.index("time (us)")
+        text = [l.rstrip("\n") for l in open(arg)]
+        rows = []  # (its table's header, the row): a table per collective, each under its heading
+        for i, l in enumerate(text):
+            if not l.startswith("|") or l.startswith("|---"):
+                continue
+            if i + 1 < len(text) and text[i + 1].startswith("|---"):
+                head = [c.strip() for c in l.strip("|").split("|")]
+                continue
+            rows.append((head, l))
+        if len(rows) != len(t):
+            die(f"markdown has {len(rows)} rows, files hold {len(t)}")
         want = sorted(f"{d['t_median'] * 1e6:.2f}" for d in t.values())
-        got = sorted(l.strip("|\n").split("|")[ti].strip() for l in lines)
+        got = sorted(l.strip("|").split("|")[h.index("time (us)")].strip() for h, l in rows)
+        lines = rows
         if want != got:
             die(f"markdown times {got} != files {want}")
         print(f"h5truth: {len(lines)} markdown rows, times equal to the files")
