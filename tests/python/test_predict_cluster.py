@@ -273,8 +273,9 @@ def test_the_chosen_plans_are_written_as_a_sweep_file_that_runs_exactly_them(tmp
     p = subprocess.run(sweep_cmd(c, "--top", "2", "--spread", "1", "--write-sweep", str(chosen), "--out",
                                  str(tmp_path / "o")), capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    ids = re.findall(r"^\[\d+/\d+\] (\S+)", p.stdout, re.M)
+    ids = re.findall(r"^\| \d+ \| \d+ \| (\S+) \|", p.stdout, re.M)  # the chosen plans' table, no launch lines
     assert len(ids) == 3 and chosen.read_text().splitlines().count("[[sweep]]") == 3
+    assert not re.search(r"^\[\d+/\d+\] ", p.stdout, re.M)
     q = subprocess.run([os.path.join(ROOT, "scripts", "sweep"), str(chosen), "--dry-run", "--bin",
                         os.path.join(ROOT, "build", "bin"), "--out", str(tmp_path / "o2")], capture_output=True, text=True)
     assert q.returncode == 0, q.stderr
