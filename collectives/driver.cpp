@@ -14,17 +14,20 @@
 #include "comm/agree.hpp"
 #include "comm/clock_sync.hpp"
 #include "comm/finalize.hpp"
+#include "comm/peer_board.hpp"
 #include "comm/topology.hpp"
 #include "comm/watched_comm.hpp"
 #include "core/op_watch.hpp"
 #include "core/error.hpp"
 #include "core/stats.hpp"
 #include "core/timer.hpp"
+#include "compute/device.hpp"
 #include "core/units.hpp"
 #include "data.hpp"
 #include "groups.hpp"
 #include "results/hang.hpp"
 #include "results/output_path.hpp"
+#include "results/stop_signal.hpp"
 #include "options.hpp"
 #include "results/reporter.hpp"
 #include "runner.hpp"
@@ -41,10 +44,7 @@ using results::Placement;
 using results::HangSite;
 using results::report_hang;
 
-std::atomic<int> g_signal{0};
-
 Layout layout_of(const PeerMatrix& m) { return {m.send.total(), m.recv.total()}; }
-extern "C" void on_signal(int sig) { g_signal.store(sig); }
 
 // The element counts to run for one dtype: rounded down to the collective's granularity (and
 // to whole tokens for all-to-all-v), duplicates removed. Throws when every requested size
@@ -124,6 +124,7 @@ struct Clocks {
 constexpr int kClockRounds = 20;
 
 void start_watch(core::OpWatch& watch, const HangSite& site) {
+  watch.set_peer_state(comm::my_peer_state());  // a hang elsewhere can tell whether this rank arrived
   watch.start(site.op_timeout, [site](const core::Hang& h) { report_hang(site, h); });
 }
 
@@ -133,7 +134,7 @@ void claim_output(results::OutputClaim& claim, const Options& opt, MPI_Comm worl
                   const std::string& binary) {
   std::string out_error;
   if (!opt.output.empty() && rank == 0) out_error = claim.claim(opt.output, opt.append, binary);
-  comm::agree_or_throw(world, out_error);
+  results::agree_claim(world, claim, out_error);
 }
 
 void check_world_ranks(const Spec& spec, const Options& opt, int size) {
@@ -342,7 +343,8 @@ void print_notes(const Spec& spec, const Options& opt, const GroupPlan& plan, co
 }
 
 // Buffers sized for the largest point of any block.
-Buffers make_buffers(const Spec& spec, const Options& opt, const Work& w, int n, int comm_rank) {
+// The bytes of the largest size's send and receive buffers (every dtype of the run).
+std::pair<std::size_t, std::size_t> buffer_bytes(const Spec& spec, const Options& opt, const Work& w, int n, int comm_rank) {
   std::size_t max_send = 0, max_recv = 0;
   for (std::size_t k = 0; k < w.keys.size(); ++k) {
     std::size_t elt = comm::size_of(w.keys[k].first);
@@ -350,8 +352,44 @@ Buffers make_buffers(const Spec& spec, const Options& opt, const Work& w, int n,
     max_send = std::max({max_send, l.send * elt, spec.inplace_buffer(l) * elt});
     max_recv = std::max(max_recv, l.recv * elt);
   }
+  return {max_send, max_recv};
+}
+
+Buffers make_buffers(const Spec& spec, const Options& opt, const Work& w, int n, int comm_rank) {
+  const auto [max_send, max_recv] = buffer_bytes(spec, opt, w, n, comm_rank);
   return Buffers{compute::Buffer(opt.mem, max_send), compute::Buffer(opt.mem, max_recv),
                  std::vector<std::byte>(std::max(max_send, max_recv)), std::vector<std::byte>(std::max(max_send, max_recv))};
+}
+
+// Before the results file is started: the buffers of the largest size (send, receive and the
+// two host copies the check fills) against what each rank can have, the ranks of a host
+// sharing its memory (or each its GPU's with --mem device). A size that cannot fit is exit 2 on
+// every rank, naming -e and the bytes, instead of an allocation failing mid-run.
+void check_buffer_memory(const Spec& spec, const Options& opt, const Work& w, const GroupPlan& plan,
+                         const comm::Topology& topo, MPI_Comm world, int rank, int comm_rank) {
+  const auto [send, recv] = buffer_bytes(spec, opt, w, plan.group_size, comm_rank);
+  const double host_copies = 2.0 * static_cast<double>(std::max(send, recv));
+  const bool device = opt.mem == compute::MemKind::kDevice;
+  const double on_host = host_copies + (device ? 0.0 : static_cast<double>(send) + static_cast<double>(recv));
+  const std::string& host = topo.ranks[static_cast<std::size_t>(rank)].host;
+  int ranks_here = 0;
+  for (const auto& p : topo.ranks) ranks_here += p.host == host ? 1 : 0;
+  std::string problem;
+  const double have = static_cast<double>(compute::host_memory_available());
+  if (have > 0 && on_host * ranks_here > have)
+    problem = fmt::format("-e/--max-bytes {}: the largest size needs {} of buffers per rank ({} ranks on host {}: {}), "
+                          "and the host has {} available; lower -e/--max-bytes",
+                          core::format_size(opt.max_bytes), core::human_bytes(on_host), ranks_here, host,
+                          core::human_bytes(on_host * ranks_here), core::human_bytes(have));
+  if (problem.empty() && device) {
+    const double dev = static_cast<double>(send) + static_cast<double>(recv);
+    const double free = static_cast<double>(compute::device_memory_free());
+    if (free > 0 && dev > free)
+      problem = fmt::format("-e/--max-bytes {}: the largest size needs {} of device buffers per rank, and the GPU "
+                            "has {} free; lower -e/--max-bytes",
+                            core::format_size(opt.max_bytes), core::human_bytes(dev), core::human_bytes(free));
+  }
+  comm::agree_or_throw(world, problem);
 }
 
 // Size ci of block b: each placement the block runs, measured, with its bandwidths; the wrong
@@ -388,7 +426,7 @@ results::Row measure_size(Sweep& s, const results::Block& b, const std::pair<DTy
 // Stop together: rank 0 could not write (3), a signal on any rank (2), or rank 0's clock past
 // --time-limit (1); the highest code wins, 0 goes on. A write failure is raised on every rank.
 int agree_to_stop(const Options& opt, MPI_Comm world, int rank, double t0, Reporters& out, core::OpWatch* watched) {
-  int code = g_signal.load() ? 2 : 0;
+  int code = results::stop_signal() ? 2 : 0;
   if (rank == 0 && opt.time_limit > 0 && core::now_seconds() - t0 > opt.time_limit) code = std::max(code, 1);
   if (rank == 0 && !out.write_error.empty()) code = 3;
   int agreed = 0;
@@ -469,6 +507,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   GroupPlan plan = plan_groups(opt, world, topo);
   std::unique_ptr<comm::Communicator> comm = open_group_comm(spec, opt, plan, local_device, watched);
   Work work = plan_work(spec, opt, *comm, plan, binary);
+  check_buffer_memory(spec, opt, work, plan, topo, world, rank, comm->rank());
 
   results::RunContext ctx = results::make_run_context(world, binary, argc, argv, topo);
   set_run_attrs(ctx.attrs, spec, opt, plan);
@@ -484,6 +523,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   Reporters out = open_reporters(rank, opt, claim, ctx);
   results::sync_from_root(ctx, world);  // the run id, made unique in the file by rank 0
   setup_scope.reset();
+  results::set_stop_site(opt.output, ctx.run_id);  // what a stuck run's signal watcher marks
   if (watched) {
     site = {rank, comm::host_name(), binary, plan.dim, opt.op_timeout, opt.output, ctx.run_id};
     start_watch(watch, site);
@@ -497,6 +537,7 @@ int run_impl(const Spec& spec, int argc, char** argv, MPI_Comm world) {
   runner.set_clock(clocks.mine, clocks.max_error_s);
   Sweep sweep{spec, opt, plan, *comm, runner, bufs};
   SweepEnd end = run_sweep(sweep, work, out, world, rank, watched);
+  results::stop_finishing();
   if (opt.timing == Timing::kWindow) report_clock_drift(world, size, clock_t0, clocks, watched, out);
   out.each([&](results::Reporter& r) { r.finish(end.status); });
   comm::agree_on_fault(world, out.write_error);
@@ -518,8 +559,9 @@ int run(const Spec& spec, int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   core::set_fault_identity(rank, comm::host_name());
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+  // SIGTERM, SIGINT, SIGHUP: stop at the next size (results/stop_signal.hpp)
+  results::install_stop_signals(rank, comm::host_name(), fs::path(argv[0]).filename().string());
+  comm::open_peer_board(MPI_COMM_WORLD);  // what a hang report reads to name the ranks that never arrived
 
   int rc = 0;
   try {
@@ -537,10 +579,11 @@ int run(const Spec& spec, int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     core::fatal_runtime("buffer allocation", "world", "out of memory (lower -e/--max-bytes)");
   }
+  results::stop_done();
   MPI_Comm_free(&world);
   // Results are on disk by now. MPICH 4.0 over UCX TCP can hang in MPI_Finalize (fixed
   // upstream in 4.2); do not let that turn a finished run into a job that never ends.
-  if (g_signal.load() != 0 && rc == static_cast<int>(core::ExitCode::kRuntime))
+  if (results::stop_signal() != 0 && rc == static_cast<int>(core::ExitCode::kRuntime))
     comm::end_signalled_job(rank, rc, fs::path(argv[0]).filename().c_str());
   comm::finalize_with_deadline(rank, rc, fs::path(argv[0]).filename().c_str());
   return rc;

@@ -7,6 +7,7 @@
 
 #include "comm/watched_comm.hpp"
 #include "core/error.hpp"
+#include "core/op_watch.hpp"
 #include "core/timer.hpp"
 
 namespace meshbench::parallel {
@@ -30,6 +31,21 @@ void draw_batch(const StepEnv<S>& env, const std::vector<Action>& actions, int64
     if (a.kind == ActionKind::kForward)
       synthetic_batch(tok.data() + a.micro * n, tgt.data() + a.micro * n, env.data, env.seed, data_step,
                       first_sample(env.plan, env.dp_rank, a.micro), c.micro_batch, c.seq, c.vocab);
+}
+
+// What the hang watchdog names when an action stops progressing (core::set_phase).
+const char* action_word(ActionKind k) {
+  switch (k) {
+    case ActionKind::kRecvActivation: return "pipeline receive (activation)";
+    case ActionKind::kSendActivation: return "pipeline send (activation)";
+    case ActionKind::kForward: return "forward";
+    case ActionKind::kRecvGradient: return "pipeline receive (gradient)";
+    case ActionKind::kSendGradient: return "pipeline send (gradient)";
+    case ActionKind::kBackward: return "backward";
+    case ActionKind::kGradSync: return "gradient sync";
+    case ActionKind::kOptimizer: return "optimizer";
+  }
+  return "step";
 }
 
 // One step's run of an action list: each action does its part and names its phase.
@@ -185,6 +201,7 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
       const Action& a = actions[i];
       const double t0 = t_prev;
       const bool pair = env.pipe && i + 1 < actions.size() && StepRun<S>::pairs(a, actions[i + 1]);
+      core::set_phase(action_word(a.kind), a.micro);
       const char* phase = pair ? run.run_pair(a, actions[++i]) : run.run(a, adam_t);
       if (device) env.model.backend().synchronize();
       t_prev = core::now_seconds();

@@ -16,6 +16,7 @@
 
 #include "comm/agree.hpp"
 #include "comm/mesh.hpp"
+#include "comm/peer_board.hpp"
 #include "comm/watched_comm.hpp"
 #include "compute/blas.hpp"
 #include "compute/device.hpp"
@@ -25,39 +26,34 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/flops.hpp"
 #include "results/hang.hpp"
+#include "results/stop_signal.hpp"
 #include "step/plan_memory.hpp"
 
 namespace meshbench::parallel {
 
-namespace {
-std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) {
-  g_signal.store(sig);
-  std::signal(sig, SIG_DFL);  // a second signal ends the process at once
-}
-}  // namespace
-
-void install_signal_handlers() {
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+void install_signal_handlers(int rank) {
+  results::install_stop_signals(rank, comm::host_name(), "step_bench");
+  comm::open_peer_board(MPI_COMM_WORLD);  // collective: every rank calls this right after MPI_Init
 }
 
-bool signal_received() { return g_signal.load() != 0; }
+bool signal_received() { return results::stop_signal() != 0; }
 
 void Watchdog::start(const std::string& output, const std::string& run_id) {
+  results::set_stop_site(output, run_id);  // what a signal's watcher marks when the run is stuck
   if (!active) return;
   // The dimension is the pending call's group's (results/hang.hpp: empty dim).
   const results::HangSite site{rank, comm::host_name(), "step_bench", "", timeout, output, run_id};
-  watch.start(timeout, [site](const core::Hang& h) { results::report_hang(site, h); });
+  watch.set_peer_state(comm::my_peer_state());  // a hang elsewhere can tell whether this rank arrived
+  // Compute is watched too: a phase with no call pending that stops progressing (issue 45).
+  watch.start(timeout, [site](const core::Hang& h) { results::report_hang(site, h); }, true);
 }
 
 void claim_outputs(const Options& o, results::OutputClaim& claim, int rank) {
   std::string problem;
-  if (rank == 0) {
-    if (!o.output.empty()) problem = claim.claim(o.output, o.append, "step_bench");
-    if (problem.empty() && !o.trace_file.empty()) problem = results::writable_problem("--trace", o.trace_file, false);
-    if (problem.empty() && !o.export_dir.empty()) problem = results::writable_problem("--export", o.export_dir, true);
-  }
+  if (rank == 0 && !o.output.empty()) problem = claim.claim(o.output, o.append, "step_bench");
+  results::agree_claim(MPI_COMM_WORLD, claim, problem);  // a full disk: exit 3, any other problem: exit 2
+  if (rank == 0 && !o.trace_file.empty()) problem = results::writable_problem("--trace", o.trace_file, false);
+  if (rank == 0 && problem.empty() && !o.export_dir.empty()) problem = results::writable_problem("--export", o.export_dir, true);
   comm::agree_or_throw(MPI_COMM_WORLD, problem);
 }
 
@@ -186,13 +182,15 @@ void print_header(const core::Log& out, const Options& o, const Plan& plan, cons
   out.out("step_bench: {} on {} ({}; {} threads per rank, OPENBLAS_CORETYPE={})\n", describe(c),
           cp.gpu ? fmt::format("{} {}", cp.gpu_name, o.dtype) : std::string("cpu"), cp.backend->name(),
           omp_get_max_threads(), coretype ? coretype : "unset");
-  if (st.model)
-    out.out("  parameters {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM {:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
-            st.model->num_params(), core::human_bytes(static_cast<double>(st.model->num_params()) * 4), fl.total(),
-            fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
+  const auto whole = static_cast<int64_t>(Gpt<float>::full_layout(c).numel());
+  if (st.model)  // both counts, named: under dp they are equal, under tp or pp the rank holds a slice
+    out.out("  parameters: model {}, this rank {} ({}), FLOPs per micro-batch {:.4g} (fwd GEMM {:.4g}, bwd GEMM "
+            "{:.4g}, attention fwd {:.4g} bwd {:.4g})\n",
+            whole, st.model->num_params(), core::human_bytes(static_cast<double>(st.model->num_params()) * 4),
+            fl.total(), fl.forward_gemm, fl.backward_gemm, fl.attention_forward, fl.attention_backward);
   else
-    out.out("  parameters {} of the whole model (none allocated), FLOPs per micro-batch {:.4g}\n",
-            Gpt<float>::full_layout(c).numel(), fl.total());
+    out.out("  parameters: model {}, this rank none allocated (modelled), FLOPs per micro-batch {:.4g}\n", whole,
+            fl.total());
   if (st.replay) {
     const Cluster* cl = st.costs->cluster();
     out.out("  compute MODELLED (--compute modelled): every compute action waits its duration from {} ({}); the "

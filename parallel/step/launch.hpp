@@ -22,9 +22,11 @@
 
 namespace meshbench::parallel {
 
-// SIGTERM (Slurm's time limit, scancel) and SIGINT stop the run at the next step boundary:
-// status 'killed', exit 3, the finished steps kept. A second signal takes its default action.
-void install_signal_handlers();
+// SIGTERM (Slurm's time limit, scancel), SIGINT and SIGHUP stop the run at the next step
+// boundary: status 'killed', exit 3, the finished steps kept; a run stuck before it gets there
+// is ended after results::kStopGraceS (results/stop_signal.hpp). A second signal takes its
+// default action.
+void install_signal_handlers(int rank);
 bool signal_received();
 
 // --op-timeout: the watchdog of every rank; restarted with the output file once it exists.

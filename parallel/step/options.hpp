@@ -44,6 +44,7 @@ struct Options {
   std::string attention = "flash";             // --attention flash|naive (Plan::flash)
   double op_timeout = 300;  // seconds a communication call may stay pending (0: no watchdog)
   int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
+  int inject_stall = -1;  // hidden: this rank spins in its first timed step's forward, never progressing (tests)
   // Pipeline parallel.
   std::string schedule = "1f1b", layers_per_stage;
   int vpp = 1, vpp_group = 0;

@@ -4,19 +4,26 @@
 // outcome.hpp. Every rank runs the same path; only rank 0 writes.
 #include <mpi.h>
 
+#include <fmt/core.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
 
 #include "comm/agree.hpp"
 #include "comm/finalize.hpp"
+#include "comm/mesh.hpp"
 #include "core/error.hpp"
+#include "core/op_watch.hpp"
+#include "results/stop_signal.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "model/export.hpp"
 #include "step/check.hpp"
 #include "step/launch.hpp"
 #include "step/outcome.hpp"
 #include "step/plan_only.hpp"
+#include "step/rules.hpp"
 
 namespace mb = meshbench;
 using namespace mb::parallel;
@@ -35,13 +42,32 @@ int run_export(const Options& o, Gpt<float>& model, const mb::core::Log& out) {
   return mb::core::code(ExitCode::kOk);
 }
 
+// make_plan for the launched ranks; a mesh that needs more ranks than a lone process has
+// (step_bench run without mpiexec) says how to launch it.
+Plan plan_for_launch(const Options& o, int world) {
+  try {
+    return make_plan(o, world);
+  } catch (const mb::core::UsageError& e) {
+    if (world != 1) throw;
+    const mb::comm::MeshSpec m = mb::comm::parse_mesh(o.mesh);
+    auto at_least_1 = [](int d) { return std::max(1, d); };
+    const int need = std::max(at_least_1(m.tp) * at_least_1(m.cp) * at_least_1(m.dp) * at_least_1(m.pp),
+                              at_least_1(m.ep) * at_least_1(m.etp) * at_least_1(m.pp));
+    if (need <= 1) throw;
+    throw mb::core::UsageError(fmt::format("{}; this process is 1 rank: launch it with mpiexec -n {} (or srun -n {})",
+                                           e.what(), need, need));
+  }
+}
+
 int run(int argc, char** argv, int rank, int world, int thread_level) {
   std::optional<Options> parsed = parse_options(argc, argv);
   if (!parsed) return mb::core::code(ExitCode::kOk);
   const Options& o = *parsed;
   if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
-  const Plan plan = make_plan(o, world);
+  const Plan plan = plan_for_launch(o, world);
+  if (rank == 0)  // legal but degenerate: said once, even with --quiet (step/rules.hpp)
+    for (const std::string& n : plan_notes(plan)) std::fprintf(stderr, "step_bench: note: %s\n", n.c_str());
   const bool modelled = o.compute == "modelled";
   if (plan.recompute == "selective" && !modelled && plan.degrees.cp > 1)
     throw mb::core::UsageError("--recompute selective with context parallel (cp > 1): its ring, all-gather and Ulysses "
@@ -75,6 +101,7 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
     const Cluster* cl = st.costs->cluster();
     r.datasheet = cl ? cl->gpu.peak_bf16_flops : NAN;
   } else {
+    mb::core::set_phase("the peak GEMM's measurement");
     peak = measure_peak(o.model, l.cp.gpu, l.cp.prec, l.cp.device);
     r.datasheet = l.cp.gpu ? cuda::datasheet_peak(l.cp.gpu_name, l.cp.prec) : NAN;
     print_peak(out, l.cp, peak, r.datasheet);
@@ -85,6 +112,7 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
     env.emplace(StepEnv<float>{*st.model, st.sync.get(), st.trace, plan, data_kind(o), o.seed, st.dp_rank, o.adam});
     env->pipe = st.pipe ? &*st.pipe : nullptr;
     env->watch = st.watch;
+    mb::core::set_phase("--check against the single-rank reference");
     r.check = run_check(o, st, *env, out, r.check_rows);
   } else {
     r.check = "off";
@@ -99,6 +127,8 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   r.t_origin = align_clocks(l.topo, reps.get(), r.clock);
   if (st.model) st.model->set_profiling(o.profile);
   r.end = timed_steps(o, env ? &*env : nullptr, st, reps.get(), r.losses);
+  mb::results::stop_finishing();  // a signal from here on waits for the summary (results/stop_signal.hpp)
+  mb::core::set_phase("writing the results");
   if (r.end.why & kStopWrite)
     mb::comm::agree_on_fault(MPI_COMM_WORLD, reps ? reps->error() : std::string("the results file could not be written"));
   warn_loop_end(out, o, r.end);
@@ -120,7 +150,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   mb::core::set_fault_identity(rank, mb::comm::host_name());
-  install_signal_handlers();
+  install_signal_handlers(rank);
   int rc = 0;
   try {
     rc = run(argc, argv, rank, size, provided);
@@ -138,6 +168,7 @@ int main(int argc, char** argv) {
                             "out of memory (the plan passed the memory check, which leaves out MPI, BLAS and the "
                             "allocator's own use: lower the model or raise the parallel degrees)");
   }
+  mb::results::stop_done();
   // Results are on disk by now; a finalize that hangs (MPICH 4.0 over TCP) must not keep the job.
   if (signal_received() && rc == mb::core::code(ExitCode::kRuntime)) mb::comm::end_signalled_job(rank, rc, "step_bench");
   mb::comm::finalize_with_deadline(rank, rc, "step_bench");

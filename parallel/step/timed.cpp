@@ -2,12 +2,14 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <cmath>
 #include <fmt/core.h>
 
 #include "comm/agree.hpp"
 #include "comm/watched_comm.hpp"
 #include "core/error.hpp"
+#include "core/op_watch.hpp"
 #include "core/timer.hpp"
 #include "metrics/gather.hpp"
 #include "step/launch.hpp"
@@ -74,6 +76,11 @@ LoopEnd timed_steps(const Options& o, StepEnv<float>* env, Setup& st, StepReport
     if (s == o.warmup && st.model) start_timing(*st.model);
     st.trace.on = timed;
     const int step = timed ? s - o.warmup : -1;
+    if (o.inject_stall == rank && s == o.warmup) {  // a compute phase that never progresses (tests)
+      core::set_phase("forward (--inject-stall)", 0);
+      std::atomic<std::uint64_t> spin{0};
+      for (;;) spin.fetch_add(1, std::memory_order_relaxed);  // never returns: the watchdog or a signal ends the job
+    }
     const double loss_local = env ? run_step(*env, st.actions, step, s, s + 1) : st.replay->run_step(st.actions, step);
     st.trace.on = false;
     // Divergence: this rank's loss (its share, or a pipeline stage's part) or the gradient

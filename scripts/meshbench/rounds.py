@@ -144,9 +144,12 @@ def run_local(points, args, presets, doc):
         if RUNNING["proc"] is not None:
             kill_group(RUNNING["proc"], grace=5)
         print(f"\nsweep: interrupted by signal {signum}; re-run the same command to resume", file=sys.stderr)
-        sys.exit(128 + signum)  # the shell's code for a death by that signal: SIGINT 130, SIGTERM 143
+        sys.exit(128 + signum)  # the shell's code for a death by that signal: SIGINT 130, SIGTERM 143, SIGHUP 129
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # A dropped ssh session: the run in progress gets SIGTERM (its launcher is in a session of its
+    # own, which the hangup never reaches), is marked killed, and the sweep resumes later.
+    signal.signal(signal.SIGHUP, on_signal)
 
     records = run_rounds(points, args.out, args.bin, presets, args.launcher, args.mpiexec, args.force)
     rc = summarise(records, len(points), args.out)

@@ -72,7 +72,7 @@ are recorded in <out>/points/<point>.json (`rounds`: one record per round with i
 exit code, command, file and run ids; `rounds_ok` of `rounds_wanted`).
 Exit codes: 0 every run ok or skipped, 1 some run failed, 2 bad sweep file or usage (or the
 output folder in use by another sweep), 3 sbatch failed or the jobs outlived --wait-timeout,
-130 stopped by SIGINT, 143 by SIGTERM (the run in progress killed; the same command resumes).
+130 stopped by SIGINT, 143 by SIGTERM, 129 by SIGHUP (the run in progress killed; the same command resumes).
 """
 
 

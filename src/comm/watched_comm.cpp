@@ -1,5 +1,7 @@
 #include "comm/watched_comm.hpp"
 
+#include "comm/peer_board.hpp"
+
 namespace meshbench::comm {
 namespace {
 
@@ -124,6 +126,7 @@ class WatchedCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_watched(std::unique_ptr<Communicator> inner, core::OpWatch& watch) {
+  register_group(inner->group_name(), inner->mpi_comm());  // a hang in it can name its absent ranks
   return std::make_unique<WatchedCommunicator>(std::move(inner), watch);
 }
 

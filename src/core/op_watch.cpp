@@ -2,10 +2,44 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <fmt/core.h>
 
 #include "core/timer.hpp"
 
 namespace meshbench::core {
+
+std::string phase_now() {
+  const char* p = g_phase.load(std::memory_order_relaxed);
+  const int micro = g_phase_micro.load(std::memory_order_relaxed);
+  return micro < 0 ? std::string(p ? p : "?") : fmt::format("{} (micro-batch {})", p ? p : "?", micro);
+}
+
+void OpWatch::publish(PeerState& p, const char* op, const char* group) noexcept {
+  p.version.fetch_add(1, std::memory_order_acq_rel);  // odd: writing
+  std::strncpy(p.op, op ? op : "?", sizeof p.op - 1);
+  std::strncpy(p.group, group ? group : "?", sizeof p.group - 1);
+  p.in_call.store(1, std::memory_order_relaxed);
+  p.version.fetch_add(1, std::memory_order_release);  // even: done
+}
+
+bool read_peer(const PeerState& s, PeerCopy& out) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::uint64_t v = s.version.load(std::memory_order_acquire);
+    if (v & 1) continue;
+    char op[sizeof s.op], group[sizeof s.group];
+    std::memcpy(op, s.op, sizeof op);
+    std::memcpy(group, s.group, sizeof group);
+    out.pid = s.pid.load(std::memory_order_relaxed);
+    out.in_call = s.in_call.load(std::memory_order_acquire) != 0;
+    if (s.version.load(std::memory_order_acquire) != v) continue;
+    op[sizeof op - 1] = group[sizeof group - 1] = 0;
+    out.op = op;
+    out.group = group;
+    return out.pid != 0;
+  }
+  return false;
+}
 
 OpWatch::OpWatch() = default;
 OpWatch::~OpWatch() { stop(); }
@@ -33,9 +67,10 @@ std::vector<CallRecord> OpWatch::recent() const {
   return out;
 }
 
-void OpWatch::start(double timeout_s, std::function<void(const Hang&)> on_hang) {
+void OpWatch::start(double timeout_s, std::function<void(const Hang&)> on_hang, bool watch_stalls) {
   stop();
   timeout_s_ = timeout_s;
+  watch_stalls_ = watch_stalls;
   on_hang_ = std::move(on_hang);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +93,9 @@ void OpWatch::loop() {
   auto period = std::chrono::duration<double>(std::clamp(timeout_s_ / 20, 0.01, 1.0));
   std::uint64_t seen = 0;
   double since = 0;
+  // The stall clock: restarted whenever anything progresses or a call is pending.
+  std::uint64_t progress = g_progress.load(std::memory_order_relaxed) + count_.load(std::memory_order_acquire);
+  double still_since = now_seconds();
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -66,11 +104,25 @@ void OpWatch::loop() {
     std::uint64_t n = count_.load(std::memory_order_acquire);
     const Slot& s = ring_[n % kRing];
     bool pending = n != 0 && s.state.load(std::memory_order_acquire) == CallState::kPending;
+    double now = now_seconds();
+    const std::uint64_t p = g_progress.load(std::memory_order_relaxed) + n;
+    if (pending || p != progress) {
+      progress = p;
+      still_since = now;
+    }
     if (!pending) {
       seen = 0;
-      continue;
+      if (!watch_stalls_ || now - still_since < timeout_s_) continue;
+      Hang h;
+      h.stalled = true;
+      h.phase = phase_now();
+      h.recent = recent();
+      if (!h.recent.empty()) h.call = h.recent.back();
+      h.waited_s = now - still_since;
+      h.context = context();
+      on_hang_(h);
+      return;
     }
-    double now = now_seconds();
     if (n != seen) {
       seen = n;
       since = now;
@@ -78,6 +130,7 @@ void OpWatch::loop() {
     }
     if (now - since < timeout_s_) continue;
     Hang h;
+    h.phase = phase_now();
     h.recent = recent();
     h.call = h.recent.empty() ? CallRecord{} : h.recent.back();
     h.waited_s = now - since;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --op-timeout: one of 2 ranks is stopped (SIGSTOP) mid-run. The job must end by itself with
-# exit 3 within 30 s, the message must name the stuck call (and agree with the flight
+# exit 3 within 30 s, the message must name the stuck call and the stopped rank (and agree with the flight
 # recorder), FILE.hang-rank<R>.json must parse with at most 64 calls, the last one pending,
 # and the HDF5 file must read back with status 'hung' and every finished size intact.
 # Then --op-timeout 0 is accepted (watchdog off) and a negative value is refused (exit 2).
@@ -32,6 +32,9 @@ blocked=$(ls "$WORK"/*.abort-blocked 2>/dev/null || true)
 [[ -z "$blocked" ]] && pass "MPI_Abort ended the job (no fallback timer fired)" || fail "MPI_Abort blocked: $blocked"
 
 line=$(grep -m1 "has not completed after" "$WORK/err" || true)
+# The waiting rank names the stopped one (the host's call board and /proc), not itself.
+[[ "$line" == *"holding it up: rank "[01]" (pid $victim): STOPPED"* ]] && pass "the report names the stopped rank" \
+  || fail "want 'holding it up: rank R (pid $victim): STOPPED' in: ${line:0:400}"
 if [[ "$line" =~ rank\ ([0-9]+)\ \(.+\):\ (.+)\ of\ ([0-9]+)\ B\ in\ group\ world\ \(dim\ world\).*--op-timeout\ 5.*at\ size\ [0-9]+\ of ]]; then
   pass "message: ${line:0:140}..."
   r=${BASH_REMATCH[1]} op=${BASH_REMATCH[2]} bytes=${BASH_REMATCH[3]}

@@ -126,7 +126,7 @@ def start_sweep(cmd, log, sleep="60"):
     return proc
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
 def test_interrupt_kills_the_run_and_resumes(env, tmp_path, sig, code):
     """A signal during a run: the run's process group is killed, exit 128 + the signal (SIGTERM
     143, SIGINT 130) with how to resume; the run's file (status running) is kept; the same
