@@ -201,7 +201,7 @@ std::optional<int> parse_args(int argc, char** argv, Args& a) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "mesh_info: error: %s (see --help)\n", e.what());
+    std::fprintf(stderr, "mesh_info: error: %s\n", core::parse_message(app, e).c_str());
     return static_cast<int>(core::ExitCode::kUsage);
   }
   for (auto [opt, value] : {std::pair{world_opt, a.world}, std::pair{rpn_opt, a.ranks_per_node}})

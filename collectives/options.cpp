@@ -193,9 +193,9 @@ void check_timing(Options& o, const TextFlags& t, const CLI::App& app, const cor
   if (!(o.warmup_policy.max_seconds > 0)) throw UsageError("--warmup-time must be positive");
   o.warmup_policy.floor_seconds = o.warmup_policy.max_seconds / 4;
   o.rank_stat = parse_rank_stat(t.rank_stat);
-  if (!(o.op_timeout >= 0)) throw UsageError("--op-timeout must not be negative (0 turns the watchdog off)");
+  core::check_seconds("--op-timeout", o.op_timeout, "no watchdog");
   if (o.check != 0 && o.check != 1) throw UsageError("-c/--check must be 0 or 1");
-  if (o.time_limit < 0) throw UsageError("--time-limit must not be negative");
+  core::check_seconds("--time-limit", o.time_limit, "no limit");
   if (o.root < 0) throw UsageError("-r/--root must not be negative");
   if (o.ranks_per_node < 0) throw UsageError("--ranks-per-node must not be negative");
 }
@@ -288,7 +288,7 @@ std::optional<Options> parse_checked(core::EnvSources& env, const std::string& b
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     env = core::env_sources(app, argc, argv);
-    throw UsageError(e.what());
+    throw UsageError(core::parse_message(app, e));
   }
   env = core::env_sources(app, argc, argv);
 

@@ -160,6 +160,7 @@ struct StepRecord {
   StepSummary summary;
   PredictedRecord predicted;            // --predict
   std::string status = "ok";            // ok, failed, timeout, killed, diverged
+  bool oversubscribed = false;          // more ranks or threads than cores on some host
   std::string diverged;                 // what was not finite, where
 };
 

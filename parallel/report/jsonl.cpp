@@ -23,7 +23,8 @@ void write_step_jsonl(const std::string& path, const std::string& run_id, const 
       for (const auto& p : r.phases[i]) mx = std::max(mx, p[k]);
       ph[kPhaseNames[k]] = mx;
     }
-    js << nlohmann::ordered_json{{"run_id", run_id}, {"binary", "step_bench"}, {"tag", tag}, {"step", i},
+    js << nlohmann::ordered_json{{"run_id", run_id}, {"binary", "step_bench"}, {"tag", tag},
+                                 {"status", r.status}, {"oversubscribed", r.oversubscribed}, {"step", i},
                                  {"step_time", *std::max_element(row.begin(), row.end())}, {"phases_max", ph},
                                  {"forward", ph["forward"]}, {"backward", ph["backward"]},
                                  {"optimizer", ph["optimizer"]}, {"loss", r.loss[i]}}
@@ -31,6 +32,7 @@ void write_step_jsonl(const std::string& path, const std::string& run_id, const 
        << "\n";
   }
   js << nlohmann::ordered_json{{"run_id", run_id}, {"binary", "step_bench"}, {"tag", tag}, {"summary", true},
+                               {"status", r.status}, {"oversubscribed", r.oversubscribed},
                                {"model", r.model}, {"plan", r.plan}, {"ranks", r.ranks}, {"threads", threads},
                                {"step_time_median", s.step_time_median}, {"tokens_per_s", s.tokens_per_s},
                                {"flops_per_step", s.flops_per_step}, {"model_flops_per_s", s.model_flops_per_s},

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "core/cli.hpp"
 #include "core/error.hpp"
@@ -150,6 +151,10 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   step_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
   step_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
       ->group("");
+  step_env(app.add_option("--inject-stall", o.inject_stall,
+                          "this rank spins in its first timed step's forward without progressing: the compute "
+                          "watchdog and the signal grace (tests)"))
+      ->group("");
   shared_env(app.add_option("--op-timeout", o.op_timeout,
                      "seconds a communication call may stay pending before the watchdog names it, writes "
                      "FILE.hang-rank<R>.json, marks the run hung and exits 3 (0: off)"));
@@ -188,7 +193,16 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (f.hidden->count()) c.hidden = f.m.hidden;
   if (f.heads->count()) c.heads = f.m.heads;
   c.kv_heads = f.kv->count() ? f.m.kv_heads : (f.heads->count() ? c.heads : c.kv_heads);
-  c.ffn = f.ffn->count() ? f.m.ffn : (f.hidden->count() ? 4 * c.hidden : c.ffn);
+  if (f.ffn->count()) {
+    c.ffn = f.m.ffn;
+  } else if (f.hidden->count()) {  // 64-bit: 4 x a large --hidden must not wrap into a valid-looking width
+    const int64_t ffn = int64_t{4} * c.hidden;
+    if (ffn > std::numeric_limits<int>::max())
+      throw UsageError(fmt::format("--hidden {}: the default --ffn, 4 x hidden = {}, exceeds 2^31-1; give --ffn, or "
+                                   "a smaller --hidden",
+                                   c.hidden, ffn));
+    c.ffn = static_cast<int>(ffn);
+  }
   if (f.seq->count()) c.seq = f.m.seq;
   // A preset's position table is part of the model; a custom shape sizes its own to fit.
   c.max_seq = f.maxseq->count() ? f.m.max_seq : (f.model->count() ? c.max_seq : std::max(c.max_seq, c.seq));
@@ -203,7 +217,8 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (c.experts == 0 && (f.top_k->count() || f.moe_every->count() || f.capacity->count() || f.aux->count()))
     throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
   // no attention matrix is allocated by a prediction or a modelled run
-  validate(c, (o.plan_only && !o.predict.empty()) || o.compute == "modelled" || o.attention == "flash");
+  const bool allocates = !(o.plan_only && !o.predict.empty()) && o.compute != "modelled";
+  validate(c, !allocates || o.attention == "flash", allocates);
   return c;
 }
 
@@ -211,8 +226,8 @@ void check_options(Options& o) {
   if (o.steps < 1) throw UsageError(fmt::format("--steps {}: must be at least 1", o.steps));
   if (o.warmup < 0) throw UsageError(fmt::format("--warmup {}: must be >= 0", o.warmup));
   if (o.threads < 0) throw UsageError(fmt::format("--threads {}: must be >= 0", o.threads));
-  if (o.op_timeout < 0) throw UsageError(fmt::format("--op-timeout {}: must be >= 0 (0: no watchdog)", o.op_timeout));
-  if (o.time_limit < 0) throw UsageError(fmt::format("--time-limit {}: must be >= 0", o.time_limit));
+  mb::core::check_seconds("--op-timeout", o.op_timeout, "no watchdog");
+  mb::core::check_seconds("--time-limit", o.time_limit, "no limit");
   if (o.world < 0) throw UsageError(fmt::format("--world {}: must be >= 1 (0: the launched ranks)", o.world));
   if (o.plan_stdin && !o.plan_only) throw UsageError("--plan-stdin: reads plans for --plan-only; add --plan-only");
   if (o.op_list && !o.plan_only) throw UsageError("--op-list: lists the ops of --plan-only; add --plan-only");
@@ -288,7 +303,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
     std::fputs(app.help().c_str(), stdout);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    throw UsageError(mb::core::note_env(mb::core::env_sources(app, argc, argv), e.what()));
+    throw UsageError(mb::core::note_env(mb::core::env_sources(app, argc, argv), mb::core::parse_message(app, e)));
   }
   o.env = mb::core::env_sources(app, argc, argv);
   try {
@@ -358,6 +373,8 @@ Plan plan_of(const Options& o, int world) {
                      "(needs dp x cp > 1 or --zero)");
   if (o.compute == "modelled" && p.experts_placed() && p.degrees.etp > 1)
     throw UsageError("--compute modelled with expert tensor parallel (etp > 1): the step model lists no etp calls yet");
+  if (o.inject_stall >= world)
+    throw UsageError(fmt::format("--inject-stall {}: no such rank (world size {})", o.inject_stall, world));
   if (o.inject_fault >= world)
     throw UsageError(fmt::format("--inject-fault {}: no such rank (world size {})", o.inject_fault, world));
   return p;

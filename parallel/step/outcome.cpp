@@ -131,6 +131,7 @@ void describe_run(StepRecord& rec, const Options& o, const Setup& st, const RunR
   rec.megatron_activation_bytes = megatron_activation_bytes_per_layer(plan) * plan.model.layers;
   rec.megatron_activation_formula = megatron_activation_formula(plan) + " x L";
   for (const auto& p : topo.ranks) rec.hosts.push_back(p.host);
+  rec.oversubscribed = topo.oversubscribed;
   if (o.profile)
     for (int i = 0; i < static_cast<int>(Op::kCount); ++i)
       rec.op_profile.emplace_back(op_name(static_cast<Op>(i)),
@@ -178,7 +179,8 @@ int report_run(const Options& o, const Setup& st, const RunResult& r, const comm
     if (write_error.empty() && !o.trace_file.empty())
       out.always("step_bench: wrote the trace to {} (open in ui.perfetto.dev)\n", o.trace_file);
     if (write_error.empty() && !o.output.empty())
-      out.always("step_bench: wrote run {} to {} (status {})\n", r.run_id, o.output, rec.status);
+      out.always("step_bench: wrote run {} to {} and {} (status {})\n", r.run_id, o.output,
+                 results::jsonl_path(o.output), rec.status);
     if (rec.steps > 0 && st.replay)
       out.always("step_bench: median {:.3f} ms/step, {:.0f} tokens/s with MODELLED compute from {}{}\n",
                  rec.summary.step_time_median * 1e3, rec.summary.tokens_per_s, st.costs->source(),

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <string>
 
+#include <fmt/core.h>
+
+#include "compute/device.hpp"
 #include "core/error.hpp"
 #include "model/model.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
@@ -132,8 +135,52 @@ nlohmann::ordered_json plan_json(const Plan& plan, const std::string& preset) {
 
 namespace {
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The one plan's verdict for a person, on stderr (stdout keeps the one JSON object scripts
+// read): valid or not, the memory of the largest stage against what it runs on (the cluster's
+// GPU with --predict CLUSTER, else this host's available memory shared by the --world ranks,
+// as a real run here would share it), the predicted step and MFU.
+void print_summary(const nlohmann::ordered_json& j, int world) {
+  if (!j.value("valid", false)) {
+    std::fprintf(stderr, "plan: invalid: %s\n", j.value("error", std::string("?")).c_str());
+    return;
+  }
+  const std::string plan = j.value("plan", std::string());
+  std::fprintf(stderr, "plan: valid at %d ranks: %s\n", world, plan.c_str());
+  if (j.contains("notes"))
+    for (const auto& n : j["notes"]) std::fprintf(stderr, "  note: %s\n", n.get<std::string>().c_str());
+  const nlohmann::ordered_json* p = j.contains("predicted") ? &j["predicted"] : nullptr;
+  if (p && p->contains("hbm_bytes") && p->contains("memory_per_stage")) {
+    double worst = 0;
+    for (const auto& m : (*p)["memory_per_stage"]) worst = std::max(worst, m["total"].get<double>());
+    const bool fits = (*p)["feasible"].get<bool>();
+    std::fprintf(stderr, "  memory: %.1f GiB per GPU (the largest stage) against the %s GPU's %.1f GiB: %s\n",
+                 worst / kGiB, (*p)["cluster"].get<std::string>().c_str(), (*p)["hbm_bytes"].get<double>() / kGiB,
+                 fits ? "fits" : "does NOT fit");
+    if (!fits)
+      std::fprintf(stderr, "  warning: the plan does not fit the GPU's memory (feasible: false): raise the parallel "
+                           "degrees, ZeRO or recompute, or lower the micro-batch\n");
+  } else {
+    const double need = j["memory"]["total"].get<double>();
+    const double have = static_cast<double>(compute::host_memory_available());
+    const double share = have / std::max(1, world);
+    std::fprintf(stderr, "  memory: %.3f GiB per rank (the largest stage, CPU fp32); this host has %.1f GiB "
+                         "available, %.3f GiB per rank at %d ranks here: %s\n",
+                 need / kGiB, have / kGiB, share / kGiB, world, need <= share ? "fits" : "does NOT fit");
+  }
+  if (p && p->contains("step_time_s")) {
+    std::string mfu;
+    if (p->contains("mfu")) mfu = fmt::format(", MFU {:.1f}%", 100 * (*p)["mfu"].get<double>());
+    const double t = (*p)["step_time_s"].get<double>();
+    const std::string step = t >= 1 ? fmt::format("{:.2f} s", t) : fmt::format("{:.2f} ms", t * 1e3);
+    std::fprintf(stderr, "  predicted: step %s, %.0f tokens/s%s (%s)\n", step.c_str(), (*p)["tokens_per_s"].get<double>(),
+                 mfu.c_str(), (*p)["calibration"].get<std::string>().c_str());
+  }
+}
+
 // One plan: its JSON on stdout; 0 valid, 2 invalid, -1 after --help.
-int answer(std::vector<char*> args) {
+int answer(std::vector<char*> args, bool summary) {
   nlohmann::ordered_json out;
   int rc = 0;
   std::optional<Options> o;
@@ -142,6 +189,7 @@ int answer(std::vector<char*> args) {
     if (!o) return -1;
     const Plan plan = make_plan(*o, o->world > 0 ? o->world : 1);
     out = plan_json(plan, o->preset);
+    out["notes"] = plan_notes(plan);
     if (o->op_list) {
       out["op_list"] = op_list_json(plan);
       nlohmann::ordered_json cl = nlohmann::ordered_json::array();
@@ -154,10 +202,13 @@ int answer(std::vector<char*> args) {
       try {
         const std::unique_ptr<Costs> costs = read_costs(o->predict, o->predict_fabric, plan);
         out["predicted"] = prediction_json(predict_step(plan, *costs), &plan);
-      } catch (const core::UsageError& e) {  // the plan is valid; the calibration cannot predict it
+      } catch (const core::UsageError& e) {  // the calibration cannot predict it: a real run refuses too
+        out["valid"] = false;
+        out["error"] = e.what();
         out["predicted"] = {{"error", e.what()}};
         std::fprintf(stderr, "step_bench: error: %s\n", e.what());
         rc = core::code(core::ExitCode::kUsage);
+        summary = false;  // the one line above says it
       }
     }
   } catch (const core::UsageError& e) {
@@ -167,6 +218,7 @@ int answer(std::vector<char*> args) {
   }
   std::printf("%s\n", out.dump().c_str());
   std::fflush(stdout);
+  if (summary) print_summary(out, o && o->world > 0 ? o->world : 1);
   return rc;
 }
 
@@ -176,7 +228,7 @@ int plan_only_main(int argc, char** argv) {
   std::vector<char*> base(argv, argv + argc);
   if (std::find_if(base.begin(), base.end(), [](const char* a) { return std::strcmp(a, "--plan-stdin") == 0; }) ==
       base.end()) {
-    const int rc = answer(base);
+    const int rc = answer(base, true);
     return rc < 0 ? 0 : rc;
   }
   // --plan-stdin: the process loads once (the CUDA libraries make a start cost ~0.5 s), so a
@@ -187,7 +239,7 @@ int plan_only_main(int argc, char** argv) {
     std::vector<std::string> extra{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
     std::vector<char*> args = base;
     for (std::string& w : extra) args.push_back(w.data());
-    answer(args);
+    answer(args, false);
   }
   return 0;
 }

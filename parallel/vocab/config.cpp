@@ -46,7 +46,7 @@ GptConfig preset(const std::string& name) {
   throw core::UsageError(fmt::format("--model {}: unknown preset (known: {})", name, known));
 }
 
-void validate(const GptConfig& c, bool predict_only) {
+void validate(const GptConfig& c, bool predict_only, bool allocates) {
   auto positive = [](const char* opt, int v) {
     if (v < 1) throw core::UsageError(fmt::format("{} {}: must be at least 1", opt, v));
   };
@@ -92,12 +92,26 @@ void validate(const GptConfig& c, bool predict_only) {
   // Every index in the engine is an int of elements per tensor; keep the largest below 2^31.
   // A prediction runs nothing and models attention without the T x T matrix (flash): the
   // attention matrix does not count there.
-  const int64_t attention = predict_only ? 0 : static_cast<int64_t>(c.micro_batch) * c.heads * c.seq * c.seq;
-  const int64_t biggest = std::max<int64_t>(
-      {c.tokens() * c.vocab, attention, static_cast<int64_t>(c.vocab) * c.hidden, c.tokens() * c.ffn});
-  if (biggest >= (int64_t{1} << 31))
-    throw core::UsageError(fmt::format(
-        "--micro-batch/--seq/--vocab: a tensor of {} elements exceeds 2^31-1", biggest));
+  struct Tensor {
+    const char* flags;
+    int64_t elements;
+  };
+  const int64_t C = c.hidden, F = c.ffn, V = c.vocab;
+  const Tensor tensors[] = {
+      {"--micro-batch/--seq/--vocab (the logits, tokens x V)", c.tokens() * V},
+      {"--micro-batch/--heads/--seq (the attention matrix, b x heads x T x T)",
+       predict_only ? 0 : int64_t{c.micro_batch} * c.heads * c.seq * c.seq},
+      {"--vocab/--hidden (the embedding, V x C)", V * C},
+      {"--hidden (the QKV weight, 3 x C x C)", allocates ? 3 * C * C : 0},
+      {"--hidden/--ffn (an MLP weight, C x F)", allocates ? C * F : 0},
+      {"--micro-batch/--seq/--ffn (the MLP activations, tokens x F)", c.tokens() * F}};
+  const Tensor* biggest = &tensors[0];
+  for (const Tensor& t : tensors)
+    if (t.elements > biggest->elements) biggest = &t;
+  if (biggest->elements >= (int64_t{1} << 31))
+    throw core::UsageError(fmt::format("{}: a tensor of {} elements exceeds 2^31-1 (the engine indexes a tensor "
+                                       "with 32-bit ints)",
+                                       biggest->flags, biggest->elements));
 }
 
 int GptConfig::moe_blocks() const {

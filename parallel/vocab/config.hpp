@@ -45,8 +45,9 @@ std::vector<std::string> preset_names();
 // Throws core::UsageError: "--heads 3 must divide --hidden 64", etc. `no_attention_matrix`
 // lifts the limit on the materialised attention matrix (b x heads x seq^2 < 2^31 elements) where
 // none is held: --plan-only --predict and --compute modelled (nothing runs; the step model models
-// flash attention) and --attention flash.
-void validate(const GptConfig& c, bool no_attention_matrix = false);
+// flash attention) and --attention flash. `allocates` false (a prediction, a modelled run) also
+// lifts the limit on the weights (3 x C x C, C x F), which only a model that exists must index.
+void validate(const GptConfig& c, bool no_attention_matrix = false, bool allocates = true);
 
 std::string describe(const GptConfig& c);  // one line: L=2 C=64 NH=4 KVH=4 F=256 ...
 

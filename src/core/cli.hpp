@@ -7,11 +7,23 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include <fmt/core.h>
+
+#include "core/error.hpp"
+
 namespace meshbench::core {
+
+// The one rule of every option in seconds (--op-timeout, --time-limit, ...): a finite number
+// >= 0, 0 meaning `zero_means`. NaN and inf are refused with the same words as a negative value.
+inline void check_seconds(const char* flag, double v, const char* zero_means) {
+  if (!(v >= 0) || !std::isfinite(v))
+    throw UsageError(fmt::format("{} {}: must be a finite number of seconds >= 0 (0: {})", flag, v, zero_means));
+}
 
 inline std::string env_name(const std::string& long_name) {
   std::string s = "MESHBENCH_";
@@ -83,6 +95,54 @@ inline std::string note_env(const EnvSources& sources, const std::string& messag
     if (named) notes += (notes.empty() ? "" : ", ") + s.setting;
   }
   return notes.empty() ? message : message + " (from the environment: " + notes + ")";
+}
+
+// Edits between two words (Levenshtein), for the nearest-flag hint below.
+inline std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// CLI11's message for a parse error, with the nearest flag named for each unknown one:
+// "--mdoel: unknown option; did you mean --model?" instead of "The following arguments were not
+// expected: small --mdoel". A flag is suggested within 2 edits or a third of its length.
+inline std::string parse_message(const CLI::App& app, const CLI::ParseError& e) {
+  const auto* extras = dynamic_cast<const CLI::ExtrasError*>(&e);
+  if (!extras) return e.what();
+  std::vector<std::string> unknown;
+  std::string hints;
+  for (const std::string& word : app.remaining()) {
+    if (word.rfind("-", 0) != 0 || word == "-" || word == "--") continue;
+    const std::string flag = word.substr(0, word.find('='));
+    std::string best;
+    std::size_t best_d = std::string::npos;
+    for (const CLI::Option* o : app.get_options()) {
+      std::vector<std::string> names;
+      for (const auto& l : o->get_lnames()) names.push_back("--" + l);
+      for (const auto& n : names) {
+        const std::size_t d = edit_distance(flag, n);
+        if (d < best_d) {
+          best_d = d;
+          best = n;
+        }
+      }
+    }
+    const std::size_t limit = std::max<std::size_t>(2, flag.size() / 3);
+    hints += (hints.empty() ? "" : "; ") + flag + ": unknown option" +
+             (best_d <= limit ? "; did you mean " + best + "?" : std::string());
+  }
+  if (hints.empty()) return e.what();
+  return hints + " (" + e.what() + "; see --help)";
 }
 
 }  // namespace meshbench::core

@@ -11,12 +11,9 @@ JsonLinesReporter::~JsonLinesReporter() {
   if (file_) std::fclose(file_);
 }
 
+// The file is opened at the first row, not here: a run whose results file could not be
+// created (a full disk at the first publish) leaves no empty FILE.jsonl behind.
 void JsonLinesReporter::begin_run(const RunContext& ctx, const std::vector<GroupInfo>&) {
-  file_ = std::fopen(path_.c_str(), "a");
-  if (!file_) {
-    error_ = "cannot open " + path_ + ": " + std::strerror(errno);
-    return;
-  }
   const auto& a = ctx.attrs;
   base_ = {{"run_id", ctx.run_id},       {"binary", a.value("binary", "")},
            {"tag", a.value("tag", "")},  {"backend", a.value("backend", "")},
@@ -26,7 +23,12 @@ void JsonLinesReporter::begin_run(const RunContext& ctx, const std::vector<Group
 }
 
 void JsonLinesReporter::row(const Block& b, const Row& r) {
-  if (!file_ || !error_.empty()) return;
+  if (!error_.empty()) return;
+  if (!file_) file_ = std::fopen(path_.c_str(), "a");
+  if (!file_) {
+    error_ = "cannot open " + path_ + ": " + std::strerror(errno);
+    return;
+  }
   for (int p = 0; p < 2; ++p) {
     const PointResult& pt = r.by_placement[static_cast<size_t>(p)];
     if (!pt.ran) continue;

@@ -6,12 +6,14 @@
 
 #include <fmt/core.h>
 
+#include <climits>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <utility>
 
+#include "comm/agree.hpp"
 #include "results/h5.hpp"
 #include "results/run_context.hpp"
 
@@ -21,6 +23,26 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The system's limits on a path, checked before any call that would fail on them (or throw:
+// std::filesystem does on ENAMETOOLONG where no error_code is passed). "" or the rule broken.
+// `suffix`: the bytes the suite appends to the file's name (FILE.h5.hang-rank<R>.json).
+std::string name_problem(const std::string& path, size_t suffix) {
+  const long got = ::pathconf(".", _PC_NAME_MAX);
+  const size_t name_max = got > 0 ? static_cast<size_t>(got) : 255;
+  const auto note = [&] { return suffix ? fmt::format(", less the {} bytes of the names meshbench adds beside it", suffix) : std::string(); };
+  if (path.size() + suffix >= PATH_MAX)
+    return fmt::format("the path is {} bytes long; the limit is {} (PATH_MAX {}{})", path.size(),
+                       PATH_MAX - 1 - suffix, PATH_MAX - 1, note());
+  const fs::path p(path);
+  for (const auto& part : p) {
+    const size_t extra = part == p.filename() ? suffix : 0;
+    if (part.native().size() + extra > name_max)
+      return fmt::format("a name in the path is {} bytes long; the limit is {} (NAME_MAX {}{})", part.native().size(),
+                         name_max - extra, name_max, extra ? note() : std::string());
+  }
+  return "";
+}
+
 // Creates the folder holding `p` if missing; "" or why not.
 std::string make_parent(const fs::path& p) {
   if (!p.has_parent_path()) return "";
@@ -29,7 +51,7 @@ std::string make_parent(const fs::path& p) {
   if (fs::is_directory(dir, ec)) return "";
   if (fs::exists(dir, ec)) return fmt::format("{} is not a folder", dir.string());
   fs::create_directories(dir, ec);
-  if (ec && !fs::is_directory(dir)) return fmt::format("cannot create folder {}: {}", dir.string(), ec.message());
+  if (ec && !fs::is_directory(dir, ec)) return fmt::format("cannot create folder {}: {}", dir.string(), ec.message());
   return "";
 }
 
@@ -79,10 +101,13 @@ void OutputClaim::release() {
 
 std::string OutputClaim::claim(const std::string& path, bool append, const std::string& binary) {
   release();
+  disk_fault_ = false;
   const fs::path p(path);
   std::error_code ec;
   auto rule = [&](const std::string& why) { return fmt::format("-O/--output {}: {}", path, why); };
   if (path.empty()) return rule("empty path");
+  // the longest name written beside it: FILE.h5.hang-rank<R>.json, R up to 6 digits
+  if (std::string why = name_problem(path, std::string(".hang-rank999999.json").size()); !why.empty()) return rule(why);
   if (fs::is_directory(p, ec)) return rule("is a folder (give a file name such as results.h5)");
   if (std::string why = make_parent(p); !why.empty()) return rule(why);
 
@@ -90,9 +115,11 @@ std::string OutputClaim::claim(const std::string& path, bool append, const std::
   lock_path_ = path + ".lock";
   for (int attempt = 0; attempt < 8 && fd_ < 0; ++attempt) {
     const int fd = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0)
+    if (fd < 0) {
+      disk_fault_ = errno == ENOSPC || errno == EDQUOT || errno == EIO;
       return rule(fmt::format("cannot create the lock file {}: {} (the folder must be writable)", lock_path_,
                               std::strerror(errno)));
+    }
     struct flock fl{};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
@@ -118,7 +145,9 @@ std::string OutputClaim::claim(const std::string& path, bool append, const std::
   if (fd_ < 0) return rule(fmt::format("could not take the lock {} (it kept changing)", lock_path_));
   const std::string me = fmt::format("{} (pid {} on host {} since {})\n", binary, ::getpid(), host(), utc_now_iso());
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
-    const std::string why = std::strerror(errno);
+    const int e = errno;
+    disk_fault_ = e == ENOSPC || e == EDQUOT || e == EIO;
+    const std::string why = std::strerror(e);
     release();
     return rule(fmt::format("cannot write the lock file {}: {}", lock_path_, why));
   }
@@ -141,16 +170,23 @@ std::string OutputClaim::claim(const std::string& path, bool append, const std::
   return "";
 }
 
+void agree_claim(MPI_Comm comm, const OutputClaim& claim, const std::string& problem) {
+  const bool disk = !problem.empty() && claim.disk_fault();
+  comm::agree_on_fault(comm, disk ? problem : std::string());
+  comm::agree_or_throw(comm, disk ? std::string() : problem);
+}
+
 std::string writable_problem(const std::string& option, const std::string& path, bool folder) {
   const fs::path p(path);
   std::error_code ec;
   auto rule = [&](const std::string& why) { return fmt::format("{} {}: {}", option, path, why); };
   if (path.empty()) return rule("empty path");
+  if (std::string why = name_problem(path, 0); !why.empty()) return rule(why);
   if (folder) {
     if (fs::exists(p, ec) && !fs::is_directory(p, ec)) return rule("exists and is not a folder");
     if (!fs::exists(p, ec)) {
       fs::create_directories(p, ec);
-      if (ec && !fs::is_directory(p)) return rule(fmt::format("cannot create the folder: {}", ec.message()));
+      if (ec && !fs::is_directory(p, ec)) return rule(fmt::format("cannot create the folder: {}", ec.message()));
     }
     if (::access(path.c_str(), W_OK) != 0) return rule(fmt::format("cannot write into the folder: {}", std::strerror(errno)));
     return "";

@@ -12,6 +12,8 @@
 // Not here: opening or writing the file (run_file.hpp).
 #pragma once
 
+#include <mpi.h>
+
 #include <string>
 
 namespace meshbench::results {
@@ -34,13 +36,22 @@ class OutputClaim {
   std::string claim(const std::string& path, bool append, const std::string& binary);
   bool held() const { return fd_ >= 0; }
   bool appending() const { return appending_; }  // --append onto a file that exists
+  // The last claim failed on the disk, not on the options: no space, a quota, an I/O error.
+  // docs/reliability.md: a full disk at create is exit 3 (a runtime fault), not exit 2.
+  bool disk_fault() const { return disk_fault_; }
 
  private:
   void release();
   int fd_ = -1;
   std::string lock_path_;
   bool appending_ = false;
+  bool disk_fault_ = false;
 };
+
+// Every rank of `comm` together, after rank 0's claim (`problem`: what claim() returned there,
+// empty elsewhere): a disk fault ends every rank with core::OutputFault (exit 3), any other
+// problem with core::UsageError (exit 2). Collective.
+void agree_claim(MPI_Comm comm, const OutputClaim& claim, const std::string& problem);
 
 // Empty when `option`'s file (`folder` false) or folder (`folder` true) `path` can be written,
 // creating missing folders; otherwise one line naming the option, the path and why.

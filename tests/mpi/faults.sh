@@ -188,7 +188,7 @@ probe() {  # name fragment args...
     fail "$name: exit $rc, want 2 with one line containing '$frag': $(cat "$WORK/err")"
   fi
 }
-probe "7 over-memory" "the plan needs about" --layers 96 --hidden 65536 --heads 64 --kv-heads 64
+probe "7 over-memory" "the plan needs about" --layers 96 --hidden 16384 --heads 64 --kv-heads 64
 probe "8 -O in a folder that cannot be made" "cannot create the lock file" -O /proc/meshbench-none.h5
 probe "8 --trace in a folder that cannot be made" "--trace /proc/none/t.json" --trace /proc/none/t.json
 

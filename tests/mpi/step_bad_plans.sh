@@ -67,6 +67,6 @@ assert r.attrs['tag'] == 'shared' and r['step/step_times'].shape[0] == 2, (r.att
 " "$WORK/env.h5" && pass "MESHBENCH_TAG (shared) and MESHBENCH_STEP_STEPS (step_bench's own) both act" || fail "shared and own variables"
 
 # over-memory: refused with the estimate before anything is allocated (the host's memory, the plan's need)
-bad 2 "the plan needs about" --layers 96 --hidden 65536 --heads 64 --kv-heads 64 --seq 64 --vocab 512
+bad 2 "the plan needs about" --layers 96 --hidden 16384 --heads 64 --kv-heads 64 --seq 64 --vocab 512
 bad 4 "dp=3" --mesh dp=3
 finish

@@ -10,7 +10,10 @@ SHAPE=(--layers 2 --hidden 32 --heads 2 --seq 8 --vocab 16 --steps 1 --warmup 0)
 
 rc=0; "$SB" --plan-only --world 4 "${SHAPE[@]}" --mesh tp=2,pp=2 --micro-batches 2 > "$WORK/valid.json" 2> "$WORK/valid.err" || rc=$?
 if [[ $rc -ne 0 ]]; then fail "valid plan: exit $rc: $(cat "$WORK/valid.err")"
-elif [[ $(wc -l < "$WORK/valid.json") -ne 1 || -s "$WORK/valid.err" ]]; then fail "valid plan: want one stdout line, no stderr"
+elif [[ $(wc -l < "$WORK/valid.json") -ne 1 || "$(head -1 "$WORK/valid.err")" != "plan: valid at 4 ranks: "* ]]; then
+  fail "valid plan: want one stdout line, and the person's summary on stderr: $(cat "$WORK/valid.err")"
+elif ! grep -q "^  memory: .* GiB per rank (the largest stage, CPU fp32); this host has .* GiB available, .* at 4 ranks here: fits" "$WORK/valid.err"; then
+  fail "valid plan: the summary's memory line: $(cat "$WORK/valid.err")"
 elif py - "$WORK/valid.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
