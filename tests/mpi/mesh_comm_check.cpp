@@ -2,7 +2,10 @@
 // order, for every group kind, on whatever world it is launched with. Exit 1 on a mismatch.
 #include <mpi.h>
 
+#include <cstring>
+
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "comm/mesh.hpp"
@@ -11,6 +14,13 @@
 using namespace meshbench::comm;
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)  // a check program, run by ctest; --help says so and starts nothing
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("%s", "usage: mpiexec -n N build/tests/mesh_comm_check [MESH [ORDER]]\n"
+                  "  checks every mesh sub-communicator against the computed rank lists (default tp=2 tp-cp-ep-dp-pp);\n"
+                  "  a ctest check (mpi.mesh_comm_check_*): exit 0 when all agree, 1 otherwise\n");
+      return 0;
+    }
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -18,8 +28,16 @@ int main(int argc, char** argv) {
   const char* mesh = argc > 1 ? argv[1] : "tp=2";
   const char* order = argc > 2 ? argv[2] : "tp-cp-ep-dp-pp";
   int bad = 0, checked = 0;
+  std::optional<RankGrid> made;
+  try {
+    made.emplace(size, parse_mesh(mesh), order);
+  } catch (const std::exception& e) {  // a bad MESH or ORDER: one line, exit 2, every rank alike
+    if (rank == 0) std::fprintf(stderr, "mesh_comm_check: error: %s\n", e.what());
+    MPI_Finalize();
+    return 2;
+  }
   {
-    RankGrid grid(size, parse_mesh(mesh), order);
+    RankGrid& grid = *made;
     MeshComms comms(MPI_COMM_WORLD, grid);
     MPI_Group world_group;
     MPI_Comm_group(MPI_COMM_WORLD, &world_group);
