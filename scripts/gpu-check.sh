@@ -330,7 +330,7 @@ run_check() { # KIND NAME CONFIG CAP ARGS
   local kind=$1 name=$2 config=$3 cap=$4 args=$5 rc=0 log tag dt n be c
   case $kind in
     usable)
-      limited "$cap" "$BIN/engine_tests" --gtest_filter='CudaParity.DeviceUsable' >"$out/usable.txt" 2>&1 || rc=$?
+      limited "$cap" "$BUILD/tests/engine_tests" --gtest_filter='CudaParity.DeviceUsable' >"$out/usable.txt" 2>&1 || rc=$?
       if grep -q "SKIPPED" "$out/usable.txt"; then
         row "$name" "CUDA: $ngpu" "FAIL" "$(grep -m1 'no GPU' "$out/usable.txt" | cut -c1-100)"
         failed=1
@@ -338,7 +338,7 @@ run_check() { # KIND NAME CONFIG CAP ARGS
         verdict "$name" "$config" "$rc" "$out/usable.txt" "$(grep -m1 '^device ' "$out/usable.txt" | cut -c1-100)"
       fi ;;
     parity)
-      limited "$cap" "$BIN/engine_tests" --gtest_filter='CudaParity*' >"$out/parity.txt" 2>&1 || rc=$?
+      limited "$cap" "$BUILD/tests/engine_tests" --gtest_filter='CudaParity*' >"$out/parity.txt" 2>&1 || rc=$?
       if grep -q "SKIPPED" "$out/parity.txt"; then
         row "$name" "$config" "FAIL" "skipped on a machine where CUDA sees $ngpu GPU(s)"
         failed=1
