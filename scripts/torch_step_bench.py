@@ -44,7 +44,7 @@ M64 = (1 << 64) - 1
 
 
 def mix(x):
-    """splitmix64, as parallel/model.cpp synthetic_batch (random kind)."""
+    """splitmix64, as parallel/model/model_layout.cpp's synthetic_batch (random kind)."""
     x = (x + 0x9E3779B97F4A7C15) & M64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64

@@ -1,5 +1,5 @@
 // Context parallel: the bytes a plan must move over the CP group (dim "cp"). The attention
-// is engine/cp_attention.hpp, the wiring engine/model.cpp, the group strategies/comm_group.
+// is context_parallel/attention.hpp, the wiring model/model.cpp, the group kernels/comm_group.hpp.
 #pragma once
 
 #include <vector>

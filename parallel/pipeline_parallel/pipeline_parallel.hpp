@@ -24,7 +24,7 @@ std::vector<std::pair<int, int>> stage_chunks(const Plan& plan, int pp_rank);
 std::vector<int> layers_per_virtual_stage(const Plan& plan);  // P x V entries
 
 // The schedule's idle share of a step in theory: (P - 1) / (m + P - 1) for GPipe and 1F1B,
-// (P - 1) / (V m + P - 1) interleaved over V chunks (FORMULAS.md). metrics.hpp measures it.
+// (P - 1) / (V m + P - 1) interleaved over V chunks (docs/pipeline_parallel.md). metrics.hpp measures it.
 inline double bubble_theory(int stages, int micro_batches, int chunks) {
   return double(stages - 1) / (double(chunks) * micro_batches + stages - 1);
 }

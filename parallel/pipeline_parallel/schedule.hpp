@@ -1,5 +1,5 @@
 // A step's schedule as data: the ordered list of actions one rank runs (docs/architecture.md, "The
-// parallel step"; STYLE.md, picotron's imperative loops done better). One executor
+// parallel step"; where picotron writes each schedule as its own loops). One executor
 // (executor.hpp) runs any list; golden tests, timelines and the performance model read the
 // same lists. Generators: gradient accumulation (no pipeline: m forwards and backwards in
 // turn, then the gradient sync and the optimizer) and the pipeline schedules GPipe, 1F1B and

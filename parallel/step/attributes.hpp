@@ -21,7 +21,7 @@ std::string strategy_name(const Plan& plan);
 // The params, grads and optimizer rows' closed form, in words.
 std::string memory_formula(const Plan& plan);
 
-// Megatron's activation memory per layer per micro-batch (FORMULAS.md; 16-bit activations
+// Megatron's activation memory per layer per micro-batch (docs/tensor_parallel.md; 16-bit activations
 // with dropout masks, bytes): sbh(34 + 5as/h) without TP, sbh(10 + 24/t + 5as/(ht)) with TP,
 // sbh(34 + 5as/h)/t with TP + SP; and that formula as text.
 double megatron_activation_bytes_per_layer(const Plan& plan);

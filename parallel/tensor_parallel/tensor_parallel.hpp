@@ -1,6 +1,6 @@
 // Tensor parallel (Megatron-LM's column/row split, with sequence parallel): the bytes a plan
-// must move over the TP group. The linears are engine/tp_layers.hpp, the wiring
-// engine/model.cpp, the group strategies/comm_group.hpp, the weights' split the layout's
+// must move over the TP group. The linears are tensor_parallel/linear.hpp, the wiring
+// model/model.cpp, the group kernels/comm_group.hpp, the weights' split the layout's
 // Shard (sharding.hpp).
 #pragma once
 

@@ -191,7 +191,7 @@ def kill_group(proc, grace=10):
 
 # The binaries print "# results: FILE ..." once their files are closed. A launch still alive
 # EXIT_GRACE seconds after that is stuck in MPI_Finalize (MPICH 4.0 over UCX TCP hangs there in
-# some runs, ENVIRONMENT.md) and is killed instead of waiting for the point's timeout.
+# some runs, docs/testing.md) and is killed instead of waiting for the point's timeout.
 EXIT_GRACE = float(os.environ.get("MB_EXIT_GRACE", "20"))
 DONE_LINE = re.compile(rb"^# results: ", re.M)
 

@@ -1,6 +1,6 @@
 // harness_bench: the collective driver's own cost per timed iteration, in ns, so it can be
 // stated against the smallest all-reduce latency (about 0.3 us at 2 ranks on shared memory,
-// ENVIRONMENT.md). What one isolated iteration adds besides the call and the barrier:
+// docs/testing.md). What one isolated iteration adds besides the call and the barrier:
 //   - a pair of timer marks (the MPI backend's HostTimer from make_mpi_communicator on
 //     MPI_COMM_SELF, and the raw core::now_seconds() pair it wraps), plus elapsed();
 //   - storing the sample into the per-iteration vector;

@@ -11,7 +11,7 @@ MB_MPIEXEC="${MB_MPIEXEC:-mpiexec}"
 # (empty) turns it off, e.g. to measure what it saves.
 MB_UCX_YIELD="${MB_UCX_YIELD-$(ls "$MB_BIN"/../tests/libucx_yield.so 2>/dev/null || true)}"
 TEST_NAME="$(basename "$0" .sh)"
-# Every launch has a limit: MPICH can hang in MPI_Finalize (ENVIRONMENT.md).
+# Every launch has a limit: MPICH can hang in MPI_Finalize (docs/testing.md, "The machine").
 RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
 CORES="$(nproc)"
 

@@ -1,5 +1,5 @@
-// plan_memory (step/plan_memory.hpp) against values computed by hand from FORMULAS.md's
-// notation for the default tiny shape (L=2, C=64, NH=KVH=4, hs=16, F=256, T=maxT=64, V=512,
+// plan_memory (step/plan_memory.hpp) against values computed by hand from the closed forms in
+// docs/zero.md and docs/tensor_parallel.md (their notation) for the default tiny shape (L=2, C=64, NH=KVH=4, hs=16, F=256, T=maxT=64, V=512,
 // b=4, tied), so a change in the engine's closed forms or in the adjustments shows here; and
 // a 405B shape, which must be arithmetic (nothing allocated).
 #include <gtest/gtest.h>

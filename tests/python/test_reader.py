@@ -1,7 +1,7 @@
 """meshbench.reader, tables, spread, plans and names on small files written here with h5py in
 docs/results.md's layout (h5files.py), so every expected value is known exactly. Not a test
 of the binaries' numbers (tests/scripts/report_steps.sh and report_plans.sh read real step_bench
-files). Formerly tests/scripts/reader_unit.py.
+files).
 """
 import json
 import math

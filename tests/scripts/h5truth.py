@@ -4,7 +4,7 @@ h5py directly (not through scripts/report) and checks a report's output against 
 
   h5truth.py json REPORT.json FILE.h5...     every row equals the file (exact floats), none missing
   h5truth.py csv REPORT.csv FILE.h5...       same for CSV (full-precision floats)
-  h5truth.py md REPORT.md FILE.h5...         one Markdown row per summary row (a table per collective),
+  h5truth.py md report.md FILE.h5...         one Markdown row per summary row (a table per collective),
                                             time column = t_median in us
   h5truth.py compare REPORT.json A.h5 B.h5   ratio_t = t_median(B)/t_median(A) for every size of every group
   h5truth.py status FILE.h5 [STATUS]         print the status of every run (exit 1 unless all == STATUS)

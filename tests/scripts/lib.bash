@@ -8,7 +8,7 @@ MB_PYTHON="${MB_PYTHON:-/usr/bin/python3}"
 MB_MPIEXEC="${MB_MPIEXEC:-mpiexec}"
 export MB_SRC MB_BIN MB_PYTHON MB_MPIEXEC
 TEST_NAME="$(basename "$0" .sh)"
-# Every launch has a limit: MPICH can hang in MPI_Finalize over TCP (ENVIRONMENT.md).
+# Every launch has a limit: MPICH can hang in MPI_Finalize over TCP (docs/testing.md, "The machine").
 RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
 
 fail() { echo "FAIL [$TEST_NAME]: $*" >&2; exit 1; }
@@ -25,7 +25,7 @@ trap cleanup EXIT
 # run2 FABRIC_ENV... -- BINARY ARGS...: one 2-rank run with a timeout; returns its exit code.
 # Example: run2 UCX_TLS=self,sm -- all_reduce_bench -b 8 -e 1K -O x.h5
 # A run that printed "# results: ..." (files closed) but is still alive 15 s later is stuck in
-# MPI_Finalize (MPICH 4.0 over TCP, ENVIRONMENT.md): it is killed, with a warning, and counts
+# MPI_Finalize (MPICH 4.0 over TCP, docs/testing.md): it is killed, with a warning, and counts
 # as its printed verdict. These tests check the scripts, not that MPICH bug.
 run2() {
   local -a envs=()

@@ -1,7 +1,7 @@
 /* ucx_yield: an LD_PRELOAD shim for oversubscribed MPI tests (more ranks than cores).
  * MPICH (ch4:ucx) busy-polls ucp_worker_progress(); with 4 ranks on 2 cores a rank that
  * waits spins through its whole scheduler slice while the rank it waits for cannot run, so
- * an 8 B all-reduce takes milliseconds (ENVIRONMENT.md). Yielding the CPU whenever a poll
+ * an 8 B all-reduce takes milliseconds (docs/testing.md, "The machine"). Yielding the CPU whenever a poll
  * made no progress hands the slice to a rank that can. Test support only: never preloaded
  * into benchmark runs whose times matter; the MPI test scripts use it through MB_UCX_YIELD.
  * Not here: any change of semantics; the real function is always called, its result kept. */
