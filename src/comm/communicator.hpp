@@ -37,11 +37,19 @@ class Timer {
 // A posted non-blocking call (MPI_I*, or NCCL work enqueued on the communicator's stream
 // with an event behind it). test() drives progress and says whether the call has completed;
 // wait() blocks until it has. Destroying a request that has not completed waits for it.
+// wait_on(consumer) is the wait of a device consumer (issue 44, item 10): the work queued next
+// on the compute stream `consumer` (an opaque cudaStream_t) runs after the call, and the host
+// does not block (NCCL: the stream waits on the request's event); the request then counts as
+// complete. Host backends, and a null consumer (the host reads next), wait().
 class Request {
  public:
   virtual ~Request() = default;
   virtual bool test() = 0;
   virtual void wait() = 0;
+  virtual void wait_on(void* consumer) {
+    (void)consumer;
+    wait();
+  }
 };
 
 // All-to-all-v (issue 13): this rank's per-peer blocks of one buffer, in elements, one entry
@@ -130,6 +138,9 @@ class Communicator {
   // they return. Every consumer of a blocking call's result that nothing else orders (an
   // optimizer, a download, the next step's zeroing) needs it (issue 44, item 5).
   virtual void order_before(void* consumer) = 0;
+  // The opaque cudaStream_t the calls are queued on (NCCL), null for host backends: where the
+  // trace records a call's device timestamps (compute::DeviceClock, issue 44, item 6).
+  virtual void* stream() const { return nullptr; }
 
   // All-to-all-v: rank r sends send[send_blocks.displs[p], + counts[p]) to rank p and receives
   // rank p's block for r into recv at recv_blocks.displs[p]. recv_blocks.counts[p] must equal

@@ -98,6 +98,14 @@ class NcclRequest final : public Request {
     MB_CHECK_CUDA(cudaEventSynchronize(ev_), group_.c_str());
     done_ = true;
   }
+  // The consumer stream waits on the event; the host goes on (issue 44, item 10). Destroying
+  // the event after this is safe: CUDA releases it once the wait has been satisfied.
+  void wait_on(void* consumer) override {
+    if (consumer == nullptr) return wait();
+    if (done_) return;
+    MB_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(consumer), ev_, 0), group_.c_str());
+    done_ = true;
+  }
 
  private:
   cudaEvent_t ev_ = nullptr;
@@ -284,6 +292,8 @@ class NcclCommunicator final : public Communicator {
     MB_CHECK_CUDA(cudaEventRecord(done_ev_, stream_), group_.c_str());
     MB_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(consumer), done_ev_, 0), group_.c_str());
   }
+
+  void* stream() const override { return stream_; }
 
   std::unique_ptr<Captured> capture(const std::function<void()>& enqueue) override {
     return std::make_unique<NcclGraph>(stream_, enqueue, group_);

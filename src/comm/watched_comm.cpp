@@ -18,6 +18,10 @@ class WatchedRequest final : public Request {
     WatchScope s(&w_, op_, bytes_, group_);
     in_->wait();
   }
+  void wait_on(void* consumer) override {  // a device consumer's wait returns at once
+    WatchScope s(&w_, op_, bytes_, group_);
+    in_->wait_on(consumer);
+  }
 
  private:
   std::unique_ptr<Request> in_;
@@ -103,6 +107,7 @@ class WatchedCommunicator final : public Communicator {
   }
   void order_after(void* producer) override { in_->order_after(producer); }
   void order_before(void* consumer) override { in_->order_before(consumer); }
+  void* stream() const override { return in_->stream(); }
   std::unique_ptr<Captured> capture(const std::function<void()>& enqueue) override { return in_->capture(enqueue); }
   void all_to_allv(View send, const PeerBlocks& sb, View recv, const PeerBlocks& rb) override {
     WatchScope s(&w_, "all_to_allv", sb.total() * size_of(send.dtype), group_.c_str());

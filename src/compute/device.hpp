@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 namespace meshbench::compute {
@@ -43,6 +44,30 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream = 
 // Blocks until the work queued on an opaque compute stream (a cudaStream_t; null: the legacy
 // default stream) has finished. Without CUDA there is no queued work: it returns at once.
 void stream_synchronize(void* stream);
+
+// Device timestamps (issue 44, item 6): CUDA events recorded on any stream of the device,
+// read once the work has run, as seconds on the host's clock (core::now_seconds) through an
+// anchor event recorded on an idle stream at a known host time. mark() is an event queued on
+// a stream (it does not block); resolve() reads every mark (the events normally have run
+// already: it waits only for one that has not) and is called after the timed work, off the
+// clock. Events are reused from step to step. Without CUDA, mark() is -1 and nothing is
+// recorded.
+class DeviceClock {
+ public:
+  DeviceClock();
+  ~DeviceClock();
+  DeviceClock(const DeviceClock&) = delete;
+  DeviceClock& operator=(const DeviceClock&) = delete;
+  void start(void* stream, double t_host);  // the anchor, at host time t_host; forgets the marks
+  int mark(void* stream);                   // an event queued on `stream`; its index
+  void resolve();
+  double at(int mark) const;                // host-clock seconds of a mark, after resolve()
+  int marks() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // A byte buffer in host or device memory, owned (RAII).
 class Buffer {

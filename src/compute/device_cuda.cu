@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -103,5 +104,60 @@ void copy_to_host(void* dst, const void* src, std::size_t bytes, void* stream) {
 void stream_synchronize(void* stream) {
   MB_CHECK_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "-");
 }
+
+struct DeviceClock::Impl {
+  cudaEvent_t anchor = nullptr;
+  double t_anchor = 0;
+  std::vector<cudaEvent_t> events;  // a pool: the first `used` are this round's marks
+  std::vector<double> t;
+  int used = 0;
+  ~Impl() {
+    if (anchor) (void)cudaEventDestroy(anchor);
+    for (cudaEvent_t e : events) (void)cudaEventDestroy(e);
+  }
+};
+
+DeviceClock::DeviceClock() : impl_(std::make_unique<Impl>()) {}
+DeviceClock::~DeviceClock() = default;
+
+void DeviceClock::start(void* stream, double t_host) {
+  if (!impl_->anchor) MB_CHECK_CUDA(cudaEventCreate(&impl_->anchor), "-");
+  MB_CHECK_CUDA(cudaEventRecord(impl_->anchor, static_cast<cudaStream_t>(stream)), "-");
+  impl_->t_anchor = t_host;
+  impl_->used = 0;
+  impl_->t.clear();
+}
+
+int DeviceClock::mark(void* stream) {
+  Impl& m = *impl_;
+  if (!m.anchor) return -1;  // not started
+  if (m.used == static_cast<int>(m.events.size())) {
+    cudaEvent_t e = nullptr;
+    MB_CHECK_CUDA(cudaEventCreate(&e), "-");
+    m.events.push_back(e);
+  }
+  MB_CHECK_CUDA(cudaEventRecord(m.events[static_cast<size_t>(m.used)], static_cast<cudaStream_t>(stream)), "-");
+  return m.used++;
+}
+
+// cudaEventElapsedTime answers cudaErrorNotReady for an event that has not run: only then wait.
+void DeviceClock::resolve() {
+  Impl& m = *impl_;
+  m.t.assign(static_cast<size_t>(m.used), 0.0);
+  for (int i = 0; i < m.used; ++i) {
+    cudaEvent_t e = m.events[static_cast<size_t>(i)];
+    float ms = 0;
+    cudaError_t r = cudaEventElapsedTime(&ms, m.anchor, e);
+    if (r == cudaErrorNotReady) {
+      MB_CHECK_CUDA(cudaEventSynchronize(e), "-");
+      r = cudaEventElapsedTime(&ms, m.anchor, e);
+    }
+    MB_CHECK_CUDA(r, "-");
+    m.t[static_cast<size_t>(i)] = m.t_anchor + static_cast<double>(ms) * 1e-3;
+  }
+}
+
+double DeviceClock::at(int mark) const { return impl_->t.at(static_cast<size_t>(mark)); }
+int DeviceClock::marks() const { return impl_->used; }
 
 }  // namespace meshbench::compute

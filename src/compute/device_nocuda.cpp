@@ -22,4 +22,13 @@ void copy_to_device(void*, const void*, std::size_t, void*) { no_cuda(); }
 void copy_to_host(void*, const void*, std::size_t, void*) { no_cuda(); }
 void stream_synchronize(void*) {}
 
+struct DeviceClock::Impl {};
+DeviceClock::DeviceClock() = default;
+DeviceClock::~DeviceClock() = default;
+void DeviceClock::start(void*, double) {}
+int DeviceClock::mark(void*) { return -1; }
+void DeviceClock::resolve() {}
+double DeviceClock::at(int) const { return 0.0; }
+int DeviceClock::marks() const { return 0; }
+
 }  // namespace meshbench::compute
