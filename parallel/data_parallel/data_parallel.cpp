@@ -149,7 +149,7 @@ void DataParallel<S>::finish() {
       reqs = std::move(k.reqs);
       k.reqs.clear();
     }
-    for (auto& r : reqs) r->wait();
+    for (auto& r : reqs) r->wait_on(model_.backend().stream());  // the optimizer's stream waits, not the host
   }
   next_ = 0;  // the next step posts from the first bucket again
   // The expert tensors: over the expert data-parallel group, after the dense buckets.
@@ -160,7 +160,7 @@ void DataParallel<S>::finish() {
     comm::View v{model_.grads() + lo, static_cast<size_t>(hi - lo), comm::dtype_of<S>(), be.mem()};
     experts_.edp->all_reduce(v, v, comm::RedOp::kSum);
   }
-  experts_.edp->synchronize();
+  experts_.edp->order_before(be.stream());
 }
 
 template class DataParallel<float>;

@@ -1,5 +1,6 @@
 #include "executor/executor.hpp"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -102,8 +103,10 @@ class StepRun {
   void sample_slots(double t) {
     if (tr_.on && env_.pipe)
       tr_.slots.push_back({step_, t, env_.model.slots_held(),
-                           env_.model.memory().now[static_cast<int>(MemCat::kActivations)]});
+                           env_.model.memory().now[static_cast<int>(MemCat::kActivations)], mark()});
   }
+  // A device step's mark on the compute stream (-1 on the host or with the trace off).
+  int mark() const { return tr_.mark(env_.model.backend().stream()); }
   double loss_sum() const { return loss_sum_; }
 
  private:
@@ -113,11 +116,12 @@ class StepRun {
     env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, a.micro);
     const size_t first_op = tr_.ops.size();
     const double t0 = core::now_seconds();
+    const int m0 = mark();
     // The chunk's part of the micro-batch's loss (its MoE aux losses; the cross-entropy on
     // the last stage's last chunk): summed over the chunks here, over the stages in run_step.
     loss_sum_ += static_cast<double>(env_.model.forward_chunk(a.chunk, env_.pipe ? a.micro : 0,
                                                               tok_.data() + a.micro * n_, tgt_.data() + a.micro * n_));
-    end_pass(first_op, a, 'F', t0);
+    end_pass(first_op, a, 'F', t0, m0);
   }
 
   void backward(const Action& a) {
@@ -126,13 +130,14 @@ class StepRun {
     env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, a.micro);
     const size_t first_op = tr_.ops.size();
     const double t0 = core::now_seconds();
+    const int m0 = mark();
     // the last micro-batch syncs SP's norm gradients (ZeRO-3: every micro-batch)
     const bool sync = a.micro == m_ - 1 || (env_.sync && env_.sync->reduces_every_micro_batch());
     if (pipe_)
       pipe_->backward(a, scale_, sync);
     else
       env_.model.backward(scale_, sync);
-    end_pass(first_op, a, 'B', t0);
+    end_pass(first_op, a, 'B', t0, m0);
   }
 
   void grad_sync() {
@@ -153,14 +158,13 @@ class StepRun {
       env_.sync->optimizer_step(env_.adam, adam_t);
     else
       env_.model.update(env_.adam, adam_t);
-    env_.model.backend().synchronize();
   }
 
   // Ops the model records during one chunk's pass carry that chunk; the pass is a span.
-  void end_pass(size_t from, const Action& a, char ph, double t0) {
+  void end_pass(size_t from, const Action& a, char ph, double t0, int m0) {
     for (size_t k = from; k < tr_.ops.size(); ++k) tr_.ops[k].chunk = a.chunk;
     const double t1 = core::now_seconds();
-    if (tr_.on && env_.pipe) tr_.passes.push_back({step_, a.micro, a.chunk, ph, t0, t1});
+    if (tr_.on && env_.pipe) tr_.passes.push_back({step_, a.micro, a.chunk, ph, t0, t1, m0, mark()});
     sample_slots(t1);
   }
 
@@ -176,44 +180,81 @@ class StepRun {
 
 }  // namespace
 
+// On a device (issue 44, items 6 and 10) the step makes one host synchronisation, its end:
+// actions are queued without waiting, requests are waited for by the compute stream, the
+// loss stays on the device (Backend::defer_losses) and, with the trace on, every op, call,
+// pass and phase boundary is a DeviceClock mark on the stream that runs it; the marks and
+// the loss are read after the step's clock has stopped. Host decisions inside the step (the
+// MoE counts) still download. On the host every time is the host clock's, as before.
 template <typename S>
 double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, int64_t data_step,
                 int adam_t, bool zero_grads) {
   Trace& tr = env.trace;
   tr.tags = TraceTags{step, 0, -1, 'F'};
-  double loss = 0;
+  Backend<S>& be = env.model.backend();
+  const bool device = be.mem() == compute::MemKind::kDevice;
+  if (device && tr.on && !tr.clock) tr.clock = std::make_shared<compute::DeviceClock>();
+  const bool marks = device && tr.on && be.stream() != nullptr;
+  const Trace::Sizes from = tr.sizes();
+  const bool deferred = device && be.defer_losses(true);
+  double loss_sum = 0;
   {
     StepRun<S> run(env, step, data_step, actions);
     // The phases partition the step: each action's span starts where the previous one ended.
+    // On a device with the trace on, a boundary is a mark on the compute stream (`ends`),
+    // turned into a time after the step.
     const double t_begin = core::now_seconds();
+    if (marks) tr.clock->start(be.stream(), t_begin);  // the stream is idle: the previous step ended synchronised
+    env.model.set_clock(marks ? tr.clock.get() : nullptr);
+    std::vector<std::pair<const char*, int>> ends;
     double t_prev = t_begin;
+    auto boundary = [&](const char* phase, double t0) {
+      if (marks) {
+        ends.emplace_back(phase, tr.mark(be.stream()));
+        return;
+      }
+      t_prev = core::now_seconds();
+      tr.phase(phase, t0, t_prev);
+    };
     if (zero_grads) {  // counted with the forward
       env.model.zero_grad();
-      const double t = core::now_seconds();
-      tr.phase("forward", t_begin, t);
-      t_prev = t;
+      boundary("forward", t_begin);
     }
     run.sample_slots(t_prev);
-    // A device backend queues its ops: each phase ends when its work has run (synchronized
-    // boundaries, issue 30 defect 5), so the backward's GPU time is not charged to the next phase.
-    const bool device = env.model.backend().mem() == compute::MemKind::kDevice;
     for (size_t i = 0; i < actions.size(); ++i) {
       const Action& a = actions[i];
       const double t0 = t_prev;
       const bool pair = env.pipe && i + 1 < actions.size() && StepRun<S>::pairs(a, actions[i + 1]);
       core::set_phase(action_word(a.kind), a.micro);
       const char* phase = pair ? run.run_pair(a, actions[++i]) : run.run(a, adam_t);
-      if (device) env.model.backend().synchronize();
-      t_prev = core::now_seconds();
-      tr.phase(phase, t0, t_prev);
+      boundary(phase, t0);
     }
+    if (device) be.synchronize();  // the step's end: its one host wait
+    const double t_end = core::now_seconds();
     env.model.set_trace(nullptr, step, 0);
+    env.model.set_clock(nullptr);
     if (tr.on) {
       tr.step_start.push_back(t_begin);
-      tr.step_end.push_back(t_prev);
+      tr.step_end.push_back(t_end);
     }
-    loss = run.loss_sum() / env.plan.micro_batches;  // this rank's part of the mean over its micro-batches
+    loss_sum = run.loss_sum();
+    // Off the clock: the deferred losses, then the device times of the step's records.
+    if (deferred) {
+      loss_sum += be.take_losses();
+      be.defer_losses(false);
+    }
+    if (marks) {
+      tr.clock->resolve();
+      tr.resolve_marks(from);
+      double t0 = t_begin;
+      for (size_t k = 0; k < ends.size(); ++k) {  // the last phase ends at the step's end
+        const double t1 = k + 1 == ends.size() ? t_end : std::clamp(tr.clock->at(ends[k].second), t0, t_end);
+        tr.phase(ends[k].first, t0, t1);
+        t0 = t1;
+      }
+    }
   }
+  double loss = loss_sum / env.plan.micro_batches;  // this rank's part of the mean over its micro-batches
   if (env.pipe && env.pipe->stages > 1) {  // the stages' parts summed, on every stage, off the clock
     // watched: a stage that stops while its peer sums here must end the run (exit 3), not hang it
     comm::WatchScope w(env.watch, "MPI_Allreduce (pipeline loss)", sizeof loss, "pp");

@@ -10,7 +10,8 @@
 // Every op has the semantics of its namesake in layers.hpp (shapes, the accumulation rule:
 // parameter gradients +=, activation gradients =, the residual stream +=). Ops are queued
 // in order on the backend's stream; synchronize() waits for them. Only download() and
-// crossentropy_forward's returned loss need the results on the host.
+// crossentropy_forward's returned loss need the results on the host, and a device step defers
+// even the loss (defer_losses; issue 44, item 10).
 #pragma once
 
 #include <algorithm>
@@ -49,6 +50,9 @@ class Backend {
   virtual void release(void* p) noexcept = 0;
   virtual void upload(void* dst, const void* host, std::size_t bytes) = 0;
   virtual void download(void* host, const void* src, std::size_t bytes) = 0;
+  // An upload queued on the stream that does not wait for it: the backend keeps its own copy
+  // of the host bytes until the stream has run it (the step's token ids; issue 44, item 10).
+  virtual void upload_async(void* dst, const void* host, std::size_t bytes) { upload(dst, host, bytes); }
   virtual void zero(void* p, std::size_t bytes) = 0;
   virtual void copy(S* dst, const S* src, int64_t n) = 0;
   virtual void scale(S* x, double a, int64_t n) = 0;  // x *= a
@@ -90,6 +94,16 @@ class Backend {
   }
   virtual void gelu_forward(S* out, const S* inp, int64_t N) = 0;
   virtual void gelu_backward(S* dinp, const S* inp, const S* dout, int64_t N) = 0;
+  // While losses are deferred (a device step: issue 44, item 10), crossentropy_forward and
+  // crossentropy_finish return 0 and add their mean loss (as the S they would have returned)
+  // to a sum on the device, which take_losses() reads and clears after the step; the host
+  // does not wait for the loss inside the step. defer_losses(true) answers whether this
+  // backend defers (the CPU backend never does: its loss is on the host already).
+  virtual bool defer_losses(bool on) {
+    (void)on;
+    return false;
+  }
+  virtual double take_losses() { return 0.0; }
   // Mean loss over the N rows (the one op whose result the host reads).
   virtual S crossentropy_forward(S* probs, S* losses, const S* logits, const int32_t* targets,
                                  int N, int V) = 0;

@@ -13,9 +13,11 @@ comm::View CommGroup<S>::view(const S* p, int64_t n) const {
           be_.mem()};
 }
 
+// The backend's next op runs after the call: on NCCL its stream waits on an event behind the
+// call (no host wait; issue 44, item 10); MPI's blocking calls are complete already.
 template <typename S>
 void CommGroup<S>::done() {
-  comm_.synchronize();  // NCCL queues on its own stream; MPI's blocking calls are complete
+  comm_.order_before(be_.stream());
 }
 
 template <typename S>
@@ -106,7 +108,7 @@ template <typename S>
 void CommGroup<S>::wait(int handle) {
   if (handle < 0) return;  // nothing posted
   auto& r = pending_.at(static_cast<size_t>(handle));
-  r->wait();
+  r->wait_on(be_.stream());  // the compute stream waits (NCCL); the host only for host compute
   r.reset();
 }
 

@@ -209,14 +209,18 @@ void Gpt<S>::timed(const OpInfo& info, const char* role, F&& f) {
     // A device backend queues ops: profiling waits for each so its time is its own.
     const bool sync = profiling_ && be_->mem() == compute::MemKind::kDevice;
     if (sync) be_->synchronize();
+    // A traced op on a device: events on the stream that runs it (issue 44, item 6).
+    const bool marks = trace_ != nullptr && clock_ != nullptr && !sync && be_->stream() != nullptr;
+    const int m0 = marks ? clock_->mark(be_->stream()) : -1;
     const double t0 = core::now_seconds();
     f();
     if (sync) be_->synchronize();
     const double t1 = core::now_seconds();
+    const int m1 = marks ? clock_->mark(be_->stream()) : -1;
     if (profiling_) op_s_[static_cast<int>(info.op)] += t1 - t0;
     if (trace_ != nullptr)
       trace_->push_back({trace_step_, trace_micro_, trace_layer_, info.op, trace_phase_, info.flops, t0, t1, 0, role,
-                         info.part, info.m, info.n, info.k});
+                         info.part, info.m, info.n, info.k, m0, m1});
   }
   if (hooks_.poll) hooks_.poll();
 }
@@ -423,11 +427,11 @@ S Gpt<S>::forward_chunk(int chunk, int micro, const int32_t* tokens, const int32
         const int32_t r = v[i] - dims_.vocab_first;
         v[i] = r >= 0 && r < dims_.vocab_valid ? r : -1;
       }
-    be_->upload(tok_, tok.data(), sizeof(int32_t) * N);
-    be_->upload(tgt_, tgt.data(), sizeof(int32_t) * N);
-  } else {
-    be_->upload(tok_, tokens, sizeof(int32_t) * N);
-    be_->upload(tgt_, targets, sizeof(int32_t) * N);
+    be_->upload_async(tok_, tok.data(), sizeof(int32_t) * N);
+    be_->upload_async(tgt_, tgt.data(), sizeof(int32_t) * N);
+  } else {  // the backend keeps a copy until its stream has run the upload: no host wait
+    be_->upload_async(tok_, tokens, sizeof(int32_t) * N);
+    be_->upload_async(tgt_, targets, sizeof(int32_t) * N);
   }
   if (embeds) {
     acquire(embed_unit_, 'F');

@@ -257,12 +257,15 @@ class Gpt {
   void reset_profile() { op_s_.fill(0.0); }
   // Every op call of the following steps is appended to `sink` (nullptr stops it) tagged
   // with `step` and micro-batch `micro`. On a device backend the host times are enqueue
-  // times unless profiling is on (which synchronises around each op).
+  // times unless the clock is given (set_clock: events on the backend's stream around each
+  // op, OpEvent::mark_start/mark_end, resolved after the step; issue 44, item 6) or
+  // profiling is on (which synchronises around each op).
   void set_trace(std::vector<OpEvent>* sink, int step, int micro = 0) {
     trace_ = sink;
     trace_step_ = step;
     trace_micro_ = micro;
   }
+  void set_clock(compute::DeviceClock* clock) { clock_ = clock; }
   const std::array<double, static_cast<int>(Op::kCount)>& op_seconds() const { return op_s_; }
   // The MoE blocks (routing statistics of the last forward, a fixed assignment).
   MoeMlp<S>& moe() { return moe_; }
@@ -408,6 +411,7 @@ class Gpt {
 
   bool profiling_ = false;
   std::vector<OpEvent>* trace_ = nullptr;
+  compute::DeviceClock* clock_ = nullptr;  // set_clock
   int trace_step_ = 0, trace_micro_ = 0, trace_layer_ = -1;
   char trace_phase_ = 'F';
   std::array<double, static_cast<int>(Op::kCount)> op_s_{};

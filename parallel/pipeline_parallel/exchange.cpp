@@ -63,14 +63,14 @@ void PipeExchange<S>::send_then_recv(const Action& s, const Action& r) {
   pipe_.pp->order_after(model_.backend().stream());
   auto [sq, rq] = pipe_.pp->isend_irecv(view(out.p), s.peer, out.tag, view(in.p), r.peer, in.tag);
   keep(s, std::move(sq));
-  rq->wait();
+  rq->wait_on(model_.backend().stream());
 }
 
 template <typename S>
 void PipeExchange<S>::backward(const Action& a, S scale, bool sync) {
   auto it = act_sends_.find({a.chunk, a.micro});  // its output was delivered: the peer sent this gradient
   if (it != act_sends_.end()) {
-    it->second->wait();
+    it->second->wait_on(model_.backend().stream());
     act_sends_.erase(it);
   }
   const int vs = pipe_.virtual_stage(a.chunk);
@@ -87,10 +87,11 @@ void PipeExchange<S>::send_gradient(const Action& a) {
 
 template <typename S>
 void PipeExchange<S>::drain() {
-  for (auto& [k, r] : act_sends_) r->wait();
+  void* compute = model_.backend().stream();  // the compute stream waits, not the host (issue 44, item 10)
+  for (auto& [k, r] : act_sends_) r->wait_on(compute);
   act_sends_.clear();
   for (auto& g : grad_sends_)
-    if (g.req) g.req->wait();
+    if (g.req) g.req->wait_on(compute);
 }
 
 template <typename S>
@@ -103,7 +104,7 @@ void PipeExchange<S>::recv(S* p, int from, int tag) {
   // Ordered after the compute stream (issue 30, defect 2): a fresh slot is zero-filled there,
   // and dout_ may still be read by the previous backward's queued work.
   pipe_.pp->order_after(model_.backend().stream());
-  pipe_.pp->irecv(view(p), from, tag)->wait();
+  pipe_.pp->irecv(view(p), from, tag)->wait_on(model_.backend().stream());
 }
 
 template <typename S>

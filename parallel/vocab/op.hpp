@@ -41,6 +41,9 @@ struct OpEvent {
   const char* role = "";  // qkv, attn.proj, fc, fc.proj, head, attention, moe ("": the op's name says it)
   const char* part = "";  // OpInfo::part
   int m = 0, n = 0, k = 0;  // the GEMM's shape (op.hpp), 0 otherwise
+  // On a device: the DeviceClock marks around the op on the stream that runs it (-1: none);
+  // Trace::resolve_marks turns them into t_start and t_end after the step.
+  int mark_start = -1, mark_end = -1;
 };
 
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "compute/device.hpp"
 #include "vocab/op.hpp"
 
 namespace meshbench::parallel {
@@ -44,6 +45,12 @@ struct CommEvent {
   // t_post, exchanged after the run (pp_receive_split in metrics.hpp).
   char p2p = 0;
   int peer = -1, tag = -1;
+  // On a device communicator (issue 44, item 6): DeviceClock marks on its stream just before
+  // the call (after the stream's wait for the compute it reads, order_after) and behind it,
+  // and on the compute stream where it waited for the call (wait_on; -1: never waited).
+  // Trace::resolve_marks sets t_post = t_start = t_posted from the first, t_end from the
+  // second, t_wait from the third (never before the start, never after the end).
+  int mark_start = -1, mark_end = -1, mark_wait = -1;
 };
 
 // The stored activations of a pipeline rank: after every forward and backward of a chunk,
@@ -53,6 +60,7 @@ struct SlotSample {
   double t;
   int held;
   int64_t bytes;
+  int mark = -1;  // DeviceClock mark of t on a device
 };
 
 // One forward or backward of a model chunk for a micro-batch (pipeline timelines).
@@ -60,6 +68,7 @@ struct PassSpan {
   int step, micro, chunk;
   char phase;  // 'F' or 'B'
   double t0, t1;
+  int mark0 = -1, mark1 = -1;  // DeviceClock marks of t0, t1 on a device
 };
 
 struct PhaseSpan {
@@ -77,22 +86,36 @@ struct Trace {
   std::vector<SlotSample> slots;  // pipeline parallel only
   std::vector<PassSpan> passes;   // pipeline parallel only
   std::vector<double> step_start, step_end;  // per timed step, this rank's clock
+  // A device step's clock (the executor makes it): op, call, pass and phase times are CUDA
+  // events on the streams that run them, read after the step (issue 44, item 6). Null on
+  // the host, where every time is the host clock's.
+  std::shared_ptr<compute::DeviceClock> clock;
 
   void phase(const std::string& name, double t0, double t1) {
     if (on) phases.push_back({tags.step, name, t0, t1});
   }
+  // The clock's mark on `stream`, or -1 when the trace is off or has no clock.
+  int mark(void* stream) const { return on && clock && stream ? clock->mark(stream) : -1; }
+  // Where each kind of record stands now: resolve_marks(from) sets the times of the records
+  // appended since from their marks, once clock->resolve() has read them.
+  struct Sizes {
+    size_t ops = 0, comms = 0, passes = 0, slots = 0;
+  };
+  Sizes sizes() const { return {ops.size(), comms.size(), passes.size(), slots.size()}; }
+  void resolve_marks(const Sizes& from);
 };
 
-// Per-rank bytes of one call with the bandwidth-optimal algorithm (FORMULAS.md): all-reduce
+// Per-rank bytes of one call with the bandwidth-optimal algorithm (docs/collectives.md's bus factors): all-reduce
 // 2(n-1)/n S, all-gather and reduce-scatter (n-1)/n S (S the full buffer), all-to-all
 // (n-1)/n S, broadcast and send/recv S; all-to-all-v: (n-1)/n S for equal blocks (RecordingComm
 // records the exact bytes of each call).
 double wire_bytes(comm::Collective c, uint64_t payload, int n);
 
 // Records every call of `inner` into `trace` under dimension `dim` and group `group_id`.
-// Blocking calls are timed around the call (on device memory the inner communicator's stream
-// is synchronized before the end is stamped, so the time covers the transfer, not only its
-// enqueue); non-blocking ones from posting to the moment a test() or wait() first sees them
+// Blocking calls are timed around the call; on device memory with the trace's clock, by
+// events on the inner communicator's stream before and behind the call, so the time covers
+// the transfer, not its enqueue nor the compute its stream waited for, and the host never
+// waits (issue 44, items 6 and 10); non-blocking ones from posting to the moment a test() or wait() first sees them
 // complete (t_start = t_post: MPI cannot say when the transfer began), with the moment a
 // wait() began to block. A group of one rank issues no
 // call and records nothing: its collectives are the identity (a copy out of place).
@@ -129,6 +152,7 @@ class RecordingComm final : public comm::Communicator {
   std::unique_ptr<comm::Request> irecv(comm::View r, int from, int tag) override;
   void order_after(void* producer) override { inner_->order_after(producer); }
   void order_before(void* consumer) override { inner_->order_before(consumer); }
+  void* stream() const override { return inner_->stream(); }
   std::unique_ptr<comm::Captured> capture(const std::function<void()>& enqueue) override {
     return inner_->capture(enqueue);
   }
@@ -147,9 +171,13 @@ class RecordingComm final : public comm::Communicator {
   // `wire` < 0: wire_bytes(c, bytes, n). `mem`: where the call's buffers live.
   template <typename F>
   void blocking(comm::Collective c, uint64_t bytes, compute::MemKind mem, F&& call, double wire = -1);
+  // `mark`: the DeviceClock mark taken on the inner stream before the call (-1: none).
   std::unique_ptr<comm::Request> posted(comm::Collective c, uint64_t bytes,
-                                        std::unique_ptr<comm::Request> inner, double t_post, char p2p = 0,
-                                        int peer = -1, int tag = -1);
+                                        std::unique_ptr<comm::Request> inner, double t_post, int mark,
+                                        char p2p = 0, int peer = -1, int tag = -1);
+  int mark(compute::MemKind mem) const {  // on the inner communicator's stream (device memory only)
+    return mem == compute::MemKind::kDevice ? trace_.mark(inner_->stream()) : -1;
+  }
   std::unique_ptr<comm::Communicator> inner_;
   Trace& trace_;
   std::string dim_;

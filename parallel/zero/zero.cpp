@@ -180,7 +180,7 @@ template <typename S>
 void Zero<S>::complete_reduce_scatter(int u) {
   UnitState& s = units_[static_cast<size_t>(u)];
   if (s.rs.empty()) return;
-  for (auto& q : s.rs) q->wait();
+  for (auto& q : s.rs) q->wait_on(model_.backend().stream());  // the compute stream waits (issue 44, item 10)
   s.rs.clear();
   if (stage_ >= 2) s.grad.reset();  // the unit's full gradients are gone; the slices stay
   if (s.rs_into_scratch)             // a later micro-batch: accumulate into the shard
@@ -236,7 +236,7 @@ void Zero<S>::acquire(int u, char phase) {
     const auto at = std::find(seq.begin(), seq.end(), u);
     for (auto it = at == seq.end() ? at : at + 1; it != seq.end() && it - at <= plan_.prefetch; ++it) post_gather(*it);
     if (!s.gather.empty()) {
-      for (auto& q : s.gather) q->wait();
+      for (auto& q : s.gather) q->wait_on(model_.backend().stream());
       s.gather.clear();
       model_.backend().written(s.gathered.data(), s.gathered.bytes());
     }
@@ -252,7 +252,7 @@ void Zero<S>::release(int u, char phase) {
   UnitState& s = units_[static_cast<size_t>(u)];
   if (phase == 'B' && !s.held && (stage_ == 3 || (last_ && plan_.overlap))) post_reduce_scatter(u);
   if (stage_ == 3 && !(plan_.keep_params && !(phase == 'B' && last_))) {
-    for (auto& q : s.gather) q->wait();
+    for (auto& q : s.gather) q->wait_on(model_.backend().stream());
     s.gather.clear();
     s.gathered.reset();
   }
@@ -292,7 +292,7 @@ void Zero<S>::optimizer_step(const AdamWConfig& cfg, int t) {
       reqs.push_back(g.comm->iall_gather(view(model_.params() + g.lo + g.r * g.slice, g.slice),
                                          view(model_.params() + g.lo, g.len)));
     }
-  for (auto& q : reqs) q->wait();
+  for (auto& q : reqs) q->wait_on(be.stream());
   be.written(model_.params(), sizeof(S) * static_cast<size_t>(model_.layout().total()));
 }
 

@@ -21,7 +21,10 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,8 +35,15 @@
 #include "runner.hpp"
 #include "spec.hpp"
 #if MB_TEST_RECORDING_COMM
+#include <cstring>
+#include <map>
+
+#include "data_parallel/data_parallel.hpp"
+#include "executor/executor.hpp"
+#include "kernels/comm_group.hpp"
 #include "model/model.hpp"
 #include "pipeline_parallel/exchange.hpp"
+#include "pipeline_parallel/schedule.hpp"
 #include "vocab/trace.hpp"
 #endif
 
@@ -51,6 +61,9 @@ struct Call {
 struct FakeWorld {
   int rank = 0, size = 1;
   std::vector<Call> calls;
+  // Scripted device times of events (ms since an arbitrary origin): cudaEventElapsedTime of two
+  // scripted events is their difference; otherwise 8 ms.
+  std::map<const void*, float> event_ms;
   std::uintptr_t next_handle = 0x1000;
   void* handle() { return reinterpret_cast<void*>(next_handle += 0x10); }
   void record(Call c) { calls.push_back(std::move(c)); }
@@ -94,8 +107,9 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   g.record({"eventSynchronize", e});
   return cudaSuccess;
 }
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
-  *ms = 8.0f;
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  const auto ia = g.event_ms.find(a), ib = g.event_ms.find(b);
+  *ms = ia != g.event_ms.end() && ib != g.event_ms.end() ? ib->second - ia->second : 8.0f;
   return cudaSuccess;
 }
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
@@ -558,5 +572,325 @@ TEST(NcclOrder, UploadsCompleteBeforeTheCollectiveAndDownloadsWaitForIt) {
   EXPECT_EQ(g.calls[8].stream, f.stream) << "the NCCL stream is drained before the download";
   EXPECT_EQ(g.calls[11].stream, g.calls[10].stream);
 }
+
+#if MB_TEST_RECORDING_COMM
+// ---- issue 44, items 6 and 10: a device step without host waits, timed by events ----------
+
+namespace mp = meshbench::parallel;
+
+// The host synchronisations a run of calls made: stream, event and device synchronisations.
+int host_syncs(const std::vector<Call>& calls) {
+  int n = 0;
+  for (const Call& c : calls) n += c.fn == "streamSynchronize" || c.fn == "eventSynchronize" || c.fn == "deviceSynchronize";
+  return n;
+}
+
+// The CPU backend's ops on host memory behind a device backend's face: its own fake stream,
+// and its waits and copies made through the faked CUDA calls (as cuda/backend_cuda.cu makes
+// them), so the fake records every host synchronisation a step asks of a device backend.
+class FakeDeviceBackend final : public mp::Backend<float> {
+ public:
+  FakeDeviceBackend() : stream_(g.handle()) {}
+  mp::Backend<float>& cpu = mp::cpu_backend<float>();
+  std::string name() const override { return "fake device"; }
+  meshbench::compute::MemKind mem() const override { return MemKind::kDevice; }
+  void* stream() const override { return stream_; }
+  void synchronize() override { cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)); }
+  void* alloc(std::size_t bytes) override { return cpu.alloc(bytes); }
+  void release(void* p) noexcept override { cpu.release(p); }
+  void upload(void* dst, const void* host, std::size_t bytes) override {  // complete on return
+    upload_async(dst, host, bytes);
+    synchronize();
+  }
+  void upload_async(void* dst, const void* host, std::size_t bytes) override {
+    cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream_));
+    std::memcpy(dst, host, bytes);
+  }
+  void download(void* host, const void* src, std::size_t bytes) override {
+    cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream_));
+    std::memcpy(host, src, bytes);
+    synchronize();
+  }
+  bool defer_losses(bool on) override {
+    defer_ = on;
+    return true;
+  }
+  double take_losses() override {
+    double sum = 0;
+    download(&sum, &loss_acc_, sizeof sum);
+    loss_acc_ = 0;
+    return sum;
+  }
+  // The loss is read on the host (a download) unless deferred.
+  float deferred(float loss) {
+    if (defer_) {
+      loss_acc_ += static_cast<double>(loss);
+      return 0.f;
+    }
+    float host = 0;
+    download(&host, &loss, sizeof host);
+    return host;
+  }
+  void zero(void* p, std::size_t bytes) override { cpu.zero(p, bytes); }
+  void copy(float* d, const float* s, int64_t n) override { cpu.copy(d, s, n); }
+  void scale(float* x, double a, int64_t n) override { cpu.scale(x, a, n); }
+  void add(float* d, const float* s, int64_t n) override { cpu.add(d, s, n); }
+  void embedding_forward(float* o, const int32_t* t, const float* wte, const float* wpe, int B, int T, int C) override {
+    cpu.embedding_forward(o, t, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* d, const int32_t* t, int B, int T, int C) override {
+    cpu.embedding_backward(dwte, dwpe, d, t, B, T, C);
+  }
+  void layernorm_forward(float* o, float* m, float* r, const float* i, const float* w, const float* b, int N,
+                         int C) override {
+    cpu.layernorm_forward(o, m, r, i, w, b, N, C);
+  }
+  void layernorm_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w,
+                          const float* m, const float* r, int N, int C) override {
+    cpu.layernorm_backward(di, dw, db, d, i, w, m, r, N, C);
+  }
+  void matmul_forward(float* o, const float* i, const float* w, const float* b, int N, int C, int OC, bool acc) override {
+    cpu.matmul_forward(o, i, w, b, N, C, OC, acc);
+  }
+  void matmul_backward(float* di, float* dw, float* db, const float* d, const float* i, const float* w, int N, int C,
+                       int OC) override {
+    cpu.matmul_backward(di, dw, db, d, i, w, N, C, OC);
+  }
+  void attention_forward(float* o, float* a, const float* q, int B, int T, int NH, int KVH, int hs) override {
+    cpu.attention_forward(o, a, q, B, T, NH, KVH, hs);
+  }
+  void attention_backward(float* dq, float* da, const float* d, const float* q, const float* a, int B, int T, int NH,
+                          int KVH, int hs) override {
+    cpu.attention_backward(dq, da, d, q, a, B, T, NH, KVH, hs);
+  }
+  void gelu_forward(float* o, const float* i, int64_t N) override { cpu.gelu_forward(o, i, N); }
+  void gelu_backward(float* di, const float* i, const float* d, int64_t N) override { cpu.gelu_backward(di, i, d, N); }
+  float crossentropy_forward(float* p, float* l, const float* lg, const int32_t* t, int N, int V) override {
+    return deferred(cpu.crossentropy_forward(p, l, lg, t, N, V));
+  }
+  void crossentropy_backward(float* dl, const float* p, const int32_t* t, float d, int N, int V) override {
+    cpu.crossentropy_backward(dl, p, t, d, N, V);
+  }
+  void crossentropy_rowmax(float* m, const float* lg, int N, int V, int valid) override {
+    cpu.crossentropy_rowmax(m, lg, N, V, valid);
+  }
+  void crossentropy_partial(float* p, float* se, float* tl, const float* lg, const float* m, const int32_t* t, int N,
+                            int V, int valid) override {
+    cpu.crossentropy_partial(p, se, tl, lg, m, t, N, V, valid);
+  }
+  float crossentropy_finish(float* p, float* l, const float* se, const float* tl, const float* m, int N, int V) override {
+    return deferred(cpu.crossentropy_finish(p, l, se, tl, m, N, V));
+  }
+  void bias_residual_add(float* o, const float* x, const float* b, int N, int C) override {
+    cpu.bias_residual_add(o, x, b, N, C);
+  }
+  void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk,
+                               const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0, int k0,
+                               bool first) override {
+    cpu.attention_chunk_forward(o, ldo, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk, NH, KVH, hs, q0, k0, first);
+  }
+  void attention_chunk_backward(float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, const float* dout,
+                                int lddo, const float* D, const float* lse, const float* q, int ldq, const float* k,
+                                int ldk, const float* v, int ldv, int B, int Tq, int Tk, int NH, int KVH, int hs, int q0,
+                                int k0) override {
+    cpu.attention_chunk_backward(dq, lddq, dk, lddk, dv, lddv, dout, lddo, D, lse, q, ldq, k, ldk, v, ldv, B, Tq, Tk,
+                                 NH, KVH, hs, q0, k0);
+  }
+  void attention_rowdot(float* D, const float* d, int lddo, const float* o, int ldo, int B, int T, int NH,
+                        int hs) override {
+    cpu.attention_rowdot(D, d, lddo, o, ldo, B, T, NH, hs);
+  }
+  void copy_2d(float* d, int64_t ldd, const float* s, int64_t lds, int64_t r, int64_t c) override {
+    cpu.copy_2d(d, ldd, s, lds, r, c);
+  }
+  void add_2d(float* d, int64_t ldd, const float* s, int64_t lds, int64_t r, int64_t c) override {
+    cpu.add_2d(d, ldd, s, lds, r, c);
+  }
+  void adamw_update(float* p, const float* gr, float* m, float* v, int64_t n, const mp::AdamWConfig& cfg, double wd,
+                    int t) override {
+    cpu.adamw_update(p, gr, m, v, n, cfg, wd, t);
+  }
+  int64_t take_nonfinite_grads() override { return cpu.take_nonfinite_grads(); }
+  void moe_topk_forward(int32_t* idx, float* gt, float* pr, const float* lg, int N, int E, int k, bool as) override {
+    cpu.moe_topk_forward(idx, gt, pr, lg, N, E, k, as);
+  }
+  void moe_topk_backward(float* dl, const float* dg, const float* dp, const float* pr, const float* gt,
+                         const int32_t* idx, int N, int E, int k) override {
+    cpu.moe_topk_backward(dl, dg, dp, pr, gt, idx, N, E, k);
+  }
+  void moe_plan(int32_t* slot, int32_t* cnt, float* ps, const int32_t* idx, const float* pr, int N, int E, int k,
+                int cap) override {
+    cpu.moe_plan(slot, cnt, ps, idx, pr, N, E, k, cap);
+  }
+  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
+    cpu.moe_permute_forward(xp, x, slot, N, C, k);
+  }
+  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
+    cpu.moe_permute_backward(dx, dxp, slot, N, C, k);
+  }
+  void moe_unpermute_forward(float* o, const float* yp, const float* gt, const int32_t* slot, int N, int C,
+                             int k) override {
+    cpu.moe_unpermute_forward(o, yp, gt, slot, N, C, k);
+  }
+  void moe_unpermute_backward(float* dyp, float* dg, const float* d, const float* yp, const float* gt,
+                              const int32_t* slot, int N, int C, int k) override {
+    cpu.moe_unpermute_backward(dyp, dg, d, yp, gt, slot, N, C, k);
+  }
+
+ private:
+  void* stream_;
+  bool defer_ = false;
+  double loss_acc_ = 0;
+};
+
+mp::GptConfig tiny_config() {
+  mp::GptConfig c;
+  c.layers = 2;
+  c.hidden = 8;
+  c.heads = 2;
+  c.kv_heads = 2;
+  c.ffn = 16;
+  c.seq = 4;
+  c.max_seq = 4;
+  c.vocab = 11;
+  c.micro_batch = 1;
+  return c;
+}
+
+// Item 10 (b): a tensor-parallel group's request wait and blocking call on NCCL make the
+// compute stream wait on an event behind the call; the host never blocks. (Before: the
+// request's wait was cudaEventSynchronize and a blocking call synchronised the NCCL stream.)
+TEST(NcclOrder, GroupWaitsAreStreamWaitsNotHostWaits) {
+  Fixture f(0, 2);
+  const void* nccl = f.stream;
+  FakeDeviceBackend be;
+  mp::CommGroup<float> group(*f.comm, be, nullptr);
+  std::vector<float> x(8);
+  g.clear();
+  const int h = group.post_all_reduce(x.data(), 8);
+  group.wait(h);
+  group.all_reduce(x.data(), 8);
+  group.all_gather(x.data(), x.data(), 4);
+  EXPECT_EQ(host_syncs(g.calls), 0) << "a wait of the group blocked the host";
+  // Each call: the compute stream's event waited on by NCCL, the call, then an event on the
+  // NCCL stream that the compute stream waits on.
+  int consumer_waits = 0;
+  for (std::size_t i = 0; i < g.calls.size(); ++i) {
+    const Call& c = g.calls[i];
+    if (c.fn != "streamWaitEvent" || c.stream != be.stream()) continue;
+    ++consumer_waits;
+    ASSERT_GT(i, 0u);
+    const auto rec = std::find_if(g.calls.rbegin() + std::ptrdiff_t(g.calls.size() - i), g.calls.rend(),
+                                  [&](const Call& r) { return r.fn == "eventRecord" && r.a == c.a; });
+    ASSERT_NE(rec, g.calls.rend()) << "the compute stream waits on an event never recorded";
+    EXPECT_EQ(rec->stream, nccl) << "the event the compute stream waits on is not the NCCL stream's";
+  }
+  EXPECT_EQ(consumer_waits, 3);
+  // A host consumer (null: the CPU backend) still blocks: the data is read on the host.
+  auto req = f.comm->iall_reduce(mc::View{x.data(), 8, mc::DType::kFloat, MemKind::kDevice},
+                                 mc::View{x.data(), 8, mc::DType::kFloat, MemKind::kDevice}, mc::RedOp::kSum);
+  g.clear();
+  req->wait_on(nullptr);
+  EXPECT_EQ(names(g.calls), (std::vector<std::string>{"eventSynchronize"}));
+}
+
+// Item 10 (a, b, c): a data-parallel step (dp = 2, two micro-batches, every gradient bucket
+// all-reduced on the fake NCCL) on a device backend makes one host synchronisation, its end,
+// and reads the deferred loss after it: no upload, loss download, request wait or per-action
+// synchronisation inside the step. (Before: 2 token uploads and a loss download per forward,
+// an event synchronisation per bucket and a stream synchronisation after every action.)
+TEST(NcclOrder, ADeviceStepSynchronisesTheHostOnceAtItsEnd) {
+  Fixture f(0, 2);
+  FakeDeviceBackend be;
+  const mp::GptConfig c = tiny_config();
+  mp::Gpt<float> model(c, be);
+  model.init_weights(7);
+  mp::Trace trace;
+  trace.on = true;
+  mp::RecordingComm dp(std::move(f.comm), trace, "dp", 0);
+  mp::Plan plan;
+  plan.model = c;
+  plan.micro_batches = 2;
+  plan.degrees.dp = 2;
+  plan.bucket_mb = 0.0005;  // a few buckets
+  mp::DataParallel<float> sync(model, dp, plan, &trace.tags);
+  mp::StepEnv<float> env{model, &sync, trace, plan, mp::DataKind::kRandom, 1, 0, mp::AdamWConfig{}};
+  const std::vector<mp::Action> actions = mp::accumulation_schedule(plan.micro_batches);
+  g.clear();
+  const double loss = mp::run_step(env, actions, 0, 0, 1);
+  const std::vector<Call> calls = g.calls;
+  int reductions = 0;
+  for (const Call& k : calls) reductions += k.fn == "allReduce";
+  EXPECT_GT(reductions, 1) << "the step reduced no gradient buckets";
+  // The step's one wait (its end) and the loss read after it: both on the compute stream.
+  std::vector<std::string> syncs;
+  for (const Call& k : calls)
+    if (k.fn == "streamSynchronize" || k.fn == "eventSynchronize" || k.fn == "deviceSynchronize") {
+      syncs.push_back(k.fn);
+      EXPECT_EQ(k.stream, be.stream()) << k.fn << " of another stream";
+    }
+  EXPECT_EQ(syncs, (std::vector<std::string>{"streamSynchronize", "streamSynchronize"}));
+  const auto d2h = std::find_if(calls.begin(), calls.end(), [](const Call& k) { return k.fn == "memcpyD2H"; });
+  ASSERT_NE(d2h, calls.end()) << "the deferred loss was not read";
+  EXPECT_EQ(std::count_if(calls.begin(), calls.end(), [](const Call& k) { return k.fn == "memcpyD2H"; }), 1);
+  EXPECT_EQ(std::count_if(calls.begin(), d2h, [](const Call& k) { return k.fn == "streamSynchronize"; }), 1)
+      << "the loss is read after the step's end, its only other wait";
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(loss, 0.0) << "the deferred cross-entropy was not added to the step's loss";
+  // The trace's times are the device marks': every op has its two marks.
+  ASSERT_FALSE(trace.ops.empty());
+  for (const auto& e : trace.ops) EXPECT_TRUE(e.mark_start >= 0 && e.mark_end > e.mark_start);
+  ASSERT_FALSE(trace.comms.empty());
+  for (const auto& e : trace.comms) {  // (the fake's requests test complete: none was waited on)
+    EXPECT_TRUE(e.mark_start >= 0 && e.mark_end > e.mark_start);
+    EXPECT_TRUE(e.t_start <= e.t_wait && e.t_wait <= e.t_end);
+  }
+  EXPECT_EQ(trace.step_start.size(), 1u);
+}
+
+// Item 6: a tensor-parallel all-reduce queued behind a long GEMM. The NCCL stream waits for the
+// compute stream (order_after) before the call; the call's span starts with the mark recorded
+// after that wait, so it is the transfer's 1 ms and not the GEMM's 10 ms. Event times are
+// scripted: anchor 0, GEMM 0-10 ms, the NCCL stream reaches the call at 10 ms, ends at 11.
+TEST(NcclOrder, ACollectiveBehindALongGemmIsNotChargedTheGemm) {
+  Fixture f(0, 2);
+  const void* nccl = f.stream;
+  FakeDeviceBackend be;
+  mp::Trace trace;
+  trace.on = true;
+  trace.clock = std::make_shared<meshbench::compute::DeviceClock>();
+  mp::RecordingComm tp(std::move(f.comm), trace, "tp", 0);
+  mp::CommGroup<float> group(tp, be, &trace.tags);
+  std::vector<float> x(8);
+  const mp::Trace::Sizes from = trace.sizes();
+  g.clear();
+  trace.clock->start(be.stream(), 100.0);  // host time 100 s at the anchor
+  const int gemm0 = trace.mark(be.stream());
+  const int gemm1 = trace.mark(be.stream());  // the GEMM is queued between these two
+  group.all_reduce(x.data(), 8);
+  // The events in the order they were recorded: anchor, GEMM start, GEMM end, order_after's,
+  // the call's start (NCCL stream), the call's end (NCCL stream), order_before's.
+  std::vector<const Call*> rec;
+  for (const Call& k : g.calls)
+    if (k.fn == "eventRecord") rec.push_back(&k);
+  ASSERT_EQ(rec.size(), 7u);
+  EXPECT_EQ(rec[4]->stream, nccl) << "the call's start is marked on the NCCL stream";
+  EXPECT_EQ(rec[5]->stream, nccl);
+  const std::vector<std::string> got = names(g.calls);
+  const auto wait = std::find(got.begin(), got.end(), "streamWaitEvent");
+  const auto start = std::find_if(g.calls.begin(), g.calls.end(), [&](const Call& k) { return &k == rec[4]; });
+  ASSERT_LT(wait - got.begin(), start - g.calls.begin()) << "the start mark is recorded before the stream's wait";
+  const float ms[] = {0, 0, 10, 0, 10, 11, 11};
+  for (std::size_t i = 0; i < rec.size(); ++i) g.event_ms[rec[i]->a] = ms[i];
+  trace.clock->resolve();
+  trace.resolve_marks(from);
+  EXPECT_NEAR(trace.clock->at(gemm1) - trace.clock->at(gemm0), 10e-3, 1e-9);
+  ASSERT_EQ(trace.comms.size(), 1u);
+  const mp::CommEvent& e = trace.comms[0];
+  EXPECT_NEAR(e.t_start, 100.010, 1e-9) << "the call's span starts after its stream's wait";
+  EXPECT_NEAR(e.t_end - e.t_start, 1e-3, 1e-9) << "the all-reduce is charged the GEMM";
+  EXPECT_EQ(host_syncs(g.calls), 0);
+}
+#endif
 
 }  // namespace

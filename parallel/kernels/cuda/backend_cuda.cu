@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -67,6 +68,7 @@ class CudaBackend final : public Backend<float> {
     for (auto& s : scratch_) (void)cudaFreeAsync(s.p, stream_);
     (void)cudaStreamSynchronize(stream_);
     if (bad_) (void)cudaFree(bad_);
+    if (loss_acc_) (void)cudaFree(loss_acc_);
     (void)cublasDestroy(blas_);
     (void)cudaStreamDestroy(stream_);
   }
@@ -76,7 +78,10 @@ class CudaBackend final : public Backend<float> {
   std::string name() const override { return std::string("cuda ") + precision_name(p_); }
   compute::MemKind mem() const override { return compute::MemKind::kDevice; }
   void* stream() const override { return stream_; }
-  void synchronize() override { MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG); }
+  void synchronize() override {
+    MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);
+    staged_.clear();
+  }
   int64_t take_nonfinite_grads() override {
     if (!bad_) return 0;
     unsigned long long n = 0;
@@ -124,6 +129,31 @@ class CudaBackend final : public Backend<float> {
     if (bytes == 0) return;
     MB_CHECK_CUDA(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), kG);
     MB_CHECK_CUDA(cudaStreamSynchronize(stream_), kG);
+    staged_.clear();  // the stream has run every queued upload
+  }
+  // The host bytes are copied into a block kept until the next synchronisation, so the caller
+  // may reuse its buffer at once and the host never waits (issue 44, item 10).
+  void upload_async(void* dst, const void* host, std::size_t bytes) override {
+    if (bytes == 0) return;
+    const auto* b = static_cast<const char*>(host);
+    staged_.emplace_back(b, b + bytes);
+    MB_CHECK_CUDA(cudaMemcpyAsync(dst, staged_.back().data(), bytes, cudaMemcpyHostToDevice, stream_), kG);
+    written(dst, bytes);
+  }
+  bool defer_losses(bool on) override {
+    if (on && !loss_acc_) {
+      MB_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&loss_acc_), sizeof(double), stream_), kG);
+      MB_CHECK_CUDA(cudaMemsetAsync(loss_acc_, 0, sizeof(double), stream_), kG);
+    }
+    defer_ = on;
+    return on;
+  }
+  double take_losses() override {
+    if (!loss_acc_) return 0.0;
+    double sum = 0;
+    download(&sum, loss_acc_, sizeof sum);
+    MB_CHECK_CUDA(cudaMemsetAsync(loss_acc_, 0, sizeof(double), stream_), kG);
+    return sum;
   }
   void zero(void* p, std::size_t bytes) override {
     if (bytes == 0) return;
@@ -209,6 +239,11 @@ class CudaBackend final : public Backend<float> {
     return mean_loss(losses, N);
   }
   float mean_loss(const float* losses, int N) {
+    if (defer_) {  // summed on the device, read by take_losses() after the step
+      k_loss_add<<<1, 256, 0, stream_>>>(loss_acc_, losses, N);
+      MB_CHECK_LAUNCH(k_loss_add, kG);
+      return 0.f;
+    }
     loss_host_.resize(size_t(N));
     download(loss_host_.data(), losses, sizeof(float) * size_t(N));
     double total = 0;
@@ -688,6 +723,9 @@ class CudaBackend final : public Backend<float> {
     return {rows, tiles, dim3(unsigned((C + 31) / 32), unsigned(tiles))};
   }
   std::vector<float> loss_host_;
+  bool defer_ = false;
+  double* loss_acc_ = nullptr;  // the deferred losses' sum (defer_losses)
+  std::deque<std::vector<char>> staged_;  // upload_async's host copies, until the next synchronisation
 };
 
 }  // namespace

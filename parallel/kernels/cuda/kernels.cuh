@@ -64,6 +64,21 @@ __global__ void k_add(float* dst, const float* src, size_t n) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
   if (i < n) dst[i] += src[i];
 }
+// A deferred loss (issue 44, item 10): acc += the mean of the N row losses, summed in double
+// as the host's mean_loss, rounded to float as the loss the op would have returned. One
+// block of 256 threads.
+__global__ void k_loss_add(double* acc, const float* losses, int N) {
+  __shared__ double part[256];
+  double s = 0;
+  for (int i = threadIdx.x; i < N; i += blockDim.x) s += double(losses[i]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) acc[0] += double(float(part[0] / N));
+}
 __global__ void k_embedding_fwd(float* out, const int32_t* tok, const float* wte, const float* wpe,
                                 int N, int T, int C) {
   const size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
