@@ -145,7 +145,7 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"grad_bytes_padding", "the flat gradient array, each tensor aligned to 16 elements"},
       {"flops_per_step", fl.total() * plan.micro_batches * d.dp}, {"flops_per_microbatch", fl.total()},
       {"flops_per_step_hardware", hardware_flops_per_step(plan, fl)},
-      {"attention", plan.flash ? "flash" : "naive"}, {"recompute", plan.recompute},
+      {"attention", plan.flash ? "flash" : "naive"}, {"attention_rule", plan.attention_rule}, {"recompute", plan.recompute},
       {"recompute_layers", plan.recompute == "full" ? plan.recompute_layers : 0},
       {"flops_hardware_rule", "the model's FLOPs plus what --recompute runs again per micro-batch (selective: the "
                               "attention forward's products; full: each recomputed block's forward GEMMs and "

@@ -28,6 +28,7 @@
 #include "results/hang.hpp"
 #include "results/stop_signal.hpp"
 #include "step/plan_memory.hpp"
+#include "kernels/attention_choice.hpp"
 
 namespace meshbench::parallel {
 
@@ -216,7 +217,23 @@ void print_peak(const core::Log& out, const Compute& cp, const Peak& peak, doubl
                  : std::string());
 }
 
-void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog& wd, std::unique_ptr<Costs> costs) {
+// --device cuda without --attention: the faster of flash and naive at this run's per-rank
+// attention shape; the slowest rank's times decide for every rank (issue 44, item 9).
+void choose_cuda_attention(const Options& o, Plan& plan, const Compute& cp) {
+  if (!cp.gpu || !o.attention.empty() || plan.degrees.cp > 1) return;  // context parallel runs its own chunk attention
+  const GptConfig& c = plan.model;
+  const int tp = std::max(1, plan.degrees.tp);
+  AttentionTimes t = time_attention(*cp.backend, c.micro_batch, c.seq, std::max(1, c.heads / tp),
+                                    std::max(1, c.kv_heads / tp), c.head_size());
+  double s[2] = {std::isfinite(t.flash_s) ? t.flash_s : HUGE_VAL, std::isfinite(t.naive_s) ? t.naive_s : HUGE_VAL};
+  MB_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "world");
+  t = {std::isfinite(s[0]) ? s[0] : NAN, std::isfinite(s[1]) ? s[1] : NAN};
+  const AttentionChoice a = choose_attention("", true, t);
+  plan.flash = a.flash;
+  plan.attention_rule = a.rule;
+}
+
+void launch(Launched& l, const Options& o, Plan& plan, int rank, Watchdog& wd, std::unique_ptr<Costs> costs) {
   const double t0 = core::now_seconds();
   {
     comm::WatchScope scope(wd.active, "set-up (topology, groups, model; collective)", 0, "world");
@@ -228,6 +245,7 @@ void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog&
     l.threads = set_threads(o, l.topo, rank);
     if (l.threads.oversubscribed) l.topo.oversubscribed = true;  // the run's `oversubscribed` covers threads too
     make_compute(l.cp, o, gpu_local_rank);
+    if (!costs) choose_cuda_attention(o, plan, l.cp);
     check_memory(o, plan, l.cp, l.topo, rank, costs.get());
     l.st.watch = wd.active;
     if (costs)

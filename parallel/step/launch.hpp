@@ -99,7 +99,9 @@ struct Launched {
 // Topology, threads, compute backend, the memory check, then the groups and the sharded model
 // (setup.hpp); watched by the hang watchdog; the set-up times are the slowest rank's.
 // `costs` (--compute modelled): the groups and the replay without a model (make_modelled_setup).
-void launch(Launched& l, const Options& o, const Plan& plan, int rank, Watchdog& wd, std::unique_ptr<Costs> costs = nullptr);
+// On --device cuda without --attention it sets plan.flash and plan.attention_rule from a
+// set-up timing of both attentions (kernels/attention_choice.hpp; issue 44, item 9).
+void launch(Launched& l, const Options& o, Plan& plan, int rank, Watchdog& wd, std::unique_ptr<Costs> costs = nullptr);
 
 // Clock offsets against rank 0 for the trace's aligned timelines (into `clock`); returns the
 // run's origin on rank 0's clock.

@@ -15,6 +15,7 @@
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "results/output_path.hpp"
 #include "step/rules.hpp"
+#include "kernels/attention_choice.hpp"
 
 namespace meshbench::parallel {
 
@@ -138,9 +139,10 @@ void add_parallel_flags(CLI::App& app, Options& o) {
                           "every block")
                ->check(CLI::NonNegativeNumber));
   step_env(app.add_option("--attention", o.attention,
-                          "flash (the default: tiles with an online softmax, a log-sum-exp per row kept, the backward "
-                          "recomputing each tile) or naive (the probabilities stored, b x heads x seq^2 per layer: the "
-                          "reference, and for measuring)")
+                          "flash (tiles with an online softmax, a log-sum-exp per row kept, the backward recomputing "
+                          "each tile) or naive (the probabilities stored, b x heads x seq^2 per layer: the reference). "
+                          "Default: flash, except on --device cuda, where a short timing of both at set-up on the run's "
+                          "shape picks the faster (the run's attention_rule says which and why)")
                ->check(CLI::IsMember({"naive", "flash"})));
   step_env(app.add_option("--schedule", o.schedule, "pipeline schedule (--mesh pp=P): gpipe, 1f1b or interleaved (--vpp chunks per rank)")
           ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"})));
@@ -218,7 +220,7 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
     throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
   // no attention matrix is allocated by a prediction or a modelled run
   const bool allocates = !(o.plan_only && !o.predict.empty()) && o.compute != "modelled";
-  validate(c, !allocates || o.attention == "flash", allocates);
+  validate(c, !allocates || o.attention != "naive", allocates);
   return c;
 }
 
@@ -339,7 +341,11 @@ Plan plan_of(const Options& o, int world) {
   if (o.recompute_layers > 0 && o.recompute != "full")
     throw UsageError(fmt::format("--recompute-layers {}: chooses the blocks --recompute full recomputes; add "
                                  "--recompute full (or drop --recompute-layers)", o.recompute_layers));
-  p.flash = o.attention == "flash";
+  {  // on --device cuda without the flag, launch() measures and may choose again
+    const AttentionChoice a = choose_attention(o.attention, false, {});
+    p.flash = a.flash;
+    p.attention_rule = a.rule;
+  }
   p.sp = o.sp;
   p.sp_regather = o.sp_regather;
   p.cp_algo = o.cp_algo == "allgather" ? CpAlgo::kAllGather : (o.cp_algo == "ulysses" ? CpAlgo::kUlysses : CpAlgo::kRing);

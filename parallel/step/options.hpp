@@ -41,7 +41,8 @@ struct Options {
   bool keep_params = false, regather = false;  // --zero3-keep-params, --zero3-regather
   std::string recompute = "none";              // --recompute (Plan::recompute)
   int recompute_layers = 0;                    // --recompute-layers (Plan::recompute_layers; 0: all)
-  std::string attention = "flash";             // --attention flash|naive (Plan::flash)
+  std::string attention;                       // --attention flash|naive (Plan::flash); empty: not given (flash, or on
+                                               // --device cuda the faster by a set-up timing: issue 44, item 9)
   double op_timeout = 300;  // seconds a communication call may stay pending (0: no watchdog)
   int inject_fault = -1;  // hidden: corrupt one gradient element on this rank
   int inject_stall = -1;  // hidden: this rank spins in its first timed step's forward, never progressing (tests)

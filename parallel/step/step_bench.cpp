@@ -65,7 +65,7 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   const Options& o = *parsed;
   if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
-  const Plan plan = plan_for_launch(o, world);
+  Plan plan = plan_for_launch(o, world);  // launch() may choose the attention (issue 44, item 9)
   if (rank == 0)  // legal but degenerate: said once, even with --quiet (step/rules.hpp)
     for (const std::string& n : plan_notes(plan)) std::fprintf(stderr, "step_bench: note: %s\n", n.c_str());
   const bool modelled = o.compute == "modelled";

@@ -45,6 +45,7 @@ struct Plan {
   // flash_attention_*); naive stores the probabilities. step_bench's default is flash
   // (Options::attention); a Plan built in code is naive unless it says so.
   bool flash = false;
+  std::string attention_rule;  // why flash or naive (kernels/attention_choice.hpp); empty: a Plan built in code
   bool sp = false;           // tensor parallel: sequence parallel (--sp)
   bool sp_regather = true;   // SP: re-gather column-parallel inputs in the backward
   CpAlgo cp_algo = CpAlgo::kRing;  // context parallel: --cp-algo

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "shapes.hpp"
 #include "kernels/backend_emulated.hpp"
@@ -17,6 +18,8 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "model/cuda_steps.hpp"
 #include "kernels/datasheet.hpp"
+#include "kernels/attention_choice.hpp"
+#include "model/model.hpp"
 
 using namespace meshbench::parallel;
 namespace compute = meshbench::compute;
@@ -161,4 +164,38 @@ TEST(CudaParity, ScratchGrowthDoesNotSynchronize) {
 
 TEST(CudaParity, DatasheetPeakNeverDefaults) {
   EXPECT_TRUE(std::isnan(cuda::datasheet_peak("Some Unknown GPU", Precision::kBf16)));
+}
+
+// Issue 44, item 9: the set-up timing measures both attentions on the device (the choice
+// itself is AttentionChoice.*, on the CPU). Which one wins, and by how much, only a GPU shows.
+TEST(CudaParity, AttentionTimingMeasuresFlashAndNaive) {
+  REQUIRE_GPU();
+  const auto be = cuda::make_backend(Precision::kBf16, 0);
+  const AttentionTimes t = time_attention(*be, 4, 1024, 12, 12, 64);
+  std::printf("attention timing flash %.3f ms naive %.3f ms: %s\n", t.flash_s * 1e3, t.naive_s * 1e3,
+              choose_attention("", true, t).rule.c_str());
+  EXPECT_TRUE(std::isfinite(t.flash_s) && t.flash_s > 0);
+  EXPECT_TRUE(std::isfinite(t.naive_s) && t.naive_s > 0);
+}
+
+// Issue 44, item 10: a deferred loss (summed on the device, read after the step) equals the
+// loss the forward downloads, on the device's own kernels.
+TEST(CudaParity, DeferredLossEqualsTheDownloadedLoss) {
+  REQUIRE_GPU();
+  const auto be = cuda::make_backend(Precision::kFp32, 0);
+  const GptConfig c = gqa_untied();
+  Gpt<float> model(c, *be);
+  model.init_weights(3);
+  std::vector<int32_t> tok(size_t(c.tokens())), tgt(tok.size());
+  for (size_t i = 0; i < tok.size(); ++i) {
+    tok[i] = int32_t((i * 7 + 1) % size_t(c.vocab));
+    tgt[i] = int32_t((i * 5 + 3) % size_t(c.vocab));
+  }
+  const double direct = model.forward(tok.data(), tgt.data());
+  ASSERT_TRUE(be->defer_losses(true));
+  const double returned = model.forward(tok.data(), tgt.data());
+  const double twice = (model.forward(tok.data(), tgt.data()), be->take_losses());
+  be->defer_losses(false);
+  EXPECT_EQ(returned, 0.0) << "a deferred forward returns only the MoE aux losses (none here)";
+  EXPECT_NEAR(twice, 2 * direct, 1e-6 * std::abs(direct));
 }
