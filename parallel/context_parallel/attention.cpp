@@ -62,20 +62,6 @@ int64_t CpAttention<S>::acts_per_layer() const {
 }
 
 template <typename S>
-int64_t CpAttention<S>::buffer_elements() const {
-  const int64_t n = rows() * 2 * kvw(), C = cp_.size;
-  switch (cp_.algo) {
-    case CpAlgo::kRing: return 4 * n + rows() * NH_;
-    case CpAlgo::kAllGather: return 2 * n + 2 * C * n + rows() * NH_;
-    case CpAlgo::kUlysses: {
-      const int64_t NHu = NH_ / C, full = int64_t{B_} * T_, wu = (NHu + 2 * (KVH_ / C)) * hs_;
-      return 3 * full * wu + full * NHu * hs_ + (flash_ ? 0 : int64_t{B_} * NHu * T_ * T_);
-    }
-  }
-  return 0;
-}
-
-template <typename S>
 double CpAttention<S>::pair_flops(bool backward) const {
   const double prod = 2.0 * B_ * NH_ * double(mine_.len) * mine_.len * hs_;  // one product, Tq x Tk x hs
   return (backward ? 5 : 2) * prod;  // forward QK^T, PV; backward S again, dP, dQ, dK, dV

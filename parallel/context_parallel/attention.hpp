@@ -61,8 +61,6 @@ class CpAttention {
   // probabilities (flash: their row log-sum-exp) and output), allocated by the model among its
   // activations.
   int64_t acts_per_layer() const;
-  // Bytes of the buffers this allocates (the memory table's analytic value).
-  int64_t buffer_elements() const;
   // atty (rows, NH hs) from qkv (rows, QKV) of this rank's rows; act: this layer's state.
   void forward(GroupComm<S>& cp, const ComputeOp& run, S* atty, S* act, const S* qkv);
   // dqkv (rows, QKV) written, from datty and the forward's atty, act, qkv.

@@ -84,8 +84,8 @@ int64_t moe_add_params(Layout& layout, const GptConfig& c, const std::string& pr
                        int64_t unit_lo, int64_t pad_multiple) {
   const int64_t C = c.hidden, T = ep.etp, F = c.ffn / T, E = c.experts, el = E / ep.size;
   // expert tensor parallel: fc by rows, proj by columns, slice etp_rank of T
-  const Shard rows = T > 1 ? Shard{ShardRule::kRowSplit, ep.etp_rank, T, {}, -1} : Shard{};
-  const Shard cols = T > 1 ? Shard{ShardRule::kColSplit, ep.etp_rank, T, {}, -1} : Shard{};
+  const Shard rows = T > 1 ? Shard{ShardRule::kRowSplit, ep.etp_rank, ep.etp, {}, -1} : Shard{};
+  const Shard cols = T > 1 ? Shard{ShardRule::kColSplit, ep.etp_rank, ep.etp, {}, -1} : Shard{};
   layout.add(prefix + "moe.router.weight", {E, C}, true);
   layout.pad_unit(unit_lo, pad_multiple);
   int64_t first = -1;
@@ -557,11 +557,6 @@ void MoeMlp<S>::backward(int layer, const S* p, S* g, S* acts, const S* x, const
                        p + w.router_w, N, C, E);
   });
   timed({Op::kResidual, "", 0, 0, 0, 0.0}, [&] { be.add(dx, dxr_.data(), int64_t{N} * C); });
-}
-
-template <typename S>
-double MoeMlp<S>::expert_flops(int layer) const {
-  return 4.0 * static_cast<double>(route(layer).computed) * c_.hidden * (c_.ffn / ep_.etp);
 }
 
 template class MoeMlp<float>;

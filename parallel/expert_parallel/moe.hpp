@@ -241,9 +241,6 @@ class MoeMlp {
     totals_.ep.combine_s = t.combine_s;
     totals_.ep.expert_s = t.expert_s;
   }
-  // Multiply-add FLOPs of block `layer`'s expert GEMMs in the last forward (kept rows only):
-  // 2 * rows * C * F per GEMM, two GEMMs; the backward is twice that.
-  double expert_flops(int layer) const;
 
  private:
   struct Weights {  // offsets relative to the block's unit start (bind)

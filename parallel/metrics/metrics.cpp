@@ -239,17 +239,6 @@ RankMetrics rank_metrics(const Trace& tr, int rank, double offset, const std::ve
   return m;
 }
 
-std::vector<Interval> pass_windows(const Trace& tr, double offset) {
-  std::vector<Interval> w(tr.step_start.size(), Interval{1e300, -1e300});
-  for (const PassSpan& p : tr.passes) {
-    if (p.step < 0 || static_cast<size_t>(p.step) >= w.size()) continue;
-    Interval& x = w[static_cast<size_t>(p.step)];
-    if (p.phase == 'F') x.a = std::min(x.a, p.t0 - offset);
-    if (p.phase == 'B') x.b = std::max(x.b, p.t1 - offset);
-  }
-  return w;
-}
-
 PipelineRow pipeline_row(const Trace& tr, int rank, double offset, const TimeSplit& split,
                          const std::vector<P2pPost>& posts, double theory) {
   PipelineRow row;

@@ -88,9 +88,6 @@ struct Interval {
 double union_length(std::vector<Interval> v);
 double uncovered_length(std::vector<Interval> v, std::vector<Interval> cover);
 
-// Per timed step, this rank's [start of its first forward, end of its last backward].
-std::vector<Interval> pass_windows(const Trace& trace, double offset);
-
 // One pipeline rank's stored activations and bubble, over the timed steps (means per step).
 // bubble is the time split's bubble over its step (the share of the rank's step it stood
 // blocked on a peer stage), beside the theory (P-1)/(m+P-1), interleaved (P-1)/(V m+P-1);

@@ -565,8 +565,8 @@ void Gpt<S>::block_backward(int l, bool sync_replicated) {
   });
   if (sync_replicated) sync_norm_grads(g + w.ln1_w, w.ln2_b + C - w.ln1_w);
   if (sync_replicated && cfg_.is_moe(l)) {  // SP: the router (and whole experts at ep = 1) saw this rank's rows only
-    const auto [at, n] = moe_.sp_sync_range(l);
-    sync_norm_grads(g + at, n);
+    const auto [at, count] = moe_.sp_sync_range(l);
+    sync_norm_grads(g + at, count);
   }
 }
 

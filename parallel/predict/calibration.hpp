@@ -118,7 +118,6 @@ struct Calibration {
   Timing gemm(const std::string& part, int m, int n, int k) const;
   // Seconds per unit of (op, phase, part). Throws UsageError when the file has no rate for it.
   double rate(const std::string& op, char phase, const std::string& part) const;
-  bool has_compute() const { return !gemms.empty() || !rates.empty(); }
 };
 
 // Reads a calibration file; throws UsageError (missing, not a calibration file, another

@@ -14,7 +14,6 @@
 #include "expert_parallel/moe.hpp"
 #include "data_parallel/data_parallel.hpp"
 #include "kernels/layers.hpp"
-#include "metrics/metrics.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "zero/zero.hpp"

@@ -16,7 +16,6 @@
 #include "data_parallel/data_parallel.hpp"
 #include "kernels/layers.hpp"
 #include "kernels/flops.hpp"
-#include "metrics/metrics.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "zero/zero.hpp"

@@ -169,7 +169,6 @@ void Replay::flush() {
   }
   const double t0 = core::now_seconds();
   wait_until(t0 + owed_);
-  compute_s_ += owed_;
   owed_ = 0;
   if (tr_.on) {  // the modelled ops back to back from the wait's start (the time split's compute)
     double t = t0;

@@ -75,7 +75,6 @@ class Replay {
   std::vector<AnalyticBytes> analytic() const;
 
   uint64_t buffer_bytes() const { return scratch_.size() * 4 + posted_.size() * 4 + msg_.size() * 8; }
-  double modelled_compute_s() const { return compute_s_; }  // waited so far (every step)
   const std::vector<std::string>& extrapolated() const { return extrapolated_; }
 
  private:
@@ -102,7 +101,6 @@ class Replay {
   std::vector<float> scratch_, posted_, msg_;  // msg_: a send buffer, then a receive buffer
   double owed_ = 0;  // compute accumulated and not yet waited
   std::vector<std::pair<const PassItem*, double>> owed_items_;
-  double compute_s_ = 0;
   // data parallel's buckets (their pieces between expert ranges), posted in the last backward
   std::vector<PassItem> bucket_items_;
   std::vector<std::unique_ptr<comm::Request>> buckets_;

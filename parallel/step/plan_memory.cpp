@@ -7,7 +7,6 @@
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "predict/predict.hpp"
-#include "step/rules.hpp"
 #include "zero/zero.hpp"
 
 namespace meshbench::parallel {

@@ -9,7 +9,6 @@
 #include "core/timer.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
 #include "predict/op_list.hpp"
-#include "step/rules.hpp"
 
 namespace meshbench::parallel {
 

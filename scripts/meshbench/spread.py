@@ -92,9 +92,6 @@ class Measure:
     def overlaps(self, other):
         return not (self.lo > other.hi or other.lo > self.hi)
 
-    def as_dict(self, prefix):
-        return {f"{prefix}": self.med, f"{prefix}_lo": self.lo, f"{prefix}_hi": self.hi}
-
     def __repr__(self):
         return f"Measure({self.med!r}, {self.lo!r}, {self.hi!r}, n={self.n}, {self.rule!r})"
 

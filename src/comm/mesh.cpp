@@ -450,10 +450,6 @@ std::optional<Membership> RankGrid::membership(GroupKind k, int rank) const {
   return m;
 }
 
-GroupSet RankGrid::group_set(GroupKind k) const {
-  return GroupSet{std::string(group_kind_name(k)), groups(k)};
-}
-
 GroupSet parse_groups(std::string_view text, int world, bool require_cover, std::string_view source) {
   if (world < 1) throw UsageError(fmt::format("world size must be >= 1, got {}", world));
   GroupSet set{"custom", {}};

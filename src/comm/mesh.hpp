@@ -120,7 +120,6 @@ class RankGrid {
   const std::vector<RankList>& groups(GroupKind k) const;
   int group_size(GroupKind k) const;
   std::optional<Membership> membership(GroupKind k, int rank) const;
-  GroupSet group_set(GroupKind k) const;
 
  private:
   int world_;

@@ -27,6 +27,5 @@ void gemm<double>(Trans ta, Trans tb, int M, int N, int K, double alpha, const d
 
 int blas_threads() { return openblas_get_num_threads(); }
 void set_blas_threads(int n) { openblas_set_num_threads(n); }
-std::string blas_config() { return openblas_get_config(); }
 
 }  // namespace meshbench::compute

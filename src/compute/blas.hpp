@@ -19,7 +19,6 @@ void gemm(Trans ta, Trans tb, int M, int N, int K, T alpha, const T* A, int lda,
 // OpenBLAS's own thread count (its pthread pool, separate from OpenMP's).
 int blas_threads();
 void set_blas_threads(int n);
-std::string blas_config();  // openblas_get_config(), e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
 
 // Runs a scope with OpenBLAS at one thread (for GEMMs issued from inside an OpenMP loop),
 // restoring the previous count on exit.

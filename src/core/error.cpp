@@ -15,8 +15,6 @@ void set_fault_identity(int world_rank, std::string host) {
   g_rank = world_rank;
   g_host = std::move(host);
 }
-int fault_rank() { return g_rank; }
-const std::string& fault_host() { return g_host; }
 
 std::string mpi_error_string(int code) {
   char buf[MPI_MAX_ERROR_STRING];

@@ -39,8 +39,6 @@ class OutputFault : public RuntimeFault {
 
 // Set once by the driver after MPI_Init so fault messages can name the rank and host.
 void set_fault_identity(int world_rank, std::string host);
-int fault_rank();
-const std::string& fault_host();
 
 // Print "meshbench: rank R (host): OP failed in GROUP: DETAIL" to stderr and end the whole
 // job with exit code 3 (MPI_Abort when MPI is up, so no rank hangs).

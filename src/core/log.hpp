@@ -12,7 +12,6 @@ namespace meshbench::core {
 class Log {
  public:
   Log(int rank, bool quiet) : rank_(rank), quiet_(quiet) {}
-  bool is_root() const { return rank_ == 0; }
   bool quiet() const { return quiet_; }
 
   // Table rows and headers: rank 0, unless --quiet.

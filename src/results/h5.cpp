@@ -144,10 +144,6 @@ H5Id create_group(hid_t loc, const std::string& path) {
               H5Gclose);
 }
 
-H5Id open_group(hid_t loc, const std::string& path) {
-  return H5Id(h5_check(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), "H5Gopen", path), H5Gclose);
-}
-
 void write_attr(hid_t obj, const std::string& name, const nlohmann::ordered_json& value) {
   if (H5Aexists(obj, name.c_str()) > 0) H5Adelete(obj, name.c_str());
   H5Id space(H5Screate(H5S_SCALAR), H5Sclose);

@@ -82,7 +82,6 @@ class MemFile {
 
 bool exists(hid_t loc, const std::string& path);
 H5Id create_group(hid_t loc, const std::string& path);  // intermediate groups too
-H5Id open_group(hid_t loc, const std::string& path);
 
 // Attributes: strings as variable-length UTF-8, integers as int64, reals as double, bools
 // as int8 0/1, arrays and objects as their JSON text. Overwrites an existing attribute.

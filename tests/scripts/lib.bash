@@ -13,7 +13,6 @@ RUN_TIMEOUT="${RUN_TIMEOUT:-120}"
 
 fail() { echo "FAIL [$TEST_NAME]: $*" >&2; exit 1; }
 pass() { echo "ok   [$TEST_NAME]: $*"; }
-skip() { echo "SKIP [$TEST_NAME]: $*" >&2; exit 77; }
 
 [[ -x "$MB_BIN/all_reduce_bench" ]] || fail "no binaries in $MB_BIN (build first)"
 "$MB_PYTHON" -c 'import h5py, numpy, matplotlib' 2>/dev/null || fail "$MB_PYTHON lacks h5py/numpy/matplotlib"

@@ -244,7 +244,9 @@ TEST(Options, WarmupRankStatAndTimeoutRules) {
   expect_usage({"--min-time", "-1"}, {"--min-time", "negative"});
   expect_usage({"--max-iters", "5"}, {"--max-iters (5)", "-n/--iters (20)"});
   expect_usage({"--rank-stat", "median"}, {"--rank-stat", "'median'", "max, avg, min or rank0"});
-  expect_usage({"--op-timeout", "-1"}, {"--op-timeout", "negative"});
+  expect_usage({"--op-timeout", "-1"}, {"--op-timeout -1", "must be a finite number of seconds >= 0"});
+  expect_usage({"--op-timeout", "nan"}, {"--op-timeout nan", "must be a finite number of seconds >= 0"});
+  expect_usage({"--time-limit", "inf"}, {"--time-limit inf", "must be a finite number of seconds >= 0"});
   EXPECT_EQ(parse({"--rank-stat", "avg"}).rank_stat, core::RankStat::kAvg);
   EXPECT_EQ(parse({"--rank-stat", "rank0"}).rank_stat, core::RankStat::kRank0);
   EXPECT_DOUBLE_EQ(parse({}).op_timeout, 300);

@@ -4,7 +4,7 @@
 // against the CPU float32 reference and the cuBLAS GEMM peak. Built only when the toolkit
 // exists (cuda_backend_nocuda.cpp otherwise); without a usable GPU available() says why, so
 // drivers refuse and tests skip.
-// Not here: the model over it (model/cuda_steps.hpp: the whole-step parity and a timed loop),
+// Not here: the model over it (model/cuda_steps.hpp: the whole-step parity),
 // the parity rules and tolerances (kernels/parity.hpp).
 #pragma once
 
