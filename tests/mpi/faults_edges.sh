@@ -16,6 +16,7 @@
 # 10 --hidden 2147483647 and 1200000000: exit 2 naming --hidden, never --ffn, never a wrap
 # 11 the hang report names the rank that holds the group up (a stopped rank: STOPPED), not itself
 # 12 nan and inf for --time-limit and --op-timeout: exit 2 with the same rule
+# 19 the header names both parameter counts: the model's and this rank's slice
 # 21-24 a flag typo names the nearest flag; a mesh launched without mpiexec says how; the step's
 #    JSON lines carry status and oversubscribed; degenerate plans are said
 source "$(dirname "$0")/lib.bash"
@@ -172,6 +173,16 @@ for opt in --time-limit --op-timeout; do
       || fail "12 all_reduce_bench $opt $v: exit $rc"
   done
 done
+
+# --- 19 parameters, named ---------------------------------------------------------------------
+rc=0; mpirun 2 step_bench --layers 2 --hidden 32 --heads 2 --seq 16 --vocab 64 --micro-batch 2 --threads 1 --mesh tp=2 \
+  --steps 1 --warmup 0 || rc=$?
+if [[ $rc -eq 0 && "$(cat "$WORK/out")" =~ parameters:\ model\ ([0-9]+),\ this\ rank\ ([0-9]+) ]] \
+   && (( BASH_REMATCH[2] < BASH_REMATCH[1] )); then
+  pass "19 tp=2: parameters: model ${BASH_REMATCH[1]}, this rank ${BASH_REMATCH[2]}"
+else
+  fail "19 want 'parameters: model N, this rank M' with M < N under tp=2: exit $rc: $(grep -m1 parameters "$WORK/out")"
+fi
 
 # --- 21-24 first contact ----------------------------------------------------------------------
 rc=0; "$MB_BIN/step_bench" --plan-only --mdoel small > "$WORK/out" 2> "$WORK/err" || rc=$?
