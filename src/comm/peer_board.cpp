@@ -141,8 +141,8 @@ Absent absent_members(const std::string& group, int me) {
     else if (c.in_call)
       how = fmt::format("never arrived: waiting in {} in group {}", c.op, c.group);
     else
-      how = fmt::format("never arrived: in no call (computing, or stuck outside MPI; last call {} in {})",
-                        c.op[0] ? c.op : "none", c.group[0] ? c.group : "-");
+      how = fmt::format("never arrived: in no call, in {} (last call {} in {})", c.phase.empty() ? "?" : c.phase,
+                        c.op.empty() ? "none" : c.op, c.group.empty() ? "-" : c.group);
     a.ranks.push_back(r);
     a.detail.push_back(fmt::format("rank {} (pid {}): {}", r, c.pid, how));
   }

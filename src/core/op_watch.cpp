@@ -23,19 +23,30 @@ void OpWatch::publish(PeerState& p, const char* op, const char* group) noexcept 
   p.version.fetch_add(1, std::memory_order_release);  // even: done
 }
 
+void publish_phase(PeerState& p, const char* what, int micro) noexcept {
+  p.version.fetch_add(1, std::memory_order_acq_rel);  // odd: writing
+  std::strncpy(p.phase, what ? what : "?", sizeof p.phase - 1);
+  p.micro.store(micro, std::memory_order_relaxed);
+  p.version.fetch_add(1, std::memory_order_release);
+}
+
 bool read_peer(const PeerState& s, PeerCopy& out) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     const std::uint64_t v = s.version.load(std::memory_order_acquire);
     if (v & 1) continue;
-    char op[sizeof s.op], group[sizeof s.group];
+    char op[sizeof s.op], group[sizeof s.group], phase[sizeof s.phase];
     std::memcpy(op, s.op, sizeof op);
     std::memcpy(group, s.group, sizeof group);
+    std::memcpy(phase, s.phase, sizeof phase);
+    const int micro = s.micro.load(std::memory_order_relaxed);
     out.pid = s.pid.load(std::memory_order_relaxed);
     out.in_call = s.in_call.load(std::memory_order_acquire) != 0;
     if (s.version.load(std::memory_order_acquire) != v) continue;
-    op[sizeof op - 1] = group[sizeof group - 1] = 0;
+    op[sizeof op - 1] = group[sizeof group - 1] = phase[sizeof phase - 1] = 0;
     out.op = op;
     out.group = group;
+    out.phase = phase[0] == 0 || micro < 0 ? std::string(phase)
+                                           : std::string(phase) + " (micro-batch " + std::to_string(micro) + ")";
     return out.pid != 0;
   }
   return false;

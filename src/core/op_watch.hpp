@@ -24,6 +24,30 @@ namespace meshbench::core {
 
 enum class CallState : std::uint8_t { kEmpty = 0, kPending = 1, kDone = 2 };
 
+// One rank's call state where its host's other ranks can read it (comm/peer_board.hpp maps an
+// array of these in shared memory): the call it is in, or the last one it left, so the rank
+// whose call hangs can say which of the group's ranks never arrived. Written by the owner
+// only; `version` is odd while a write is under way (a reader retries).
+struct PeerState {
+  std::atomic<std::uint64_t> version{0};
+  std::atomic<std::int64_t> pid{0};
+  std::atomic<std::uint32_t> in_call{0};
+  std::atomic<std::int32_t> micro{-1};
+  char op[64] = {};
+  char group[32] = {};
+  char phase[48] = {};  // set_phase's words: what the rank computes outside calls
+};
+struct PeerCopy {
+  std::int64_t pid = 0;
+  bool in_call = false;
+  std::string op, group, phase;  // phase: "forward (micro-batch 0)"
+};
+// This process's state on its host's board (comm/peer_board.hpp; null without one).
+inline std::atomic<PeerState*> g_peer{nullptr};
+void publish_phase(PeerState& p, const char* what, int micro) noexcept;
+// A consistent copy of `s` (false: it kept changing, or nobody has written it).
+bool read_peer(const PeerState& s, PeerCopy& out);
+
 // Progress outside the watched calls, one counter per process: compute bumps it (each GEMM,
 // each modelled compute wait), and the step engine names the phase it is in. Relaxed atomic
 // stores: a few nanoseconds beside a GEMM.
@@ -35,29 +59,11 @@ inline void note_progress() noexcept { g_progress.fetch_add(1, std::memory_order
 inline void set_phase(const char* what, int micro = -1) noexcept {
   g_phase.store(what, std::memory_order_relaxed);
   g_phase_micro.store(micro, std::memory_order_relaxed);
+  if (PeerState* p = g_peer.load(std::memory_order_relaxed)) publish_phase(*p, what, micro);
   note_progress();
 }
 // "forward (micro-batch 3)", "set-up"
 std::string phase_now();
-
-// One rank's call state where its host's other ranks can read it (comm/peer_board.hpp maps an
-// array of these in shared memory): the call it is in, or the last one it left, so the rank
-// whose call hangs can say which of the group's ranks never arrived. Written by the owner
-// only; `version` is odd while a write is under way (a reader retries).
-struct PeerState {
-  std::atomic<std::uint64_t> version{0};
-  std::atomic<std::int64_t> pid{0};
-  std::atomic<std::uint32_t> in_call{0};
-  char op[40] = {};
-  char group[24] = {};
-};
-struct PeerCopy {
-  std::int64_t pid = 0;
-  bool in_call = false;
-  std::string op, group;
-};
-// A consistent copy of `s` (false: it kept changing, or nobody has written it).
-bool read_peer(const PeerState& s, PeerCopy& out);
 
 // A copy of one flight-recorder entry (seq counts calls from 1).
 struct CallRecord {
@@ -105,7 +111,10 @@ class OpWatch {
   }
 
   // Where begin() and end() also publish this rank's call state (null: nowhere).
-  void set_peer_state(PeerState* p) noexcept { peer_.store(p, std::memory_order_release); }
+  void set_peer_state(PeerState* p) noexcept {
+    peer_.store(p, std::memory_order_release);
+    g_peer.store(p, std::memory_order_release);
+  }
 
   // Where the caller is (a size, a phase); copied, so call it outside hot loops.
   void set_context(const std::string& what);

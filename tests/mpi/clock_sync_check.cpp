@@ -3,14 +3,13 @@
 // must be found within its error. Exit 1 when either bound is broken on any rank.
 #include <mpi.h>
 
-#include <cstring>
-
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "comm/clock_sync.hpp"
 #include "core/timer.hpp"
+#include "support/check_help.hpp"
 
 namespace {
 int g_rank = 0;
@@ -18,13 +17,11 @@ double shifted_clock() { return meshbench::core::now_seconds() + 1.5 * g_rank; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)  // a check program, run by ctest; --help says so and starts nothing
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("%s", "usage: mpiexec -n 2 build/tests/clock_sync_check\n"
-                  "  checks that the clock-offset estimate holds its stated error bound (ctest mpi.clock_sync_check):\n"
-                  "  exit 0 when it does, 1 otherwise\n");
-      return 0;
-    }
+  if (meshbench::tests::answered_help(argc, argv,
+                                      "usage: mpiexec -n 2 build/tests/clock_sync_check\n"
+                                      "  checks that the clock-offset estimate holds its stated error bound (ctest mpi.clock_sync_check):\n"
+                                      "  exit 0 when it does, 1 otherwise\n"))
+    return 0;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   using meshbench::comm::estimate_clock_offset;

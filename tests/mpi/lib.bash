@@ -90,6 +90,18 @@ descendants() {
   for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done
 }
 
+# start_job FILE CMD...: runs CMD (an mpiexec line) in the background in a session of its own,
+# stdout and stderr to $WORK/out and $WORK/err; sets `launcher` to its pid and returns once FILE
+# exists (60 s at most), then SETTLE seconds more (default 1: some steps land in the file).
+start_job() {
+  local f=$1; shift
+  setsid "$@" > "$WORK/out" 2> "$WORK/err" < /dev/null &
+  launcher=$!
+  local deadline=$((SECONDS + 60))
+  until [[ -f "$f" ]] || [[ $SECONDS -ge $deadline ]]; do sleep 0.1; done
+  sleep "${SETTLE:-1}"
+}
+
 # find_ranks LAUNCHER EXE N: sets `ranks` to the processes below LAUNCHER running EXE; when
 # there are not N of them, fails, kills the job and ends the test.
 find_ranks() {

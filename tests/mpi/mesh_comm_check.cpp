@@ -2,25 +2,22 @@
 // order, for every group kind, on whatever world it is launched with. Exit 1 on a mismatch.
 #include <mpi.h>
 
-#include <cstring>
-
 #include <cstdio>
 #include <optional>
 #include <vector>
 
 #include "comm/mesh.hpp"
 #include "comm/mesh_comm.hpp"
+#include "support/check_help.hpp"
 
 using namespace meshbench::comm;
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)  // a check program, run by ctest; --help says so and starts nothing
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("%s", "usage: mpiexec -n N build/tests/mesh_comm_check [MESH [ORDER]]\n"
-                  "  checks every mesh sub-communicator against the computed rank lists (default tp=2 tp-cp-ep-dp-pp);\n"
-                  "  a ctest check (mpi.mesh_comm_check_*): exit 0 when all agree, 1 otherwise\n");
-      return 0;
-    }
+  if (meshbench::tests::answered_help(argc, argv,
+                                      "usage: mpiexec -n N build/tests/mesh_comm_check [MESH [ORDER]]\n"
+                                      "  checks every mesh sub-communicator against the computed rank lists (default tp=2 tp-cp-ep-dp-pp);\n"
+                                      "  a ctest check (mpi.mesh_comm_check_*): exit 0 when all agree, 1 otherwise\n"))
+    return 0;
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

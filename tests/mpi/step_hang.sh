@@ -5,13 +5,8 @@
 source "$(dirname "$0")/lib.bash"
 f="$WORK/hang.h5"
 exe="$MB_BIN/step_bench"
-setsid timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" --mesh dp=2 --layers 1 --hidden 32 --heads 2 --seq 16 \
-  --vocab 64 --micro-batch 2 --threads 1 --steps 1000000 --warmup 0 --op-timeout 5 -O "$f" --quiet \
-  > "$WORK/out" 2> "$WORK/err" < /dev/null &
-launcher=$!
-deadline=$((SECONDS + 60))
-until [[ -f "$f" ]] || [[ $SECONDS -ge $deadline ]]; do sleep 0.1; done
-sleep 2  # some steps land in the file
+SETTLE=2 start_job "$f" timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" --mesh dp=2 --layers 1 --hidden 32 \
+  --heads 2 --seq 16 --vocab 64 --micro-batch 2 --threads 1 --steps 1000000 --warmup 0 --op-timeout 5 -O "$f" --quiet
 find_ranks "$launcher" "$exe" 2
 kill -STOP "${ranks[1]}"
 t0=$SECONDS
@@ -50,13 +45,9 @@ fi
 
 # A pipeline hang names the pipeline dimension (it read "group pp (dim dp)").
 f="$WORK/hang-pp.h5"
-setsid timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" --mesh pp=2 --layers 2 --hidden 32 --heads 2 --seq 16 \
-  --vocab 64 --micro-batch 2 --micro-batches 2 --threads 1 --steps 1000000 --warmup 0 --op-timeout 5 -O "$f" --quiet \
-  > "$WORK/out" 2> "$WORK/err" < /dev/null &
-launcher=$!
-deadline=$((SECONDS + 60))
-until [[ -f "$f" ]] || [[ $SECONDS -ge $deadline ]]; do sleep 0.1; done
-sleep 2
+SETTLE=2 start_job "$f" timeout --kill-after=5 120 "$MB_MPIEXEC" -n 2 "$exe" --mesh pp=2 --layers 2 --hidden 32 \
+  --heads 2 --seq 16 --vocab 64 --micro-batch 2 --micro-batches 2 --threads 1 --steps 1000000 --warmup 0 \
+  --op-timeout 5 -O "$f" --quiet
 find_ranks "$launcher" "$exe" 2
 kill -STOP "${ranks[1]}"
 rc=0

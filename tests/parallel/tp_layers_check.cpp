@@ -17,8 +17,6 @@
 // Exit 0 when every comparison holds on every rank, 1 otherwise (rank 0 prints them).
 #include <mpi.h>
 
-#include <cstring>
-
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -31,6 +29,7 @@
 #include "tensor_parallel/tensor_parallel.hpp"
 #include "tensor_parallel/linear.hpp"
 #include "vocab/trace.hpp"
+#include "support/check_help.hpp"
 
 using namespace meshbench::parallel;
 namespace comm = meshbench::comm;
@@ -164,13 +163,11 @@ void row(CommGroup<float>* tp, const TpMode& m, const std::string& label) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)  // a check program, run by ctest; --help says so and starts nothing
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::printf("%s", "usage: mpiexec -n T build/tests/tp_layers_check\n"
-                  "  the tensor-parallel linears and mappings at T ranks against the full reference (ctest\n"
-                  "  mpi.tp_layers_check_{1,2,4}): exit 0 within tolerance, 1 otherwise\n");
-      return 0;
-    }
+  if (meshbench::tests::answered_help(argc, argv,
+                                      "usage: mpiexec -n T build/tests/tp_layers_check\n"
+                                      "  the tensor-parallel linears and mappings at T ranks against the full reference (ctest\n"
+                                      "  mpi.tp_layers_check_{1,2,4}): exit 0 within tolerance, 1 otherwise\n"))
+    return 0;
   MPI_Init(&argc, &argv);
   int size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
