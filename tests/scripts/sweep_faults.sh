@@ -81,6 +81,7 @@ rm -rf "$D/stale"
 live=$!
 tree() { local c; echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }  # hydra's proxy and ranks start sessions of their own
 wait_for "$D/$P.h5"
+wait_for "$D/$P.jsonl"  # its first size is in (a .jsonl is created with its first row)
 job=$(tree "$live")
 trap 'kill -KILL $job 2>/dev/null; cleanup' EXIT  # never leave the stopped job behind
 kill -STOP $job
