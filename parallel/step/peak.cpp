@@ -59,7 +59,7 @@ GemmShape square_shape(bool gpu) {
 
 Peak measure_peak(const GptConfig& c, bool gpu, Precision prec, int device) {
   const GemmShape largest = largest_gemm(c), square = square_shape(gpu);
-  if (!gpu) return choose_basis(measure_sgemm(largest, 0.5), measure_sgemm(square, 0.2));
+  if (!gpu) return choose_basis(measure_sgemm(largest, 0.5), measure_sgemm(square, 0.05));
   auto on_gpu = [&](const GemmShape& s) {
     const cuda::GemmTiming t = cuda::measure_gemm_peak(s.M, s.N, s.K, prec, device);
     return GemmRate{s, t.best, t.median, t.reps};

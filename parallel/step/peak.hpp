@@ -2,7 +2,8 @@
 // two GEMMs, each timed repeatedly with its best and median rate and repeat count kept:
 // - the step's largest GEMM (largest_gemm: the shape the step itself runs at most);
 // - a square reference, n^3 in the step's GEMM dtype: 8192 on a GPU (cuBLAS, fp32 or bf16
-//   inputs), 1024 on the CPU (SGEMM: 8192^3 would take seconds per call on a few cores).
+//   inputs), 512 on the CPU (SGEMM: 8192^3 would take seconds per call on a few cores, and every
+//   run measures it twice: 512^3 keeps that near 0.1 s)
 // MFU uses the higher of the two best rates, and `basis` says which (the largest GEMM of a
 // small model, e.g. the LM head at K = 512, runs far below the tensor cores' rate, and MFU
 // against it alone read about twice the datasheet MFU). step_bench measures before and after
@@ -32,7 +33,7 @@ struct Peak {
   std::string basis;  // "largest_gemm" or "square"
 };
 
-constexpr int kSquareGpu = 8192, kSquareCpu = 1024;
+constexpr int kSquareGpu = 8192, kSquareCpu = 512;
 
 // best = max, median = the median, reps = the count, of per-repeat rates (FLOP/s).
 GemmRate rate_stats(const GemmShape& shape, const std::vector<double>& rates);
