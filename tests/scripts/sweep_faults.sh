@@ -83,7 +83,7 @@ tree() { local c; echo "$1"; for c in $(pgrep -P "$1"); do tree "$c"; done; }  #
 wait_for "$D/$P.h5"
 wait_for "$D/$P.jsonl"  # its first size is in (a .jsonl is created with its first row)
 job=$(tree "$live")
-trap 'kill -KILL $job 2>/dev/null; cleanup' EXIT  # never leave the stopped job behind
+trap 'kill -KILL $job 2>/dev/null || true; cleanup' EXIT  # never leave the stopped job behind
 kill -STOP $job
 cp "$D/$P.h5" "$WORK/live-copy.h5"
 rc=0; (sweep) > "$WORK/busy.out" 2>&1 || rc=$?
