@@ -8,11 +8,7 @@
 // Not here: the CPU reference kernels (layers.hpp flash_attention_*, BLAS tiles).
 #pragma once
 
-#ifdef __CUDACC__
-#define MB_HD __host__ __device__
-#else
-#define MB_HD
-#endif
+#include "kernels/host_device.hpp"
 
 #include <cmath>
 

@@ -14,11 +14,7 @@
 // Not here: the reference (moe_layers.cpp moe_plan), which this must equal element for element.
 #pragma once
 
-#ifdef __CUDACC__
-#define MB_HD __host__ __device__
-#else
-#define MB_HD
-#endif
+#include "kernels/host_device.hpp"
 
 #include <cstddef>
 #include <cstdint>
