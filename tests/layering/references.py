@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """layering.references: every file a tracked file names exists (issue 47: the repository stands
 alone). Two kinds of names are checked in every tracked text file:
-  - a bare document name, NAME.md (ENVIRONMENT.md, FORMULAS.md): a tracked file of that name;
+  - a bare document name in capitals, such as README.md: a tracked file of that name;
   - a path to a source, script or page, DIR/NAME.EXT with EXT one of the suite's
     (hpp cpp cu cuh h c py sh md toml txt cmake sbatch), relative to the repository root, to
     the naming file's folder, to src/ or parallel/ (the include roots: "comm/mesh.hpp"), to
@@ -102,13 +102,13 @@ def self_test():
         os.makedirs(os.path.join(d, "src", "comm"))
         files = {"src/comm/mesh.hpp": "// see comm/mesh.hpp and docs/a.md\n",
                  "docs/a.md": "ok: src/comm/mesh.hpp, ../src/comm/mesh.hpp; out: results/x.h5, build/bin/y.txt\n",
-                 "tests/t.sh": "# gone: engine/tp_layers.hpp and ENVIRONMENT.md; fine: docs/X.md, ../comm/mesh.hpp\n"}
+                 "tests/t.sh": "# gone: engine/tp_layers.hpp and NOWHERE.md; fine: docs/X.md, ../comm/mesh.hpp\n"}
         for p, t in files.items():
             os.makedirs(os.path.join(d, os.path.dirname(p)), exist_ok=True)
             open(os.path.join(d, p), "w").write(t)
         run("add", "-A")
         got = check(d, tracked(d))
-        want = ["tests/t.sh:1: ENVIRONMENT.md", "tests/t.sh:1: engine/tp_layers.hpp"]
+        want = ["tests/t.sh:1: NOWHERE.md", "tests/t.sh:1: engine/tp_layers.hpp"]
         if sorted(got) != sorted(want):
             print(f"references self-test: got {got}, want {want}", file=sys.stderr)
             return 1
