@@ -12,6 +12,8 @@
 #include <mutex>
 #include <new>
 
+#include "comm/topology.hpp"
+
 namespace meshbench::comm {
 namespace {
 
@@ -25,13 +27,6 @@ struct Board {
 Board& board() {
   static Board b;
   return b;
-}
-
-std::string my_host() {
-  char h[MPI_MAX_PROCESSOR_NAME] = {};
-  int len = 0;
-  MPI_Get_processor_name(h, &len);
-  return std::string(h, static_cast<std::size_t>(len));
 }
 
 // 'T' (stopped), 't' (traced), 'Z', 'R', 'S', ... from /proc/PID/stat; 0 when unreadable.
@@ -52,7 +47,7 @@ void open_peer_board(MPI_Comm world) {
   // The name: world rank 0's pid, and this host (ranks of one host share one board).
   long long key = b.rank == 0 ? static_cast<long long>(::getpid()) : 0;
   MPI_Bcast(&key, 1, MPI_LONG_LONG, 0, world);
-  const std::string host = my_host();
+  const std::string host = host_name();
   std::vector<char> hosts(static_cast<std::size_t>(b.world) * MPI_MAX_PROCESSOR_NAME, 0);
   std::vector<char> mine(MPI_MAX_PROCESSOR_NAME, 0);
   host.copy(mine.data(), mine.size() - 1);
@@ -74,10 +69,8 @@ void open_peer_board(MPI_Comm world) {
   if (at == MAP_FAILED) return;
   b.slots = static_cast<core::PeerState*>(at);  // zero-filled memory is a valid PeerState (all atomics 0)
   b.slots[b.rank].pid.store(::getpid(), std::memory_order_release);
-  int all = 0;
-  MPI_Comm_size(world, &all);
-  std::vector<int> ranks(static_cast<std::size_t>(all));
-  for (int r = 0; r < all; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  std::vector<int> ranks(static_cast<std::size_t>(b.world));
+  for (int r = 0; r < b.world; ++r) ranks[static_cast<std::size_t>(r)] = r;
   std::lock_guard<std::mutex> lock(b.mu);
   b.groups["world"] = ranks;
 }
