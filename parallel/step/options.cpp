@@ -150,6 +150,10 @@ void add_parallel_flags(CLI::App& app, Options& o) {
   step_env(app.add_option("--vpp-group", o.vpp_group, "interleaved: micro-batches G per group (P <= G <= m; 0: P)"));
   step_env(app.add_option("--layers-per-stage", o.layers_per_stage,
                      "layers of each virtual stage, e.g. 3,3,2,2 (pp x vpp entries summing to --layers; default an even split)"));
+}
+
+// The run's outputs and watchdog, the test hooks, planning without a run and the step model.
+void add_plan_flags(CLI::App& app, Options& o) {
   step_env(app.add_option("--trace", o.trace_file, "write a Chrome/Perfetto trace (one process per rank) to FILE.json"));
   step_env(app.add_option("--inject-fault", o.inject_fault, "corrupt one gradient element on this rank before its reduction (tests)"))
       ->group("");
@@ -299,6 +303,7 @@ std::optional<Options> parse_options(int argc, char** argv) {
   add_model_flags(app, f);
   add_run_flags(app, o);
   add_parallel_flags(app, o);
+  add_plan_flags(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
