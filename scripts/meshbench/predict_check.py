@@ -325,7 +325,8 @@ def summary_text(v):
     return "\n".join(out) + "\n"
 
 
-def main(argv, prog="predict-check"):
+def parse_args(argv, prog):
+    """The command line (main's options)."""
     import argparse
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -349,24 +350,34 @@ def main(argv, prog="predict-check"):
                          "run in each round, and report the modelled step time against the real one (docs/modelled.md)")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: report the plan files already in --out (a finished or interrupted check)")
-    o = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def check_args(o):
+    """Refuses what cannot run (CheckError); returns the list's plans and step_bench's path."""
+    if o.rounds < 1 or o.steps < 1 or o.warmup < 0 or o.threads < 1:
+        raise CheckError("--rounds, --steps, --threads must be >= 1 and --warmup >= 0")
+    if not os.path.exists(o.predict):
+        raise CheckError(f"--predict {o.predict}: no such file")
+    if not o.report_only and os.path.exists(o.out) and os.listdir(o.out):
+        raise CheckError(f"--out {o.out}: exists and is not empty (results are never overwritten)")
+    if o.report_only and not os.path.isdir(o.out):
+        raise CheckError(f"--out {o.out}: no such folder (--report-only reads the folder of an earlier check)")
+    exe = os.path.join(o.bin, "step_bench")
+    if not o.report_only and not os.path.exists(exe):
+        raise CheckError(f"--bin {o.bin}: no step_bench (make)")
+    plans = parse_plans(o.plans)
+    if not o.report_only:
+        check_plans(plans, exe, o.predict, o.predict_fabric)
+        if o.recalibrate:
+            recalibrate_command(o.predict, os.path.join(o.out, "cal.h5"))  # refuses a file it cannot remake
+    return plans, exe
+
+
+def main(argv, prog="predict-check"):
+    o = parse_args(argv, prog)
     try:
-        if o.rounds < 1 or o.steps < 1 or o.warmup < 0 or o.threads < 1:
-            raise CheckError("--rounds, --steps, --threads must be >= 1 and --warmup >= 0")
-        if not os.path.exists(o.predict):
-            raise CheckError(f"--predict {o.predict}: no such file")
-        if not o.report_only and os.path.exists(o.out) and os.listdir(o.out):
-            raise CheckError(f"--out {o.out}: exists and is not empty (results are never overwritten)")
-        if o.report_only and not os.path.isdir(o.out):
-            raise CheckError(f"--out {o.out}: no such folder (--report-only reads the folder of an earlier check)")
-        exe = os.path.join(o.bin, "step_bench")
-        if not o.report_only and not os.path.exists(exe):
-            raise CheckError(f"--bin {o.bin}: no step_bench (make)")
-        plans = parse_plans(o.plans)
-        if not o.report_only:
-            check_plans(plans, exe, o.predict, o.predict_fabric)
-            if o.recalibrate:
-                recalibrate_command(o.predict, os.path.join(o.out, "cal.h5"))  # refuses a file it cannot remake
+        plans, exe = check_args(o)
     except CheckError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
