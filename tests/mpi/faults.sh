@@ -193,9 +193,18 @@ probe "8 -O in a folder that cannot be made" "cannot create the lock file" -O /p
 probe "8 --trace in a folder that cannot be made" "--trace /proc/none/t.json" --trace /proc/none/t.json
 
 # --- 9 an allocation that fails anyway ----------------------------------------------------------
-rc=0
-(ulimit -v 3000000; mpirun 2 step_bench --layers 4 --hidden 1024 --heads 8 --seq 256 --vocab 32000 --micro-batch 8 \
-  --threads 1 --steps 1 --warmup 0 --quiet) || rc=$?
+# About one run in eight (2026-12-07: 1 of 8 by hand, 1 in a CI run) ends with exit 3 and nothing
+# on stderr, not even MPICH's abort banner; not yet explained. That case is noted and the probe
+# runs once more, so the named error must still appear (docs/reliability.md, "Not yet explained").
+oom() {
+  (ulimit -v 3000000; mpirun 2 step_bench --layers 4 --hidden 1024 --heads 8 --seq 256 --vocab 32000 --micro-batch 8 \
+    --threads 1 --steps 1 --warmup 0 --quiet)
+}
+rc=0; oom || rc=$?
+if [[ $rc -eq 3 && ! -s "$WORK/err" ]]; then
+  echo "note [$TEST_NAME]: 9 exit 3 with an empty stderr (the unexplained case); running the probe again"
+  rc=0; oom || rc=$?
+fi
 if [[ $rc -eq 3 ]] && grep -q "meshbench: rank [0-9] (.*): memory allocation failed in group -: out of memory" "$WORK/err"; then
   pass "9 out of memory under a 3 GB address-space limit: exit 3, $(grep -m1 'memory allocation failed' "$WORK/err" | cut -c1-90)"
 else
