@@ -45,28 +45,30 @@ fi
 export MB_ROOT MB_BIN MB_RESULTS MB_LAUNCHER MB_POINT_TIMEOUT
 
 # --- fabric presets -------------------------------------------------------------------------
-# name|backend|mem|launcher|VAR=value ...|description
+# name|backend|mem|launcher|VAR=value ...|description|reach
 # backend: mpi or nccl (the --backend the preset is meant for); mem: --mem it implies;
-# launcher: "default" (MB_LAUNCHER) or "netns" (scripts/netns-fabric, the emulated two nodes).
+# launcher: "default" (MB_LAUNCHER) or "netns" (scripts/netns-fabric, the emulated two nodes);
+# reach: "node" when it only connects ranks on one node (shared memory, loopback), "nodes" when
+# it also connects nodes (scripts/sweep refuses a "node" preset inside a multi-node job).
 # A value that expands to empty leaves the variable unset, so UCX/NCCL pick their own default.
 mb_fabric_table() {
   cat <<TABLE
-shm|mpi|host|default|UCX_TLS=self,sm|MPICH/UCX shared memory (ranks on one node)
-posix|mpi|host|default|UCX_TLS=self,posix|UCX POSIX shared memory only
-sysv-cma|mpi|host|default|UCX_TLS=self,sysv,cma|UCX SysV shared memory + cross-memory attach
-tcp|mpi|host|default|UCX_TLS=self,sm,tcp UCX_NET_DEVICES=${MB_TCP_DEV}|UCX TCP between nodes, shared memory within a node
-tcp-only|mpi|host|default|UCX_TLS=self,tcp UCX_NET_DEVICES=${MB_TCP_DEV}|UCX TCP for every pair, even within a node
-tcp-lo|mpi|host|default|UCX_TLS=self,tcp UCX_NET_DEVICES=lo|UCX TCP over loopback (one node; the local stand-in for Ethernet)
-ib|mpi|host|default|UCX_TLS=self,sm,rc,ud UCX_NET_DEVICES=${MB_IB_DEV}|UCX InfiniBand verbs (RC + UD), shared memory within a node
-ib-dc|mpi|host|default|UCX_TLS=self,sm,dc,ud UCX_NET_DEVICES=${MB_IB_DEV}|UCX InfiniBand dynamically connected transport (Mellanox/NVIDIA HCAs)
-roce|mpi|host|default|UCX_TLS=self,sm,rc,ud UCX_NET_DEVICES=${MB_IB_DEV} UCX_IB_GID_INDEX=${MB_ROCE_GID}|UCX RoCE v2 (RC + UD over Ethernet)
-netns|mpi|host|netns|UCX_TLS=self,tcp UCX_NET_DEVICES=${MB_NETNS_DEV}|emulated two nodes: 2 network namespaces, veth, tc tbf (scripts/netns-fabric)
-nccl|nccl|device|default||NCCL defaults (NVLink/P2P, SHM, IB as NCCL detects)
-nccl-nop2p|nccl|device|default|NCCL_P2P_DISABLE=1|NCCL without GPU peer-to-peer (through host shared memory)
-nccl-noshm|nccl|device|default|NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1|NCCL without P2P and SHM (network even within a node)
-nccl-ib|nccl|device|default|NCCL_IB_DISABLE=0 NCCL_NET=IB NCCL_IB_HCA=${MB_IB_HCA}|NCCL over InfiniBand verbs
-nccl-roce|nccl|device|default|NCCL_IB_DISABLE=0 NCCL_NET=IB NCCL_IB_HCA=${MB_IB_HCA} NCCL_IB_GID_INDEX=${MB_ROCE_GID}|NCCL over RoCE v2
-nccl-socket|nccl|device|default|NCCL_IB_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=${MB_TCP_DEV}|NCCL over TCP sockets (no RDMA)
+shm|mpi|host|default|UCX_TLS=self,sm|MPICH/UCX shared memory (ranks on one node)|node
+posix|mpi|host|default|UCX_TLS=self,posix|UCX POSIX shared memory only|node
+sysv-cma|mpi|host|default|UCX_TLS=self,sysv,cma|UCX SysV shared memory + cross-memory attach|node
+tcp|mpi|host|default|UCX_TLS=self,sm,tcp UCX_NET_DEVICES=${MB_TCP_DEV}|UCX TCP between nodes, shared memory within a node|nodes
+tcp-only|mpi|host|default|UCX_TLS=self,tcp UCX_NET_DEVICES=${MB_TCP_DEV}|UCX TCP for every pair, even within a node|nodes
+tcp-lo|mpi|host|default|UCX_TLS=self,tcp UCX_NET_DEVICES=lo|UCX TCP over loopback (one node; the local stand-in for Ethernet)|node
+ib|mpi|host|default|UCX_TLS=self,sm,rc,ud UCX_NET_DEVICES=${MB_IB_DEV}|UCX InfiniBand verbs (RC + UD), shared memory within a node|nodes
+ib-dc|mpi|host|default|UCX_TLS=self,sm,dc,ud UCX_NET_DEVICES=${MB_IB_DEV}|UCX InfiniBand dynamically connected transport (Mellanox/NVIDIA HCAs)|nodes
+roce|mpi|host|default|UCX_TLS=self,sm,rc,ud UCX_NET_DEVICES=${MB_IB_DEV} UCX_IB_GID_INDEX=${MB_ROCE_GID}|UCX RoCE v2 (RC + UD over Ethernet)|nodes
+netns|mpi|host|netns|UCX_TLS=self,tcp UCX_NET_DEVICES=${MB_NETNS_DEV}|emulated two nodes: 2 network namespaces, veth, tc tbf (scripts/netns-fabric)|nodes
+nccl|nccl|device|default||NCCL defaults (NVLink/P2P, SHM, IB as NCCL detects)|nodes
+nccl-nop2p|nccl|device|default|NCCL_P2P_DISABLE=1|NCCL without GPU peer-to-peer (through host shared memory)|nodes
+nccl-noshm|nccl|device|default|NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1|NCCL without P2P and SHM (network even within a node)|nodes
+nccl-ib|nccl|device|default|NCCL_IB_DISABLE=0 NCCL_NET=IB NCCL_IB_HCA=${MB_IB_HCA}|NCCL over InfiniBand verbs|nodes
+nccl-roce|nccl|device|default|NCCL_IB_DISABLE=0 NCCL_NET=IB NCCL_IB_HCA=${MB_IB_HCA} NCCL_IB_GID_INDEX=${MB_ROCE_GID}|NCCL over RoCE v2|nodes
+nccl-socket|nccl|device|default|NCCL_IB_DISABLE=1 NCCL_NET=Socket NCCL_SOCKET_IFNAME=${MB_TCP_DEV}|NCCL over TCP sockets (no RDMA)|nodes
 TABLE
 }
 

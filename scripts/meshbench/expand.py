@@ -113,6 +113,11 @@ def check_table(cfg, where, presets, bin_dir, names, built):
             raise SweepError(f"{where}: unknown fabric preset '{fb}' (known: {', '.join(presets)})")
         if presets[fb]["backend"] not in backends:
             raise SweepError(f"{where}: fabric '{fb}' is a {presets[fb]['backend']} preset but backends = {backends}")
+        job_nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
+        if presets[fb].get("reach") == "node" and job_nodes.isdigit() and int(job_nodes) > 1:
+            raise SweepError(f"{where}: fabric '{fb}' connects ranks on one node only, and this job has {job_nodes} "
+                             "nodes (SLURM_JOB_NUM_NODES): name a fabric between nodes (--fabric tcp, ib, roce; "
+                             "scripts/sweep --list-fabrics)")
     meshes = [parse_mesh(m, where, names) for m in as_list(cfg["meshes"])]
     if not isinstance(cfg["args"], list) or not isinstance(cfg["env"], dict):
         raise SweepError(f"{where}: args must be a list of strings and env a table")

@@ -50,7 +50,8 @@ def fabric_presets():
             k, _, v = kv.partition("=")
             if v:
                 env[k] = v
-        presets[f[0]] = {"backend": f[1], "mem": f[2], "launcher": f[3], "env": env, "desc": f[5]}
+        presets[f[0]] = {"backend": f[1], "mem": f[2], "launcher": f[3], "env": env, "desc": f[5],
+                         "reach": f[6] if len(f) > 6 else "nodes"}
     return presets
 
 

@@ -46,6 +46,10 @@ TOML
 refuse fabric-backend "fabric 'nccl-socket' is a nccl preset but backends = \['mpi'\]" <<'TOML'
 fabrics = ["nccl-socket"]
 TOML
+# Inside a job of two nodes, a preset that reaches one node only cannot connect the ranks.
+SLURM_JOB_NUM_NODES=2 refuse one-node-fabric "fabric 'shm' connects ranks on one node only, and this job has 2 nodes" <<'TOML'
+fabrics = ["shm"]
+TOML
 refuse unknown-key "unknown key\(s\) \['rank'\]" <<'TOML'
 rank = [2]
 TOML
