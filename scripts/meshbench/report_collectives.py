@@ -55,6 +55,11 @@ def join_sides(rows, sel_a, sel_b, identity):
     pairs = [(k, a, side["b"][k]) for k, a in side["a"].items() if k in side["b"]]
     unmatched = len(side["a"]) + len(side["b"]) - 2 * len(pairs)
     differ = [f"{c}: {sel_rows['a'][0].get(c)} vs {sel_rows['b'][0].get(c)}" for c in implied]
+    # Where the groups sit (intra-node, inter-node) is not a join column, but when the two sides
+    # sit differently it is what the comparison means: say it.
+    spans = [sorted({str(r.get("span") or "?") for r in sel_rows[n]}) for n in ("a", "b")]
+    if spans[0] != spans[1]:
+        differ.append(f"span: {va} {','.join(spans[0])}, {vb} {','.join(spans[1])}")
     return pairs, keycols, unmatched, dups, differ
 
 
