@@ -48,6 +48,10 @@ void validate_context_parallel(const Plan& p) {
       throw UsageError(fmt::format("--cp-algo ulysses with --mesh cp={}: --kv-heads {} per tensor-parallel rank ({}) "
                                    "must be divisible by cp", c, m.kv_heads, m.kv_heads / t));
   }
+  if (p.recompute == "selective" && !p.modelled_compute)
+    throw UsageError("--recompute selective with context parallel (cp > 1): its ring, all-gather and Ulysses "
+                     "attention keep their own state; the engine recomputes the unsplit attention core only "
+                     "(use --recompute full, or cp = 1)");
   if (p.sp && (m.seq / c) % t != 0)
     throw UsageError(fmt::format("--sp with --mesh cp={},tp={}: --seq {} / cp must be divisible by tp", c, t, m.seq));
 }

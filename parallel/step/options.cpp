@@ -342,6 +342,7 @@ Plan plan_of(const Options& o, int world) {
   p.prefetch = o.prefetch;
   p.keep_params = o.keep_params;
   p.recompute = o.recompute;
+  p.modelled_compute = o.compute == "modelled";
   p.recompute_layers = o.recompute_layers;
   if (o.recompute_layers > 0 && o.recompute != "full")
     throw UsageError(fmt::format("--recompute-layers {}: chooses the blocks --recompute full recomputes; add "

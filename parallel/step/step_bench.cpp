@@ -69,10 +69,6 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   if (rank == 0)  // legal but degenerate: said once, even with --quiet (step/rules.hpp)
     for (const std::string& n : plan_notes(plan)) std::fprintf(stderr, "step_bench: note: %s\n", n.c_str());
   const bool modelled = o.compute == "modelled";
-  if (plan.recompute == "selective" && !modelled && plan.degrees.cp > 1)
-    throw mb::core::UsageError("--recompute selective with context parallel (cp > 1): its ring, all-gather and Ulysses "
-                               "attention keep their own state; the engine recomputes the unsplit attention core only "
-                               "(use --recompute full, or cp = 1)");
   std::optional<Prediction> predicted;  // every rank reads it: a bad file is exit 2 on all
   std::unique_ptr<Costs> costs;
   if (!o.predict.empty()) {

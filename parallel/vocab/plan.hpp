@@ -39,6 +39,9 @@ struct Plan {
   // backward; --recompute-layers K: only the first K blocks of each model chunk, 0: all).
   std::string recompute = "none";
   int recompute_layers = 0;
+  // --compute modelled: every compute action waits its modelled duration and no model state
+  // exists, so the rules about what the engine's state can do (recomputation under cp) do not apply.
+  bool modelled_compute = false;
   // The blocks of each model chunk that --recompute full recomputes (GptOptions::recompute_blocks).
   int recompute_blocks() const { return recompute != "full" ? 0 : recompute_layers > 0 ? recompute_layers : 1 << 30; }
   // --attention flash: causal attention without the T x T matrix (kernels/layers.hpp
