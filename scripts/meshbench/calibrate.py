@@ -4,7 +4,8 @@ node span, fabric tag) with meshbench.fit, print the fit table with each fit's h
 and, where it misses the target, why; with --compute measure this machine's compute rates
 through step_bench (meshbench.compute); write the calibration file (docs/results.md,
 "Calibration files") and with --plot the figures (plot_fits). read() loads a calibration file
-back. HELP is the command's --help text.
+back. Every file is read through meshbench.reader (only the writing, write(), opens HDF5 here).
+HELP is the command's --help text.
 
 Not the step predictor: step_bench --predict reads the file (parallel/predict).
 """
@@ -19,9 +20,8 @@ import numpy as np
 
 from . import compute, fit, reader, tables
 
-FORMAT_VERSION = 2
-READS = (1, 2)  # format_version 1: the collective fits alone (its compute group is empty)
-KIND = "meshbench calibration"
+FORMAT_VERSION = 2  # the one written; reader.CALIBRATION_READS lists those read back
+KIND = reader.CALIBRATION_KIND
 KEY = ("collective", "backend", "dtype", "group_size", "span", "tag")
 # A key's rows must agree on these (a fit of isolated and pipelined times, of host and staged
 # device memory, or of 2 ranks alone and 2 ranks beside another group, mixes two conditions).
@@ -85,23 +85,19 @@ def key_text(k):
 
 
 def _read_file(path):
-    """(collective rows of one file, {run_id: run attributes used here}); CalibrateError if it is
-    not a readable meshbench file."""
-    import h5py
+    """(collective rows of one file, {run_id: routing}, {schema_version, git_sha}), all through
+    meshbench.reader (read_collectives, read_file_attrs); CalibrateError if it is not a readable
+    meshbench file."""
     try:
         rows = reader.read_collectives(path)
-        with h5py.File(path, "r") as f:
-            runs = f.get("runs")
-            meta = {"schema_version": reader.scalar(f.attrs.get("schema_version", 0)),
-                    "git_sha": reader.text(f.attrs.get("git_sha", ""))}
-            attrs = {rid: {"routing": reader.text(r.attrs.get("routing", "")),
-                           "status": reader.text(r.attrs.get("status", ""))}
-                     for rid, r in (runs.items() if runs is not None else [])}
+        fa, ra = reader.read_file_attrs(path)
+        meta = {"schema_version": fa.get("schema_version", 0), "git_sha": fa.get("git_sha", "")}
+        routing = {rid: a.get("routing", "") for rid, a in ra.items()}
     except OSError as e:
         raise CalibrateError(f"{path}: not a readable HDF5 file ({e})")
     except (KeyError, ValueError, TypeError, IndexError) as e:
         raise CalibrateError(f"{path}: malformed meshbench results file (docs/results.md): {e!r}")
-    return rows, attrs, meta
+    return rows, routing, meta
 
 
 def load(paths, where=()):
@@ -123,7 +119,7 @@ def load(paths, where=()):
                 got += 1
                 continue
             seen.add(os.path.realpath(path))
-            frows, attrs, meta = _read_file(path)
+            frows, routing, meta = _read_file(path)
             if not frows:
                 if not os.path.isdir(p):
                     raise CalibrateError(f"{path}: no collective runs (calibrate reads /runs/<id>/collectives/... "
@@ -131,7 +127,7 @@ def load(paths, where=()):
                 notes.append(f"{path}: no collective runs, not used")
                 continue
             for r in frows:
-                r["routing"] = attrs.get(r["run_id"], {}).get("routing", "")
+                r["routing"] = routing.get(r["run_id"], "")
             sources.append({"file": path, "runs": sorted({r["run_id"] for r in frows}), **meta})
             rows += frows
             got += len(frows)
@@ -450,26 +446,14 @@ def write(path, fits, unfitted, sources, argv, target, max_segments, comp=None):
 
 
 def read(path):
-    """A calibration file as {'attrs', 'collective_attrs', 'fits', 'points', 'unfitted',
-    'compute'} (lists of dicts, strings as str); compute: {'attrs', 'gemm', 'rates',
-    'rate_runs'}, its tables empty in format_version 1 (which had none). CalibrateError unless
-    it is a calibration file of a format_version in READS."""
-    import h5py
+    """A calibration file as meshbench.reader.read_calibration returns it ({'attrs',
+    'collective_attrs', 'fits', 'points', 'unfitted', 'compute'}); CalibrateError, one line
+    naming the file, unless it is a readable calibration file of a format_version in
+    reader.CALIBRATION_READS."""
     try:
-        with h5py.File(path, "r") as f:
-            a = reader.attrs_dict(f, json_keys=("sources", "argv"))
-            if a.get("kind") != KIND or a.get("format_version") not in READS:
-                raise CalibrateError(f"{path}: not a calibration file of format_version "
-                                     f"{' or '.join(map(str, READS))} (kind {a.get('kind')!r}, format_version "
-                                     f"{a.get('format_version')!r})")
-            c = f["collectives"]
-            g = f["compute"]
-            comp = {"attrs": reader.attrs_dict(g, json_keys=("commands", "runs", "notes"))}
-            for t in ("gemm", "rates", "rate_runs"):
-                comp[t] = reader.table(g[t]) if a["format_version"] >= 2 else []
-            return {"attrs": a, "collective_attrs": reader.attrs_dict(c), "fits": reader.table(c["fits"]),
-                    "points": reader.table(c["points"]), "unfitted": reader.table(c["unfitted"]),
-                    "compute": comp}
+        return reader.read_calibration(path)
+    except reader.FormatError as e:
+        raise CalibrateError(str(e))
     except OSError as e:
         raise CalibrateError(f"{path}: not a readable HDF5 file ({e})")
     except KeyError as e:

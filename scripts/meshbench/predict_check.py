@@ -65,12 +65,10 @@ def check_plans(plans, exe, cal, fabric):
 
 
 def recalibrate_command(cal, out):
-    """The command that made calibration file `cal` (its root attribute argv), writing `out`
-    instead (--recalibrate: the same collective files and compute options, measured again)."""
-    import h5py
-    with h5py.File(cal, "r") as f:
-        argv = f.attrs.get("argv")
-        argv = json.loads(argv.decode() if isinstance(argv, bytes) else argv) if argv is not None else None
+    """The command that made calibration file `cal` (its root attribute argv:
+    reader.calibration_attrs), writing `out` instead (--recalibrate: the same collective files and
+    compute options, measured again)."""
+    argv = reader.calibration_attrs(cal).get("argv")
     if not argv or "--compute" not in argv:
         raise CheckError(f"--recalibrate: {cal} was not made by scripts/calibrate --compute (its argv: {argv})")
     cmd, skip = [], False

@@ -11,6 +11,9 @@ step count and picks rank 0's memory; the rules are stated where it does.
   rows, bad = reader.load_collectives(["results/1234/"])     # one dict per (run, group, size)
   runs, bad = reader.load_steps(["zero.h5"])                  # one dict per step_bench run
   table = reader.step_table(runs)                             # one flat row per run
+
+Beside the results files it reads the calibration file scripts/calibrate writes (docs/results.md,
+"Calibration files"): read_calibration, and calibration_attrs for its root attributes alone.
 """
 import glob
 import json
@@ -49,6 +52,10 @@ STEP_NUMERIC = {
 # Memory categories a step run stores per rank (docs/results.md), the five that add up first.
 MEMORY_PARTS = ["params", "grads", "optimizer", "activations", "buffers"]
 MEMORY_CATEGORIES = MEMORY_PARTS + ["engine_peak", "process_peak_rss"]
+# Calibration files (scripts/calibrate writes them, format_version meshbench.calibrate.FORMAT_VERSION):
+# their kind attribute and the format_versions read_calibration reads.
+CALIBRATION_KIND = "meshbench calibration"
+CALIBRATION_READS = (1, 2)  # format_version 1: the collective fits alone (its compute group is empty)
 
 
 def mode_suffix(attrs):
@@ -160,6 +167,16 @@ def run_statuses(path):
     with h5py.File(path, "r") as f:
         runs = f.get("runs")
         return {} if runs is None else {rid: text(r.attrs.get("status", "")) for rid, r in runs.items()}
+
+
+def read_file_attrs(path):
+    """One file's root attributes and every run's, as attrs_dict reads them (strings as str,
+    nothing parsed): ({name: value}, {run_id: {name: value}}), the second {} without /runs
+    (raises OSError if it cannot be opened)."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        runs = f.get("runs")
+        return attrs_dict(f), {rid: attrs_dict(r) for rid, r in (runs.items() if runs is not None else [])}
 
 
 def group_spans(run):
@@ -333,6 +350,36 @@ def read_events(path):
                         "attrs": attrs_dict(step), "steps": int(shape[0]) if len(shape) else 0,
                         "events": table(step["events"])})
     return out
+
+
+def calibration_attrs(path):
+    """A calibration file's root attributes (kind, format_version, tool, argv and sources parsed
+    from JSON, created), whatever kind of file it is (raises OSError if it cannot be opened)."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        return attrs_dict(f, json_keys=("sources", "argv"))
+
+
+def read_calibration(path):
+    """A calibration file as {'attrs' (calibration_attrs), 'collective_attrs', 'fits', 'points',
+    'unfitted', 'compute'} (lists of dicts, strings as str); compute: {'attrs' (commands, runs
+    and notes parsed), 'gemm', 'rates', 'rate_runs'}, its tables empty in format_version 1 (which
+    had none). FormatError unless it is a calibration file (CALIBRATION_KIND) of a format_version
+    in CALIBRATION_READS; OSError if it cannot be opened; KeyError for a group or table it lacks."""
+    import h5py
+    a = calibration_attrs(path)
+    if a.get("kind") != CALIBRATION_KIND or a.get("format_version") not in CALIBRATION_READS:
+        raise FormatError(f"{path}: not a calibration file of format_version "
+                          f"{' or '.join(map(str, CALIBRATION_READS))} (kind {a.get('kind')!r}, format_version "
+                          f"{a.get('format_version')!r})")
+    with h5py.File(path, "r") as f:
+        c = f["collectives"]
+        g = f["compute"]
+        comp = {"attrs": attrs_dict(g, json_keys=("commands", "runs", "notes"))}
+        for t in ("gemm", "rates", "rate_runs"):
+            comp[t] = table(g[t]) if a["format_version"] >= 2 else []
+        return {"attrs": a, "collective_attrs": attrs_dict(c), "fits": table(c["fits"]),
+                "points": table(c["points"]), "unfitted": table(c["unfitted"]), "compute": comp}
 
 
 def _load(reader, paths, quiet, who):
