@@ -1,6 +1,7 @@
 #include "executor/executor.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -10,6 +11,7 @@
 #include "core/error.hpp"
 #include "core/op_watch.hpp"
 #include "core/timer.hpp"
+#include "pipeline_parallel/walk.hpp"
 
 namespace meshbench::parallel {
 
@@ -53,51 +55,50 @@ const char* action_word(ActionKind k) {
 template <typename S>
 class StepRun {
  public:
-  StepRun(StepEnv<S>& env, int step, int64_t data_step, const std::vector<Action>& actions)
-      : env_(env), tr_(env.trace), step_(step), m_(env.plan.micro_batches),
+  // `boundary`: called with each completed action's phase (the time split's partition).
+  StepRun(StepEnv<S>& env, int step, int64_t data_step, int adam_t, const std::vector<Action>& actions,
+          std::function<void(const char*)> boundary)
+      : env_(env), tr_(env.trace), boundary_(std::move(boundary)), step_(step), adam_t_(adam_t), m_(env.plan.micro_batches),
         n_(static_cast<size_t>(env.model.config().tokens())),
         scale_(static_cast<S>(env.sync ? env.sync->loss_scale() : 1.0 / m_)) {
     draw_batch(env, actions, data_step, tok_, tgt_);
     if (env.pipe) pipe_.emplace(env.model, *env.pipe);
   }
 
-  // Runs one action; returns its phase (kPhaseNames).
-  const char* run(const Action& a, int adam_t) {
+  // The walk's handler (pipeline_parallel/walk.hpp): each action does its part; the walk
+  // names its phase. Every action completes (a receive waits for its data).
+  void begin(const Action& a) {
     tr_.tags.micro = a.micro;
     tr_.tags.chunk = a.chunk;
-    switch (a.kind) {
-      case ActionKind::kRecvActivation:
-        tr_.tags.phase = 'F';
-        pipe_->recv_activation(a);
-        return "forward";
-      case ActionKind::kSendActivation: pipe_->send_activation(a); return "forward";
-      case ActionKind::kForward: forward(a); return "forward";
-      case ActionKind::kRecvGradient:
-        tr_.tags.phase = 'B';
-        pipe_->recv_gradient(a);
-        return "backward";
-      case ActionKind::kSendGradient: pipe_->send_gradient(a); return "backward";
-      case ActionKind::kBackward: backward(a); return "backward";
-      case ActionKind::kGradSync: grad_sync(); return "grad_sync";
-      case ActionKind::kOptimizer: optimizer(adam_t); return "optimizer";
-    }
-    return "forward";
+    core::set_phase(action_word(a.kind), a.micro);
   }
-
-  // A send followed by a receive in the list: one exchange (PipeExchange::send_then_recv),
-  // its span the receive's phase and tags (the send is posted, not waited for).
-  static bool pairs(const Action& a, const Action& b) {
-    const bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient;
-    const bool recv = b.kind == ActionKind::kRecvActivation || b.kind == ActionKind::kRecvGradient;
-    return send && recv;
+  bool forward(const Action& a) { return run_forward(a), true; }
+  bool backward(const Action& a) { return run_backward(a), true; }
+  bool send(const Action& a) {
+    if (a.kind == ActionKind::kSendActivation)
+      pipe_->send_activation(a);
+    else
+      pipe_->send_gradient(a);
+    return true;
   }
-  const char* run_pair(const Action& s, const Action& r) {
+  bool recv(const Action& a) {
+    tr_.tags.phase = a.kind == ActionKind::kRecvActivation ? 'F' : 'B';
+    if (a.kind == ActionKind::kRecvActivation)
+      pipe_->recv_activation(a);
+    else
+      pipe_->recv_gradient(a);
+    return true;
+  }
+  bool exchange(const Action& s, const Action& r) {
     tr_.tags.micro = r.micro;
     tr_.tags.chunk = r.chunk;
     tr_.tags.phase = r.kind == ActionKind::kRecvActivation ? 'F' : 'B';
     pipe_->send_then_recv(s, r);
-    return r.kind == ActionKind::kRecvActivation ? "forward" : "backward";
+    return true;
   }
+  bool grad_sync(const Action&) { return run_grad_sync(), true; }
+  bool optimizer(const Action&) { return run_optimizer(), true; }
+  void end(const Action&, const char* phase) { boundary_(phase); }
 
   // The pipeline's activations held, sampled after each pass.
   void sample_slots(double t) {
@@ -110,7 +111,7 @@ class StepRun {
   double loss_sum() const { return loss_sum_; }
 
  private:
-  void forward(const Action& a) {
+  void run_forward(const Action& a) {
     tr_.tags.phase = 'F';
     if (env_.sync) env_.sync->begin_forward(a.micro);
     env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, a.micro);
@@ -124,7 +125,7 @@ class StepRun {
     end_pass(first_op, a, 'F', t0, m0);
   }
 
-  void backward(const Action& a) {
+  void run_backward(const Action& a) {
     tr_.tags.phase = 'B';
     if (env_.sync) env_.sync->begin_backward(a.micro, a.micro == m_ - 1);
     env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, a.micro);
@@ -140,7 +141,7 @@ class StepRun {
     end_pass(first_op, a, 'B', t0, m0);
   }
 
-  void grad_sync() {
+  void run_grad_sync() {
     tr_.tags.phase = 'G';
     tr_.tags.layer = -1;
     if (pipe_) pipe_->drain();
@@ -151,13 +152,13 @@ class StepRun {
     if (tied && !first) reduce_tied_embedding(env_.model, *env_.pipe);
   }
 
-  void optimizer(int adam_t) {
+  void run_optimizer() {
     tr_.tags.phase = 'O';
     env_.model.set_trace(tr_.on ? &tr_.ops : nullptr, step_, 0);
     if (env_.sync)
-      env_.sync->optimizer_step(env_.adam, adam_t);
+      env_.sync->optimizer_step(env_.adam, adam_t_);
     else
-      env_.model.update(env_.adam, adam_t);
+      env_.model.update(env_.adam, adam_t_);
   }
 
   // Ops the model records during one chunk's pass carry that chunk; the pass is a span.
@@ -170,7 +171,8 @@ class StepRun {
 
   StepEnv<S>& env_;
   Trace& tr_;
-  int step_, m_;
+  std::function<void(const char*)> boundary_;
+  int step_, adam_t_, m_;
   size_t n_;  // tokens of one micro-batch
   S scale_;
   std::vector<int32_t> tok_, tgt_;
@@ -199,36 +201,31 @@ double run_step(StepEnv<S>& env, const std::vector<Action>& actions, int step, i
   const bool deferred = device && be.defer_losses(true);
   double loss_sum = 0;
   {
-    StepRun<S> run(env, step, data_step, actions);
     // The phases partition the step: each action's span starts where the previous one ended.
     // On a device with the trace on, a boundary is a mark on the compute stream (`ends`),
     // turned into a time after the step.
-    const double t_begin = core::now_seconds();
-    if (marks) tr.clock->start(be.stream(), t_begin);  // the stream is idle: the previous step ended synchronised
-    env.model.set_clock(marks ? tr.clock.get() : nullptr);
     std::vector<std::pair<const char*, int>> ends;
-    double t_prev = t_begin;
-    auto boundary = [&](const char* phase, double t0) {
+    double t_prev = 0;
+    auto boundary = [&](const char* phase) {
       if (marks) {
         ends.emplace_back(phase, tr.mark(be.stream()));
         return;
       }
+      const double t0 = t_prev;
       t_prev = core::now_seconds();
       tr.phase(phase, t0, t_prev);
     };
+    StepRun<S> run(env, step, data_step, adam_t, actions, boundary);  // draws the data, off the clock
+    const double t_begin = core::now_seconds();
+    t_prev = t_begin;
+    if (marks) tr.clock->start(be.stream(), t_begin);  // the stream is idle: the previous step ended synchronised
+    env.model.set_clock(marks ? tr.clock.get() : nullptr);
     if (zero_grads) {  // counted with the forward
       env.model.zero_grad();
-      boundary("forward", t_begin);
+      boundary("forward");
     }
     run.sample_slots(t_prev);
-    for (size_t i = 0; i < actions.size(); ++i) {
-      const Action& a = actions[i];
-      const double t0 = t_prev;
-      const bool pair = env.pipe && i + 1 < actions.size() && StepRun<S>::pairs(a, actions[i + 1]);
-      core::set_phase(action_word(a.kind), a.micro);
-      const char* phase = pair ? run.run_pair(a, actions[++i]) : run.run(a, adam_t);
-      boundary(phase, t0);
-    }
+    walk_actions(actions, 0, run);
     if (device) be.synchronize();  // the step's end: its one host wait
     const double t_end = core::now_seconds();
     env.model.set_trace(nullptr, step, 0);

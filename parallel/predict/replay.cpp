@@ -20,6 +20,7 @@
 #include "expert_parallel/expert_parallel.hpp"
 #include "kernels/layers.hpp"
 #include "model/model.hpp"
+#include "pipeline_parallel/walk.hpp"
 #include "tensor_parallel/tensor_parallel.hpp"
 #include "zero/zero.hpp"
 
@@ -313,80 +314,79 @@ void Replay::posted_together(const std::vector<PassItem>& v) {
   for (auto& r : reqs) r->wait();
 }
 
+// One step's walk: each action does for real what the engine's would do to the network, with
+// the compute waited for; each completed action's phase is a span of the time split.
+struct Replay::Walk {
+  Replay& r;
+  int step, m;
+  bool overlap;        // the last backward of each chunk posts the buckets (DataParallel::begin_backward)
+  std::set<int> seen;  // chunks forwarded once (their first forward)
+  size_t msg;          // floats of one pipeline message
+  PipeEnv* pipe;
+  double t_prev, t0 = 0;
+
+  void begin(const Action& a) {
+    r.tr_.tags.micro = a.micro;
+    r.tr_.tags.chunk = a.chunk;
+    t0 = t_prev;
+  }
+  void end(const Action&, const char* phase) {
+    t_prev = core::now_seconds();
+    r.tr_.phase(phase, t0, t_prev);
+  }
+  bool forward(const Action& a) {
+    r.tr_.tags.phase = 'F';
+    r.run(r.pass(a.chunk, 'F', seen.insert(a.chunk).second, false), false);
+    if (r.tr_.on && pipe) r.tr_.passes.push_back({step, a.micro, a.chunk, 'F', t0, core::now_seconds()});
+    return true;
+  }
+  bool backward(const Action& a) {
+    r.tr_.tags.phase = 'B';
+    r.run(r.pass(a.chunk, 'B', false, a.micro == m - 1), overlap && a.micro == m - 1);
+    if (r.tr_.on && pipe) r.tr_.passes.push_back({step, a.micro, a.chunk, 'B', t0, core::now_seconds()});
+    return true;
+  }
+  bool send(const Action& a) {
+    const bool grad = a.kind == ActionKind::kSendGradient;
+    const int vs = pipe->virtual_stage(a.chunk);
+    // the sends only read: every one from the same buffer (MPI-3)
+    r.sends_.push_back(pipe->pp->isend(view_of(r.msg_.data(), msg), a.peer, pipe->tag(a.micro, grad ? vs - 1 : vs, grad)));
+    return true;
+  }
+  bool recv(const Action& a) {
+    const bool grad = a.kind == ActionKind::kRecvGradient;
+    r.tr_.tags.micro = a.micro;
+    r.tr_.tags.chunk = a.chunk;
+    r.tr_.tags.phase = grad ? 'B' : 'F';
+    const int vs = pipe->virtual_stage(a.chunk);
+    pipe->pp->irecv(view_of(r.msg_.data() + msg, msg), a.peer, pipe->tag(a.micro, grad ? vs : vs - 1, grad))->wait();
+    return true;
+  }
+  bool exchange(const Action& s, const Action& rv) { return send(s) && recv(rv); }
+  bool grad_sync(const Action&) {
+    r.tr_.tags.phase = 'G';
+    r.tr_.tags.layer = -1;
+    r.grad_sync();
+    return true;
+  }
+  bool optimizer(const Action&) {
+    r.tr_.tags.phase = 'O';
+    // AdamW over this rank's elements (the first item), then ZeRO's gathers, posted together
+    r.items(r.sync_.optimizer.data(), r.sync_.optimizer.data() + 1, false);
+    r.posted_together(r.sync_.optimizer);
+    return true;
+  }
+};
+
 double Replay::run_step(const std::vector<Action>& actions, int step) {
   tr_.tags = TraceTags{step, 0, -1, 'F'};
-  const int m = plan_.micro_batches;
-  // the last backward of each chunk posts the buckets (DataParallel::begin_backward)
-  const bool overlap = plan_.zero == 0 && plan_.overlap && !bucket_items_.empty();
-  std::set<int> seen;
-  const size_t msg = msg_.size() / 2;
-  PipeEnv* pipe = comms_.pipe;
   const double t_begin = core::now_seconds();
-  double t_prev = t_begin;
-  for (size_t i = 0; i < actions.size(); ++i) {
-    const Action& a = actions[i];
-    tr_.tags.micro = a.micro;
-    tr_.tags.chunk = a.chunk;
-    const char* phase = "forward";
-    const int vs = pipe ? pipe->virtual_stage(a.chunk) : 0;
-    const double t0 = t_prev;
-    switch (a.kind) {
-      case ActionKind::kForward:
-        tr_.tags.phase = 'F';
-        run(pass(a.chunk, 'F', seen.insert(a.chunk).second, false), false);
-        if (tr_.on && pipe) tr_.passes.push_back({step, a.micro, a.chunk, 'F', t0, core::now_seconds()});
-        break;
-      case ActionKind::kBackward:
-        tr_.tags.phase = 'B';
-        phase = "backward";
-        run(pass(a.chunk, 'B', false, a.micro == m - 1), overlap && a.micro == m - 1);
-        if (tr_.on && pipe) tr_.passes.push_back({step, a.micro, a.chunk, 'B', t0, core::now_seconds()});
-        break;
-      case ActionKind::kSendActivation:
-      case ActionKind::kSendGradient: {
-        const bool grad = a.kind == ActionKind::kSendGradient;
-        phase = grad ? "backward" : "forward";
-        const int tag = pipe->tag(a.micro, grad ? vs - 1 : vs, grad);
-        // the sends only read: every one from the same buffer (MPI-3)
-        sends_.push_back(pipe->pp->isend(view_of(msg_.data(), msg), a.peer, tag));
-        const bool pair = i + 1 < actions.size() && (actions[i + 1].kind == ActionKind::kRecvActivation ||
-                                                     actions[i + 1].kind == ActionKind::kRecvGradient);
-        if (!pair) break;
-        ++i;  // a send followed by a receive: one exchange, its span the receive's
-        [[fallthrough]];
-      }
-      case ActionKind::kRecvActivation:
-      case ActionKind::kRecvGradient: {
-        const Action& r = actions[i];
-        const bool grad = r.kind == ActionKind::kRecvGradient;
-        tr_.tags.micro = r.micro;
-        tr_.tags.chunk = r.chunk;
-        tr_.tags.phase = grad ? 'B' : 'F';
-        phase = grad ? "backward" : "forward";
-        const int rvs = pipe->virtual_stage(r.chunk);
-        pipe->pp->irecv(view_of(msg_.data() + msg, msg), r.peer, pipe->tag(r.micro, grad ? rvs : rvs - 1, grad))->wait();
-        break;
-      }
-      case ActionKind::kGradSync:
-        tr_.tags.phase = 'G';
-        tr_.tags.layer = -1;
-        phase = "grad_sync";
-        grad_sync();
-        break;
-      case ActionKind::kOptimizer:
-        tr_.tags.phase = 'O';
-        phase = "optimizer";
-        // AdamW over this rank's elements (the first item), then ZeRO's gathers, posted together
-        items(sync_.optimizer.data(), sync_.optimizer.data() + 1, false);
-        posted_together(sync_.optimizer);
-        break;
-    }
-    t_prev = core::now_seconds();
-    tr_.phase(phase, t0, t_prev);
-  }
+  Walk w{*this, step, plan_.micro_batches, plan_.zero == 0 && plan_.overlap && !bucket_items_.empty(), {},
+         msg_.size() / 2, comms_.pipe, t_begin};
+  walk_actions(actions, 0, w);
   if (tr_.on) {
     tr_.step_start.push_back(t_begin);
-    tr_.step_end.push_back(t_prev);
+    tr_.step_end.push_back(w.t_prev);
   }
   return std::numeric_limits<double>::quiet_NaN();
 }

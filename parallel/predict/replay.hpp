@@ -78,6 +78,7 @@ class Replay {
   const std::vector<std::string>& extrapolated() const { return extrapolated_; }
 
  private:
+  struct Walk;  // run_step's handler of the action walk (pipeline_parallel/walk.hpp)
   const std::vector<PassItem>& pass(int chunk, char phase, bool first, bool last);
   // Runs a pass's items; `arm`: the last micro-batch's backward, which posts the buckets.
   void items(const PassItem* first, const PassItem* last, bool arm);
