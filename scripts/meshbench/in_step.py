@@ -116,7 +116,7 @@ def _site_gaps(runs):
     whole backward is where the longest segments end). The arrival gap, not the wait it causes:
     for a posted call that progressed inside the later rank's other MPI calls, the earlier rank
     stops waiting sooner than the gap (twice the mean wait less the time after the last arrival
-    was tried as the measure on 2026-12-03 and predicted worse: docs/measurements.md, "The
+    was tried as the measure on 2026-12-03 and predicted worse: docs/history.md, "The
     arrival skew per call site")."""
     out = []
     for run in runs:
@@ -147,7 +147,7 @@ def arrival_skew(runs):
     runs (the lower middle of an even count): one run whose rank the OS descheduled for tens of
     milliseconds moves it little (a pooled sum over the runs let one such run set it: 0.08
     against 0.05 here; pooled again on 2026-12-03, it did no better out of sample:
-    docs/measurements.md, "Checks I, J and K"). per_run: each counted run's ratio. (None, 0, [])
+    docs/history.md, "Checks I, J and K"). per_run: each counted run's ratio. (None, 0, [])
     when no run counts."""
     per_run, calls = [], 0
     for acc in _site_gaps(runs):
@@ -165,7 +165,7 @@ def arrival_skews(runs):
     ranks drift apart at different rates before different calls: ZeRO-3's gathers and
     reductions (dp/all_gather, dp/reduce_scatter) measured 1.7 to 2.8 times the rate of data
     parallel's bucket all-reduces (dp/all_reduce) in each of nine checks of 2026-12-03 (the
-    median over each check's calibrations; docs/measurements.md, "The arrival skew per call
+    median over each check's calibrations; docs/history.md, "The arrival skew per call
     site"). Per counted run and per site of its matched calls (_site_gaps), the summed gap over
     the summed segment; per site the median over the runs that make such calls (the lower
     middle of an even count)."""
