@@ -13,7 +13,6 @@ const Spec& all_gather_spec() {
       .rooted = false,
       .granularity = [](int n) -> std::size_t { return static_cast<std::size_t>(n); },
       .layout = [](std::size_t count, int n) { return Layout{count / static_cast<std::size_t>(n), count}; },
-      .bus_factor = [](int n) { return static_cast<double>(n - 1) / n; },
       .total_bytes = [](std::size_t count, std::size_t elt, int) -> std::uint64_t { return count * elt; },
       .expected =
           [](const Inputs& in, int, std::size_t j) {

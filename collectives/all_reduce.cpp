@@ -12,7 +12,6 @@ const Spec& all_reduce_spec() {
       .rooted = false,
       .granularity = [](int) -> std::size_t { return 1; },
       .layout = [](std::size_t count, int) { return Layout{count, count}; },
-      .bus_factor = [](int n) { return 2.0 * (n - 1) / n; },
       .total_bytes = [](std::size_t count, std::size_t elt, int n) -> std::uint64_t { return count * elt * n; },
       .expected = [](const Inputs& in, int, std::size_t j) { return in.reduce(j); },
       .inplace = [](const mc::Communicator&, mc::View buf, Layout) { return Views{buf, buf}; },

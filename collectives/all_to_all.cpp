@@ -13,7 +13,6 @@ const Spec& all_to_all_spec() {
       .rooted = false,
       .granularity = [](int n) -> std::size_t { return static_cast<std::size_t>(n); },
       .layout = [](std::size_t count, int) { return Layout{count, count}; },
-      .bus_factor = [](int n) { return static_cast<double>(n - 1) / n; },
       .total_bytes = [](std::size_t count, std::size_t elt, int n) -> std::uint64_t { return count * elt * n; },
       .expected =
           [](const Inputs& in, int rank, std::size_t j) {

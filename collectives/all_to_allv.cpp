@@ -90,7 +90,6 @@ const Spec& all_to_allv_spec() {
       .rooted = false,
       .granularity = [](int) -> std::size_t { return 1; },
       .layout = [](std::size_t count, int) { return Layout{count, count}; },  // balanced; the driver uses peers()
-      .bus_factor = [](int n) { return static_cast<double>(n - 1) / n; },     // nominal: equal blocks
       .total_bytes = [](std::size_t count, std::size_t elt, int n) -> std::uint64_t { return count * elt * n; },
       .expected = expected,
       .inplace = [](const mc::Communicator&, mc::View buf, Layout) { return Views{buf, buf}; },

@@ -12,7 +12,6 @@ const Spec& broadcast_spec() {
       .rooted = true,
       .granularity = [](int) -> std::size_t { return 1; },
       .layout = [](std::size_t count, int) { return Layout{count, count}; },
-      .bus_factor = [](int) { return 1.0; },
       .total_bytes = [](std::size_t count, std::size_t elt, int) -> std::uint64_t { return count * elt; },
       .expected = [](const Inputs& in, int, std::size_t j) { return in.value(in.root, j); },
       .inplace = [](const mc::Communicator&, mc::View buf, Layout) { return Views{buf, buf}; },

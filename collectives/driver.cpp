@@ -197,7 +197,7 @@ results::Block make_block(const Spec& spec, const Options& opt, const GroupPlan&
   b.group = plan.dim;
   b.group_size = plan.group_size;
   b.groups = static_cast<int>(plan.run_groups.size());
-  b.bus_factor = spec.bus_factor(plan.group_size);
+  b.bus_factor = comm::bus_factor(spec.kind, plan.group_size);
   b.timing = name(opt.timing);
   b.iters = opt.iters;
   b.warmup = opt.warmup;

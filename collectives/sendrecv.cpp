@@ -13,7 +13,6 @@ const Spec& sendrecv_spec() {
       .rooted = false,
       .granularity = [](int) -> std::size_t { return 1; },
       .layout = [](std::size_t count, int) { return Layout{count, count}; },
-      .bus_factor = [](int) { return 1.0; },
       .total_bytes = [](std::size_t count, std::size_t elt, int n) -> std::uint64_t { return count * elt * n; },
       .expected =
           [](const Inputs& in, int rank, std::size_t j) { return in.value((rank - 1 + in.ranks) % in.ranks, j); },

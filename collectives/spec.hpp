@@ -63,7 +63,6 @@ struct Spec {
   // The size column's element count is rounded down to a multiple of this.
   std::size_t (*granularity)(int ranks);
   Layout (*layout)(std::size_t count, int ranks);
-  double (*bus_factor)(int ranks);
   // Bytes all ranks' inputs hold together (the total_bytes column).
   std::uint64_t (*total_bytes)(std::size_t count, std::size_t elt, int ranks);
   // Expected value of element j of `rank`'s receive window.

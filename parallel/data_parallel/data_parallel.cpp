@@ -67,17 +67,17 @@ std::string DataParallel<S>::describe() const {
                      plan_.overlap ? ", overlapped with the backward" : ", after the backward (--no-overlap)", experts);
 }
 
+std::vector<AnalyticBytes> dp_analytic(uint64_t dense_bytes, int d, uint64_t expert_bytes, int edp) {
+  std::vector<AnalyticBytes> out = {{"dp", "all_reduce", dense_bytes, wire_bytes(comm::Collective::kAllReduce, dense_bytes, d)}};
+  if (edp > 1)
+    out.push_back({"edp", "all_reduce", expert_bytes, wire_bytes(comm::Collective::kAllReduce, expert_bytes, edp)});
+  return out;
+}
+
 template <typename S>
 std::vector<AnalyticBytes> DataParallel<S>::analytic() const {
-  const uint64_t payload = grad_bytes();
-  const int d = dp_.size();
-  std::vector<AnalyticBytes> out = {{"dp", "all_reduce", payload, 2.0 * (d - 1) / d * static_cast<double>(payload)}};
-  if (experts_.edp && experts_.edp->size() > 1) {
-    const uint64_t e = static_cast<uint64_t>(experts_.elements()) * sizeof(S);
-    const int n = experts_.edp->size();
-    out.push_back({"edp", "all_reduce", e, 2.0 * (n - 1) / n * static_cast<double>(e)});
-  }
-  return out;
+  const int edp = experts_.edp ? experts_.edp->size() : 1;
+  return dp_analytic(grad_bytes(), dp_.size(), static_cast<uint64_t>(experts_.elements()) * sizeof(S), edp);
 }
 
 template <typename S>

@@ -31,6 +31,12 @@
 
 namespace meshbench::parallel {
 
+// Data parallel's bytes per rank and step (the closed form): the dense gradients' all-reduce
+// over the dp x cp group of d ranks, `dense_bytes` each, and the expert tensors' over edp,
+// `expert_bytes` each (none where edp <= 1). DataParallel::analytic and the modelled replay
+// (predict/replay.cpp) both assemble theirs here.
+std::vector<AnalyticBytes> dp_analytic(uint64_t dense_bytes, int d, uint64_t expert_bytes, int edp);
+
 // The data-parallel rules: --bucket-mb >= 0.
 void validate_data_parallel(const Plan& plan);
 

@@ -6,6 +6,7 @@
 
 #include <fmt/core.h>
 
+#include "comm/communicator.hpp"
 #include "comm/mesh.hpp"
 #include "core/error.hpp"
 
@@ -183,11 +184,11 @@ double ClusterCosts::collective(const std::string& coll, double S, const GroupSp
   auto all_reduce = [&](double bytes, int k, const Link& l) {
     if (k < 2) return 0.0;
     const double steps = c_.algorithm == "tree" ? 2 * std::ceil(std::log2(k)) : 2.0 * (k - 1);
-    return 2.0 * (k - 1) / k * bytes / l.bytes_per_s + steps * l.latency_s;
+    return comm::bus_factor(comm::Collective::kAllReduce, k) * bytes / l.bytes_per_s + steps * l.latency_s;
   };
   auto gather = [&](double bytes, int k, const Link& l) {  // all-gather or reduce-scatter of `bytes` in all
     if (k < 2) return 0.0;
-    return double(k - 1) / k * bytes / l.bytes_per_s + (k - 1) * l.latency_s;
+    return comm::bus_factor(comm::Collective::kAllGather, k) * bytes / l.bytes_per_s + (k - 1) * l.latency_s;
   };
   const bool across = span.crosses_nodes();
   const int g = span.per_node, m = span.nodes;

@@ -403,12 +403,8 @@ std::vector<AnalyticBytes> Replay::analytic() const {
     for (const auto& [lo, hi] : moe_expert_ranges(Gpt<float>::layout_of(plan_.model, mo), plan_.model)) experts += hi - lo;
   else if (plan_.experts_placed())
     experts = Gpt<float>::expert_segment_elements(plan_.model, mo);
-  if (plan_.zero == 0 && d > 1) {  // DataParallel::analytic
-    const uint64_t payload = uint64_t(P - experts) * kSb;
-    a.push_back({"dp", "all_reduce", payload, 2.0 * (d - 1) / d * double(payload)});
-    const int edp = plan_.degrees.edp;
-    if (plan_.experts_placed() && edp > 1)
-      a.push_back({"edp", "all_reduce", uint64_t(experts) * kSb, 2.0 * (edp - 1) / edp * double(experts) * kSb});
+  if (plan_.zero == 0 && d > 1) {
+    add(dp_analytic(uint64_t(P - experts) * kSb, d, uint64_t(experts) * kSb, plan_.experts_placed() ? plan_.degrees.edp : 1));
   } else if (plan_.zero > 0 && d > 1) {
     add(zero_analytic(uint64_t(P - experts) * kSb, plan_.zero, d, plan_.micro_batches, plan_.keep_params));
   }

@@ -11,17 +11,7 @@ using comm::Collective;
 using comm::View;
 
 double wire_bytes(Collective c, uint64_t payload, int n) {
-  const double S = static_cast<double>(payload), f = n > 0 ? double(n - 1) / n : 0.0;
-  switch (c) {
-    case Collective::kAllReduce: return 2 * f * S;
-    case Collective::kAllGather:
-    case Collective::kReduceScatter:
-    case Collective::kAllToAll:
-    case Collective::kAllToAllV: return f * S;
-    case Collective::kBroadcast:
-    case Collective::kSendRecv: return n > 1 ? S : 0.0;
-  }
-  return 0;
+  return n > 1 ? comm::bus_factor(c, n) * static_cast<double>(payload) : 0.0;
 }
 
 namespace {

@@ -351,14 +351,14 @@ std::vector<AnalyticBytes> Zero<S>::analytic() const {
 std::vector<AnalyticBytes> zero_analytic(uint64_t P, int stage, int d, int micro_batches, bool keep_params,
                                          uint64_t held, const char* dim) {
   if (d <= 1) return {};  // a group of one issues no call (RecordingComm)
-  const double f = double(d - 1) / d;
   const uint64_t m = static_cast<uint64_t>(micro_batches);
   uint64_t rs = P, ag = P;
   if (stage == 3) {
     rs = (P - held) * m + held;        // every micro-batch's gradients; a held unit's once
     ag = keep_params ? P : 2 * P * m;  // forward and backward of every micro-batch
   }
-  return {{dim, "reduce_scatter", rs, f * double(rs)}, {dim, "all_gather", ag, f * double(ag)}};
+  return {{dim, "reduce_scatter", rs, wire_bytes(comm::Collective::kReduceScatter, rs, d)},
+          {dim, "all_gather", ag, wire_bytes(comm::Collective::kAllGather, ag, d)}};
 }
 
 StateBytes zero_state_bytes(int64_t flat_elements, int scalar_bytes, int stage, int d) {

@@ -23,6 +23,20 @@ std::string_view name(Collective c) {
   return "?";
 }
 
+double bus_factor(Collective c, int n) {
+  const double f = n > 0 ? double(n - 1) / n : 0.0;
+  switch (c) {
+    case Collective::kAllReduce: return 2 * f;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kAllToAll:
+    case Collective::kAllToAllV: return f;
+    case Collective::kBroadcast:
+    case Collective::kSendRecv: return 1.0;
+  }
+  return 1.0;
+}
+
 std::size_t PeerBlocks::total() const { return std::accumulate(counts.begin(), counts.end(), std::size_t{0}); }
 
 PeerBlocks PeerBlocks::packed(std::vector<std::size_t> counts) {

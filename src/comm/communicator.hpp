@@ -24,6 +24,13 @@ enum class Collective { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroa
 std::string_view name(Backend b);
 std::string_view name(Collective c);
 
+// nccl-tests' bus factor, busbw / algbw, for a group of n ranks: what each rank sends on its
+// busiest link per byte of the call's size, for the bandwidth-optimal (ring) algorithm.
+// all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n (all_to_allv: nominal,
+// equal blocks); broadcast, sendrecv 1. The suite's one definition: the collective binaries'
+// busbw, the trace's wire bytes and every strategy's analytic bytes use it (docs/metrics.md).
+double bus_factor(Collective c, int n);
+
 // Timestamps on the communicator's own timeline: host monotonic clock for MPI, CUDA events
 // on the NCCL stream. mark(i) records point i; after sync(), elapsed(i, j) is seconds.
 class Timer {
