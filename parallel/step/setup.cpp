@@ -85,16 +85,35 @@ GptOptions model_options(const Setup& st, const Plan& plan, int rank) {
   return mo;
 }
 
+// The plan's communicators, in one order on every rank, since each split is collective over
+// the world: tp, cp, ep, etp, edp, dp x cp, pp, embedding. The run's set-up and the modelled
+// one both create their groups here; `device` -1: host buffers (the modelled run).
+void make_groups(Setup& st, const Options& o, const Plan& plan, int rank, int device) {
+  const meshbench::comm::Degrees& d = plan.degrees;
+  if (d.tp > 1) st.tp_comm = group_comm(st, o, GroupKind::kTp, "tp", rank, device);
+  if (d.cp > 1) st.cp_comm = group_comm(st, o, GroupKind::kCp, "cp", rank, device);
+  if (plan.experts_placed()) {
+    if (d.ep > 1) st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, device);
+    if (d.etp > 1) st.etp_comm = group_comm(st, o, GroupKind::kEtp, "etp", rank, device);
+    // ZeRO shards the experts over edp, a group of one included (its calls cost nothing)
+    if (d.edp > 1 || plan.zero > 0) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, device);
+  }
+  if (d.dp * d.cp > 1 || plan.zero > 0) st.dp_comm = group_comm(st, o, GroupKind::kDpCp, "dp", rank, device);
+  if (d.pp > 1) {
+    st.pp_comm = group_comm(st, o, GroupKind::kPp, "pp", rank, device);
+    // the tied embedding's two copies (first and last stage) sum their gradients
+    if (plan.model.tied) st.embedding_comm = group_comm(st, o, GroupKind::kEmbedding, "embedding", rank, device);
+  }
+}
+
 // Tensor parallel (with sequence parallel): the tp group's communicator in the model's layers.
-void apply_tensor_parallel(Setup& st, const Options& o, int rank, Backend<float>& be, int device) {
-  st.tp_comm = group_comm(st, o, GroupKind::kTp, "tp", rank, device);
+void apply_tensor_parallel(Setup& st, Backend<float>& be) {
   st.tp = std::make_unique<CommGroup<float>>(*st.tp_comm, be, &st.trace.tags);
   st.model->set_tp_comm(st.tp.get());
 }
 
 // Context parallel (ring or Ulysses attention over the cp group).
-void apply_context_parallel(Setup& st, const Options& o, int rank, Backend<float>& be, int device) {
-  st.cp_comm = group_comm(st, o, GroupKind::kCp, "cp", rank, device);
+void apply_context_parallel(Setup& st, Backend<float>& be) {
   st.cp = std::make_unique<CommGroup<float>>(*st.cp_comm, be, &st.trace.tags);
   st.model->set_cp_comm(st.cp.get());
 }
@@ -103,26 +122,20 @@ void apply_context_parallel(Setup& st, const Options& o, int rank, Backend<float
 // and reduce-scatters over the etp group); the experts' gradients reduce over
 // edp (the ranks holding the same experts), not dp; ZeRO shards them over it (a group of one
 // included: its calls cost nothing).
-ExpertGrads apply_expert_parallel(Setup& st, const Options& o, const Plan& plan, int rank, Backend<float>& be,
-                                  int device) {
-  if (plan.degrees.ep > 1) {
-    st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, device);
+ExpertGrads apply_expert_parallel(Setup& st, const Plan& plan, Backend<float>& be) {
+  if (st.ep_comm) {
     st.ep = std::make_unique<CommGroup<float>>(*st.ep_comm, be, &st.trace.tags);
     st.model->set_ep_comm(st.ep.get());
   }
-  if (plan.degrees.etp > 1) {
-    st.etp_comm = group_comm(st, o, GroupKind::kEtp, "etp", rank, device);
+  if (st.etp_comm) {
     st.etp = std::make_unique<CommGroup<float>>(*st.etp_comm, be, &st.trace.tags);
     st.model->set_etp_comm(st.etp.get());
   }
-  if (plan.degrees.edp > 1 || plan.zero > 0) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, device);
   return ExpertGrads{st.edp_comm.get(), moe_expert_ranges(st.model->layout(), plan.model)};
 }
 
 // Data parallel or ZeRO over the dp x cp group: the gradient reduction and the optimizer.
-void apply_data_parallel(Setup& st, const Options& o, const Plan& plan, int rank, int device,
-                         const ExpertGrads& experts) {
-  st.dp_comm = group_comm(st, o, GroupKind::kDpCp, "dp", rank, device);
+void apply_data_parallel(Setup& st, const Options& o, const Plan& plan, int rank, const ExpertGrads& experts) {
   if (plan.zero > 0) {
     comm::Communicator* edp = plan.experts_placed() ? st.edp_comm.get() : nullptr;
     auto z = std::make_unique<Zero<float>>(*st.model, *st.dp_comm, edp, plan, &st.trace.tags, o.seed);
@@ -138,11 +151,8 @@ void apply_data_parallel(Setup& st, const Options& o, const Plan& plan, int rank
 
 // Pipeline parallel: the pp group's point-to-point, the tied embedding's group, and this
 // stage's schedule.
-void apply_pipeline_parallel(Setup& st, const Options& o, const Plan& plan, int rank, int device) {
+void apply_pipeline_parallel(Setup& st, const Plan& plan, int rank) {
   const int pp_rank = index_in(st, GroupKind::kPp, rank);
-  st.pp_comm = group_comm(st, o, GroupKind::kPp, "pp", rank, device);
-  // The tied embedding's two copies (first and last stage) sum their gradients.
-  if (plan.model.tied) st.embedding_comm = group_comm(st, o, GroupKind::kEmbedding, "embedding", rank, device);
   st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), plan.degrees.pp, pp_rank, plan.vpp};
   st.actions = rank_actions(plan, pp_rank);  // the step model walks the same list (predict/op_list.hpp)
 }
@@ -156,37 +166,26 @@ void make_setup(Setup& st, const Options& o, const Plan& plan, int rank, Backend
   st.model = std::make_unique<Gpt<float>>(plan.model, be, model_options(st, plan, rank));
   st.model->moe().set_assignment(routing_assignment(plan, o.seed));
   st.model->init_weights(o.seed);  // every rank: its slice of the full canonical weights (ZeRO-3: its shard)
+  make_groups(st, o, plan, rank, device);
   const meshbench::comm::Degrees& d = plan.degrees;
-  if (d.tp > 1) apply_tensor_parallel(st, o, rank, be, device);
-  if (d.cp > 1) apply_context_parallel(st, o, rank, be, device);
-  const ExpertGrads experts = plan.experts_placed() ? apply_expert_parallel(st, o, plan, rank, be, device) : ExpertGrads{};
+  if (d.tp > 1) apply_tensor_parallel(st, be);
+  if (d.cp > 1) apply_context_parallel(st, be);
+  const ExpertGrads experts = plan.experts_placed() ? apply_expert_parallel(st, plan, be) : ExpertGrads{};
   st.dp_rank = index_in(st, GroupKind::kDp, rank);  // a rank's data: its dp index's samples (cp ranks share them)
-  if (d.dp * d.cp > 1 || plan.zero > 0) apply_data_parallel(st, o, plan, rank, device, experts);
+  if (d.dp * d.cp > 1 || plan.zero > 0) apply_data_parallel(st, o, plan, rank, experts);
   st.actions = rank_actions(plan, 0);
-  if (d.pp > 1) apply_pipeline_parallel(st, o, plan, rank, device);
+  if (d.pp > 1) apply_pipeline_parallel(st, plan, rank);
 }
 
 void make_modelled_setup(Setup& st, const Options& o, const Plan& plan, int rank, std::unique_ptr<Costs> costs) {
   st.plan = &plan;
   st.grid = std::make_unique<meshbench::comm::RankGrid>(plan.world, plan.mesh, plan.order);
   st.comms = std::make_unique<meshbench::comm::MeshComms>(MPI_COMM_WORLD, *st.grid);
-  const meshbench::comm::Degrees& d = plan.degrees;
-  // the groups in make_setup's order (each split is collective over the world)
-  if (d.tp > 1) st.tp_comm = group_comm(st, o, GroupKind::kTp, "tp", rank, -1);
-  if (d.cp > 1) st.cp_comm = group_comm(st, o, GroupKind::kCp, "cp", rank, -1);
-  if (plan.experts_placed()) {
-    if (d.ep > 1) st.ep_comm = group_comm(st, o, GroupKind::kEp, "ep", rank, -1);
-    if (d.edp > 1 || plan.zero > 0) st.edp_comm = group_comm(st, o, GroupKind::kEdp, "edp", rank, -1);
-  }
+  make_groups(st, o, plan, rank, -1);
   st.dp_rank = index_in(st, GroupKind::kDp, rank);
-  if (d.dp * d.cp > 1 || plan.zero > 0) st.dp_comm = group_comm(st, o, GroupKind::kDpCp, "dp", rank, -1);
   const int pp_rank = index_in(st, GroupKind::kPp, rank);
   st.actions = rank_actions(plan, pp_rank);
-  if (d.pp > 1) {
-    st.pp_comm = group_comm(st, o, GroupKind::kPp, "pp", rank, -1);
-    if (plan.model.tied) st.embedding_comm = group_comm(st, o, GroupKind::kEmbedding, "embedding", rank, -1);
-    st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), d.pp, pp_rank, plan.vpp};
-  }
+  if (plan.degrees.pp > 1) st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), plan.degrees.pp, pp_rank, plan.vpp};
   st.costs = std::move(costs);
   ReplayComms rc{st.dp_comm.get(), st.tp_comm.get(), st.cp_comm.get(), st.ep_comm.get(), st.edp_comm.get(),
                  st.pipe ? &*st.pipe : nullptr};
@@ -203,10 +202,10 @@ std::vector<meshbench::results::GroupInfo> describe_groups(const Setup& st, cons
     for (size_t i = 0; i < groups.size(); ++i) g.push_back(meshbench::comm::describe_group(dim, static_cast<int>(i), groups[i], topo));
   };
   if (st.dp_comm) add(meshbench::comm::GroupKind::kDpCp, "dp");
-  if (st.tp) add(meshbench::comm::GroupKind::kTp, "tp");
-  if (st.cp) add(meshbench::comm::GroupKind::kCp, "cp");
-  if (st.ep) add(meshbench::comm::GroupKind::kEp, "ep");
-  if (st.etp) add(meshbench::comm::GroupKind::kEtp, "etp");
+  if (st.tp_comm) add(meshbench::comm::GroupKind::kTp, "tp");
+  if (st.cp_comm) add(meshbench::comm::GroupKind::kCp, "cp");
+  if (st.ep_comm) add(meshbench::comm::GroupKind::kEp, "ep");
+  if (st.etp_comm) add(meshbench::comm::GroupKind::kEtp, "etp");
   if (st.edp_comm) add(meshbench::comm::GroupKind::kEdp, "edp");
   if (st.pipe) add(meshbench::comm::GroupKind::kPp, "pp");
   if (st.pipe && st.plan->model.tied) add(meshbench::comm::GroupKind::kEmbedding, "embedding");  // every rank: collective
