@@ -391,6 +391,12 @@ double Replay::run_step(const std::vector<Action>& actions, int step) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+std::vector<AnalyticBytes> layer_analytic(const Plan& plan, int sb, int layers, int moe_layers, bool first, bool last) {
+  std::vector<AnalyticBytes> a = tp_analytic(plan, sb, layers, first, last, moe_layers);
+  for (auto v : {cp_analytic(plan, sb, layers), moe_split_analytic(plan, sb, moe_layers)}) a.insert(a.end(), v.begin(), v.end());
+  return a;
+}
+
 std::vector<AnalyticBytes> Replay::analytic() const {
   constexpr int kSb = 4;  // the closed forms in fp32 (the engine's), then scaled as the costs send each kind
   std::vector<AnalyticBytes> a;
@@ -417,9 +423,7 @@ std::vector<AnalyticBytes> Replay::analytic() const {
       moe_layers += plan_.model.is_moe(l) ? 1 : 0;
     }
   const bool first = !mo.stage || mo.stage->first, last = !mo.stage || mo.stage->last;
-  add(tp_analytic(plan_, kSb, layers, first, last, moe_layers));
-  add(cp_analytic(plan_, kSb, layers));
-  add(moe_split_analytic(plan_, kSb, moe_layers));
+  add(layer_analytic(plan_, kSb, layers, moe_layers, first, last));
   if (comms_.pipe) {
     const TpDims td = tp_dims(plan_.model, mo.tp, mo.cp);
     const uint64_t wte = uint64_t(td.vocab) * uint64_t(plan_.model.hidden) * kSb;

@@ -54,6 +54,12 @@ struct ReplayComms {
   comm::Communicator* by_dim(const std::string& dim) const;
 };
 
+// The per-layer strategies' bytes per step of a rank holding `layers` blocks (`moe_layers` of
+// them MoE), the embedding when `first` and the head when `last`: tensor, context and MoE-split
+// parallel's closed forms at `sb` bytes per element. The real run's record (step/outcome.cpp)
+// and the replay's both assemble theirs here.
+std::vector<AnalyticBytes> layer_analytic(const Plan& plan, int sb, int layers, int moe_layers, bool first, bool last);
+
 // Bytes of the buffers one rank allocates (scratch for blocking calls, the posted calls'
 // own, the pipeline's messages), before allocating them: the memory check's figure.
 uint64_t replay_buffer_bytes(const Plan& plan, int pp_rank, const Costs& costs);

@@ -9,19 +9,18 @@
 #include <algorithm>
 #include <cmath>
 
-#include "context_parallel/context_parallel.hpp"
 #include "expert_parallel/expert_parallel.hpp"
 #include "kernels/flops.hpp"
 #include "metrics/gather.hpp"
 #include "metrics/summary.hpp"
 #include "pipeline_parallel/pipeline_parallel.hpp"
+#include "predict/replay.hpp"
 #include "report/console.hpp"
 #include "report/jsonl.hpp"
 #include "report/perfetto.hpp"
 #include "report/step_h5.hpp"
 #include "results/output_path.hpp"
 #include "step/attributes.hpp"
-#include "tensor_parallel/tensor_parallel.hpp"
 
 namespace meshbench::parallel {
 
@@ -78,9 +77,7 @@ std::vector<AnalyticBytes> plan_analytic(const Plan& plan, const Setup& st, int 
       ++layers;
       moe_layers += plan.model.is_moe(l) ? 1 : 0;
     }
-  add(tp_analytic(plan, 4, layers, m.first_stage(), m.last_stage(), moe_layers));
-  add(cp_analytic(plan, 4, layers));
-  add(moe_split_analytic(plan, 4, moe_layers));
+  add(layer_analytic(plan, 4, layers, moe_layers, m.first_stage(), m.last_stage()));
   add(ep_analytic(plan.model, plan.degrees.ep, m.moe().totals().ep, steps, 4));
   if (plan.experts_placed()) add(etp_analytic(plan.model, plan.degrees.ep, plan.degrees.etp, m.moe().totals().ep, steps, 4));
   if (st.pipe) add(pipeline_analytic(*st.pipe, plan));
