@@ -1,7 +1,7 @@
 # cmake/check_layering.cmake: the one-way layering of src/ and parallel/ (docs/architecture.md
 # "Layout"):
 #   src/:      core <- compute <- comm <- results
-#   parallel/: vocab <- kernels <- {tensor_parallel, context_parallel, expert_parallel} <- model
+#   parallel/: common <- kernels <- {tensor_parallel, context_parallel, expert_parallel} <- model
 #              <- {pipeline_parallel, data_parallel} <- zero <- executor <- metrics <- report <- step
 # (every folder of parallel/ sits above all of src/; folders in braces are siblings and may
 # not include each other). Defines MB_LAYERS and MB_LAYER_DEPS_<layer> for src/,
@@ -25,7 +25,7 @@ set(MB_LAYER_DEPS_comm core compute)
 set(MB_LAYER_DEPS_results core compute comm)
 
 # parallel/, level by level; a folder may include the folders of every lower level.
-set(MB_PARALLEL_LEVELS vocab kernels "tensor_parallel,context_parallel,expert_parallel" model
+set(MB_PARALLEL_LEVELS common kernels "tensor_parallel,context_parallel,expert_parallel" model
     "pipeline_parallel,data_parallel" zero executor metrics report predict step)
 set(MB_PARALLEL_LAYERS "")
 set(_mb_below "")
@@ -72,7 +72,7 @@ endfunction()
 mb_check_tree(${MB_LAYERING_SRC} "${MB_LAYERS}" MB_LAYER_DEPS_ "src/: core <- compute <- comm <- results")
 if(EXISTS ${MB_LAYERING_PARALLEL})
   mb_check_tree(${MB_LAYERING_PARALLEL} "${MB_PARALLEL_LAYERS}" MB_PARALLEL_DEPS_
-                "parallel/: vocab <- kernels <- tp, cp, ep <- model <- pp, dp <- zero <- executor <- metrics <- report <- predict <- step")
+                "parallel/: common <- kernels <- tp, cp, ep <- model <- pp, dp <- zero <- executor <- metrics <- report <- predict <- step")
 endif()
 
 # -DMB_LAYERING_PRINT=1: one line per folder of parallel/, "folder: deps...", for the tests.

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "vocab/group_comm.hpp"
-#include "vocab/modes.hpp"
-#include "vocab/op.hpp"
+#include "common/group_comm.hpp"
+#include "common/modes.hpp"
+#include "common/op.hpp"
 
 namespace meshbench::parallel {
 

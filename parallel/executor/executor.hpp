@@ -13,9 +13,9 @@
 #include "model/model.hpp"
 #include "pipeline_parallel/exchange.hpp"
 #include "pipeline_parallel/schedule.hpp"
-#include "vocab/grad_sync.hpp"
-#include "vocab/plan.hpp"
-#include "vocab/trace.hpp"
+#include "common/grad_sync.hpp"
+#include "common/plan.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

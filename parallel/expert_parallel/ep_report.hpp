@@ -1,8 +1,8 @@
 // Expert parallel's report rows (issue 13): per rank, the rows its experts received and the
 // expert, dispatch, combine and counts-exchange seconds per step; then, per column, the worst
 // rank over the mean (the imbalance the routing caused). Plain rows: metrics/gather.hpp
-// gathers them, report/console.cpp prints them, report/step_h5.cpp stores ep_* attributes.
-// Not here: the exchanges themselves (moe.cpp), their analytic bytes (expert_parallel.hpp).
+// gathers them, report/step_console.cpp prints them, report/step_h5.cpp stores ep_* attributes.
+// Not here: the exchanges themselves (moe.cpp), their analytic bytes (expert_parallel/plan.hpp).
 #pragma once
 
 #include <array>

@@ -8,7 +8,7 @@
 #include <fmt/core.h>
 
 #include "core/timer.hpp"
-#include "vocab/group_comm.hpp"
+#include "common/group_comm.hpp"
 
 namespace meshbench::parallel {
 

@@ -53,15 +53,15 @@
 #include <utility>
 
 #include "kernels/backend.hpp"
-#include "vocab/config.hpp"
-#include "vocab/layout.hpp"
-#include "vocab/op.hpp"
+#include "common/config.hpp"
+#include "common/layout.hpp"
+#include "common/op.hpp"
 
 namespace meshbench::parallel {
 
 enum class Op;  // model.hpp
 template <typename S>
-class GroupComm;  // vocab/group_comm.hpp
+class GroupComm;  // common/group_comm.hpp
 
 // This rank's place in its expert-parallel group: it holds experts [rank E/size, (rank+1) E/size);
 // with expert tensor parallel (etp > 1) slice etp_rank of each: fc's rows F/etp (weight and

@@ -12,7 +12,7 @@
 #pragma once
 
 #include "kernels/backend.hpp"
-#include "vocab/precision.hpp"
+#include "common/precision.hpp"
 
 namespace meshbench::parallel {
 

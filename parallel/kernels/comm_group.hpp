@@ -1,4 +1,4 @@
-// A communication group of the model (vocab/group_comm.hpp's GroupComm) over a recording
+// A communication group of the model (common/group_comm.hpp's GroupComm) over a recording
 // Communicator, so every call lands in the trace under the group's dimension ("tp", "cp"):
 // each call is ordered after the backend's queued work, and a blocking call is complete
 // before the backend's next op. Tensor parallel's and context parallel's groups are these.
@@ -10,8 +10,8 @@
 
 #include "comm/communicator.hpp"
 #include "kernels/backend.hpp"
-#include "vocab/group_comm.hpp"
-#include "vocab/trace.hpp"
+#include "common/group_comm.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

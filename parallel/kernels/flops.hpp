@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 
 namespace meshbench::parallel {
 

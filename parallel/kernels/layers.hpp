@@ -17,8 +17,8 @@
 
 #include <vector>
 
-#include "vocab/config.hpp"
-#include "vocab/layout.hpp"
+#include "common/config.hpp"
+#include "common/layout.hpp"
 
 namespace meshbench::parallel {
 

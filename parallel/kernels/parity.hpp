@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "vocab/config.hpp"
-#include "vocab/precision.hpp"
+#include "common/config.hpp"
+#include "common/precision.hpp"
 
 namespace meshbench::parallel {
 

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

@@ -15,8 +15,8 @@
 #include "comm/clock_sync.hpp"
 #include "expert_parallel/ep_report.hpp"
 #include "metrics/metrics.hpp"
-#include "vocab/grad_sync.hpp"
-#include "vocab/trace.hpp"
+#include "common/grad_sync.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

@@ -14,7 +14,7 @@
 #include "core/timer.hpp"
 #include "tensor_parallel/mappings.hpp"
 #include "tensor_parallel/vocab_parallel.hpp"
-#include "vocab/sharding.hpp"
+#include "common/sharding.hpp"
 
 namespace meshbench::parallel {
 

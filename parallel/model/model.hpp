@@ -22,8 +22,8 @@
 #include "kernels/backend.hpp"
 #include "kernels/layers.hpp"
 #include "tensor_parallel/linear.hpp"
-#include "vocab/config.hpp"
-#include "vocab/layout.hpp"
+#include "common/config.hpp"
+#include "common/layout.hpp"
 #include <memory>
 #include <string>
 

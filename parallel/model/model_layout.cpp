@@ -12,7 +12,7 @@
 #include <fmt/core.h>
 
 #include "core/hash.hpp"
-#include "vocab/sharding.hpp"
+#include "common/sharding.hpp"
 
 namespace meshbench::parallel {
 

@@ -6,7 +6,7 @@
 
 #include "kernels/backend.hpp"
 #include "kernels/parity.hpp"
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 
 namespace meshbench::parallel {
 

@@ -14,8 +14,8 @@
 #include "comm/communicator.hpp"
 #include "model/model.hpp"
 #include "pipeline_parallel/schedule.hpp"
-#include "vocab/grad_sync.hpp"
-#include "vocab/plan.hpp"
+#include "common/grad_sync.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

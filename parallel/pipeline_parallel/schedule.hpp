@@ -23,7 +23,7 @@
 //    micro-batches.
 #pragma once
 
-#include "vocab/modes.hpp"
+#include "common/modes.hpp"
 
 #include <cstdint>
 #include <string>

@@ -14,7 +14,7 @@
 #include "predict/calibration.hpp"
 #include "predict/cluster.hpp"
 #include "predict/op_list.hpp"
-#include "vocab/plan.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

@@ -14,7 +14,7 @@
 #include "expert_parallel/moe.hpp"
 #include "data_parallel/data_parallel.hpp"
 #include "kernels/layers.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "zero/zero.hpp"
 

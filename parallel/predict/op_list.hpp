@@ -14,8 +14,8 @@
 
 #include "model/model.hpp"
 #include "pipeline_parallel/schedule.hpp"
-#include "vocab/op.hpp"
-#include "vocab/plan.hpp"
+#include "common/op.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

@@ -16,7 +16,7 @@
 #include "data_parallel/data_parallel.hpp"
 #include "kernels/layers.hpp"
 #include "kernels/flops.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "pipeline_parallel/walk.hpp"
 #include "zero/zero.hpp"

@@ -30,7 +30,7 @@
 #include "predict/calibration.hpp"
 #include "predict/costs.hpp"
 #include "predict/op_list.hpp"
-#include "vocab/plan.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

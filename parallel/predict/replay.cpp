@@ -12,16 +12,16 @@
 
 #include <fmt/core.h>
 
-#include "context_parallel/context_parallel.hpp"
+#include "context_parallel/plan.hpp"
 #include "core/error.hpp"
 #include "core/op_watch.hpp"
 #include "core/timer.hpp"
 #include "data_parallel/data_parallel.hpp"
-#include "expert_parallel/expert_parallel.hpp"
+#include "expert_parallel/plan.hpp"
 #include "kernels/layers.hpp"
 #include "model/model.hpp"
 #include "pipeline_parallel/walk.hpp"
-#include "tensor_parallel/tensor_parallel.hpp"
+#include "tensor_parallel/plan.hpp"
 #include "zero/zero.hpp"
 
 namespace meshbench::parallel {

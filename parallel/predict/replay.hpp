@@ -39,9 +39,9 @@
 #include "pipeline_parallel/schedule.hpp"
 #include "predict/costs.hpp"
 #include "predict/op_list.hpp"
-#include "vocab/grad_sync.hpp"
-#include "vocab/plan.hpp"
-#include "vocab/trace.hpp"
+#include "common/grad_sync.hpp"
+#include "common/plan.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

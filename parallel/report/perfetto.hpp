@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "comm/clock_sync.hpp"
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 
 namespace meshbench::parallel {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 #include "results/record.hpp"
 #include "results/run_context.hpp"
 

@@ -10,8 +10,8 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
-#include "context_parallel/context_parallel.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "context_parallel/plan.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "predict/op_list.hpp"
 #include "predict/replay.hpp"
 #include "step/plan_memory.hpp"

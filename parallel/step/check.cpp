@@ -9,7 +9,7 @@
 #include "compute/device.hpp"
 #include "core/error.hpp"
 #include "model/step_parity.hpp"
-#include "vocab/sharding.hpp"
+#include "common/sharding.hpp"
 
 namespace meshbench::parallel {
 

@@ -13,7 +13,7 @@
 #include "core/log.hpp"
 #include "core/op_watch.hpp"
 #include "kernels/backend.hpp"
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 #include "results/output_path.hpp"
 #include "results/run_context.hpp"
 #include "step/options.hpp"

@@ -12,7 +12,7 @@
 
 #include "core/cli.hpp"
 #include "core/error.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "results/output_path.hpp"
 #include "step/rules.hpp"
 #include "kernels/attention_choice.hpp"

@@ -12,8 +12,8 @@
 #include "core/cli.hpp"
 #include "kernels/layers.hpp"
 #include "model/model.hpp"
-#include "vocab/config.hpp"
-#include "vocab/plan.hpp"
+#include "common/config.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

@@ -9,14 +9,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "expert_parallel/expert_parallel.hpp"
+#include "expert_parallel/plan.hpp"
 #include "kernels/flops.hpp"
 #include "metrics/gather.hpp"
 #include "metrics/summary.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "predict/replay.hpp"
-#include "report/console.hpp"
-#include "report/jsonl.hpp"
+#include "report/step_console.hpp"
+#include "report/step_jsonl.hpp"
 #include "report/perfetto.hpp"
 #include "report/step_h5.hpp"
 #include "results/output_path.hpp"

@@ -15,7 +15,7 @@
 #include "core/log.hpp"
 #include "metrics/records.hpp"
 #include "predict/predict.hpp"
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 #include "step/launch.hpp"
 #include "step/options.hpp"
 #include "step/setup.hpp"

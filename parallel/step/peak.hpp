@@ -15,7 +15,7 @@
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/flops.hpp"
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 
 namespace meshbench::parallel {
 

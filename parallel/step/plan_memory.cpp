@@ -4,7 +4,7 @@
 
 #include "expert_parallel/moe.hpp"
 #include "model/model.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "pipeline_parallel/schedule.hpp"
 #include "predict/predict.hpp"
 #include "zero/zero.hpp"

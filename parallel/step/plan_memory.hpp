@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "vocab/plan.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

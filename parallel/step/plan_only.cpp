@@ -15,7 +15,7 @@
 #include "compute/device.hpp"
 #include "core/error.hpp"
 #include "model/model.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "step/options.hpp"
 #include "metrics/metrics.hpp"
 #include "predict/predict.hpp"

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "vocab/plan.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

@@ -2,11 +2,11 @@
 
 #include <fmt/core.h>
 
-#include "context_parallel/context_parallel.hpp"
+#include "context_parallel/plan.hpp"
 #include "data_parallel/data_parallel.hpp"
-#include "expert_parallel/expert_parallel.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
-#include "tensor_parallel/tensor_parallel.hpp"
+#include "expert_parallel/plan.hpp"
+#include "pipeline_parallel/plan.hpp"
+#include "tensor_parallel/plan.hpp"
 #include "zero/zero.hpp"
 
 namespace meshbench::parallel {

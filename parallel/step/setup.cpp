@@ -7,7 +7,7 @@
 #include "comm/watched_comm.hpp"
 #include "core/routing.hpp"
 #include "core/timer.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "predict/op_list.hpp"
 
 namespace meshbench::parallel {

@@ -22,8 +22,8 @@
 #include "predict/replay.hpp"
 #include "results/record.hpp"
 #include "step/options.hpp"
-#include "vocab/plan.hpp"
-#include "vocab/trace.hpp"
+#include "common/plan.hpp"
+#include "common/trace.hpp"
 #include "zero/zero.hpp"
 
 namespace meshbench::parallel {

@@ -62,75 +62,75 @@ Plan plan_for_launch(const Options& o, int world) {
 int run(int argc, char** argv, int rank, int world, int thread_level) {
   std::optional<Options> parsed = parse_options(argc, argv);
   if (!parsed) return mb::core::code(ExitCode::kOk);
-  const Options& o = *parsed;
-  if (o.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
+  const Options& opts = *parsed;
+  if (opts.plan_only)  // main() answers --plan-only before MPI starts; another spelling got here
     throw mb::core::UsageError("--plan-only: write it as the flag --plan-only (or MESHBENCH_STEP_PLAN_ONLY=1)");
-  Plan plan = plan_for_launch(o, world);  // launch() may choose the attention (issue 44, item 9)
+  Plan plan = plan_for_launch(opts, world);  // launch() may choose the attention (issue 44, item 9)
   if (rank == 0)  // legal but degenerate: said once, even with --quiet (step/rules.hpp)
     for (const std::string& n : plan_notes(plan)) std::fprintf(stderr, "step_bench: note: %s\n", n.c_str());
-  const bool modelled = o.compute == "modelled";
+  const bool modelled = opts.compute == "modelled";
   std::optional<Prediction> predicted;  // every rank reads it: a bad file is exit 2 on all
   std::unique_ptr<Costs> costs;
-  if (!o.predict.empty()) {
-    costs = read_costs(o.predict, o.predict_fabric, plan);
+  if (!opts.predict.empty()) {
+    costs = read_costs(opts.predict, opts.predict_fabric, plan);
     predicted = predict_step(plan, *costs);
   }
   if (plan.progress == Progress::kThread && thread_level < MPI_THREAD_MULTIPLE)
     throw mb::core::UsageError("--progress thread: this MPI does not provide MPI_THREAD_MULTIPLE");
   mb::results::OutputClaim claim;
-  claim_outputs(o, claim, rank);
-  const mb::core::Log out(rank, o.quiet);
-  Watchdog wd(rank, o.op_timeout);
+  claim_outputs(opts, claim, rank);
+  const mb::core::Log out(rank, opts.quiet);
+  Watchdog wd(rank, opts.op_timeout);
   wd.start("", "");  // the set-up is watched too; restarted with the output file below
-  Launched l;
-  launch(l, o, plan, rank, wd, modelled ? std::move(costs) : nullptr);
-  Setup& st = l.st;
-  if (!o.export_dir.empty()) return run_export(o, *st.model, out);
-  print_header(out, o, plan, st, l.cp, l.topo, l.threads);
+  Launched launched;
+  launch(launched, opts, plan, rank, wd, modelled ? std::move(costs) : nullptr);
+  Setup& setup = launched.st;
+  if (!opts.export_dir.empty()) return run_export(opts, *setup.model, out);
+  print_header(out, opts, plan, setup, launched.cp, launched.topo, launched.threads);
   out.out("  set-up {:.3f} s (topology, communicators, {}; slowest rank), of which communicators {:.3f} s\n",
-          l.setup_s[0], modelled ? "communication buffers" : "model", l.setup_s[1]);
-  RunResult r;
-  r.predicted = predicted;
+          launched.setup_s[0], modelled ? "communication buffers" : "model", launched.setup_s[1]);
+  RunResult result;
+  result.predicted = predicted;
   Peak peak;
   if (modelled) {  // no GEMM runs here: MFU is against the described GPU's peak (a cluster), else none
     peak.best = peak.median = NAN;
-    const Cluster* cl = st.costs->cluster();
-    r.datasheet = cl ? cl->gpu.peak_bf16_flops : NAN;
+    const Cluster* cl = setup.costs->cluster();
+    result.datasheet = cl ? cl->gpu.peak_bf16_flops : NAN;
   } else {
     mb::core::set_phase("the peak GEMM's measurement");
-    peak = measure_peak(o.model, l.cp.gpu, l.cp.prec, l.cp.device);
-    r.datasheet = l.cp.gpu ? cuda::datasheet_peak(l.cp.gpu_name, l.cp.prec) : NAN;
-    print_peak(out, l.cp, peak, r.datasheet);
+    peak = measure_peak(opts.model, launched.cp.gpu, launched.cp.prec, launched.cp.device);
+    result.datasheet = launched.cp.gpu ? cuda::datasheet_peak(launched.cp.gpu_name, launched.cp.prec) : NAN;
+    print_peak(out, launched.cp, peak, result.datasheet);
   }
 
   std::optional<StepEnv<float>> env;
-  if (st.model) {
-    env.emplace(StepEnv<float>{*st.model, st.sync.get(), st.trace, plan, data_kind(o), o.seed, st.dp_rank, o.adam});
-    env->pipe = st.pipe ? &*st.pipe : nullptr;
-    env->watch = st.watch;
+  if (setup.model) {
+    env.emplace(StepEnv<float>{*setup.model, setup.sync.get(), setup.trace, plan, data_kind(opts), opts.seed, setup.dp_rank, opts.adam});
+    env->pipe = setup.pipe ? &*setup.pipe : nullptr;
+    env->watch = setup.watch;
     mb::core::set_phase("--check against the single-rank reference");
-    r.check = run_check(o, st, *env, out, r.check_rows);
+    result.check = run_check(opts, setup, *env, out, result.check_rows);
   } else {
-    r.check = "off";
+    result.check = "off";
   }
-  mb::results::RunContext ctx = make_context(o, plan, l.cp, argc, argv, l.topo);
+  mb::results::RunContext ctx = make_context(opts, plan, launched.cp, argc, argv, launched.topo);
   std::string problem;
-  std::unique_ptr<StepReporters> reps = make_reporters(o, l, peak, r.datasheet, ctx, claim.appending(), out, rank, problem);
+  std::unique_ptr<StepReporters> reps = make_reporters(opts, launched, peak, result.datasheet, ctx, claim.appending(), out, rank, problem);
   mb::comm::agree_on_fault(MPI_COMM_WORLD, problem);  // a results file that cannot start ends every rank
   mb::results::sync_from_root(ctx, MPI_COMM_WORLD);   // the run id, made unique in the file
-  r.run_id = ctx.run_id;
-  if (!o.output.empty()) wd.start(o.output, ctx.run_id);
-  r.t_origin = align_clocks(l.topo, reps.get(), r.clock);
-  if (st.model) st.model->set_profiling(o.profile);
-  r.end = timed_steps(o, env ? &*env : nullptr, st, reps.get(), r.losses);
+  result.run_id = ctx.run_id;
+  if (!opts.output.empty()) wd.start(opts.output, ctx.run_id);
+  result.t_origin = align_clocks(launched.topo, reps.get(), result.clock);
+  if (setup.model) setup.model->set_profiling(opts.profile);
+  result.end = timed_steps(opts, env ? &*env : nullptr, setup, reps.get(), result.losses);
   mb::results::stop_finishing();  // a signal from here on waits for the summary (results/stop_signal.hpp)
   mb::core::set_phase("writing the results");
-  if (r.end.why & kStopWrite)
+  if (result.end.why & kStopWrite)
     mb::comm::agree_on_fault(MPI_COMM_WORLD, reps ? reps->error() : std::string("the results file could not be written"));
-  warn_loop_end(out, o, r.end);
-  r.peak = modelled ? NAN : peak_after(o, l.cp, peak, reps.get(), out);
+  warn_loop_end(out, opts, result.end);
+  result.peak = modelled ? NAN : peak_after(opts, launched.cp, peak, reps.get(), out);
   std::string write_error;
-  const int rc = report_run(o, st, r, l.topo, rank, reps.get(), out, write_error);
+  const int rc = report_run(opts, setup, result, launched.topo, rank, reps.get(), out, write_error);
   mb::comm::agree_on_fault(MPI_COMM_WORLD, write_error);  // rank 0's write error ends every rank, exit 3
   wd.stop();
   return rc;

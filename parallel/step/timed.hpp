@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/log.hpp"
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 #include "step/options.hpp"
 #include "step/setup.hpp"
 

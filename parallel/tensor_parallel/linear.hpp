@@ -15,7 +15,7 @@
 //   forward:  y += g(x W^T) + b, g = all-reduce (AR, y full rows) or reduce-scatter (SP, y n
 //             rows); the bias is added once, after the reduction (bias_residual_add).
 //   backward: dy (AR: full rows, g's backward is the identity; SP: n rows all-gathered).
-// Not here: communicators and recording (kernels/comm_group.hpp, vocab/trace.hpp), the model's wiring (model.cpp).
+// Not here: communicators and recording (kernels/comm_group.hpp, common/trace.hpp), the model's wiring (model.cpp).
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "kernels/backend.hpp"
-#include "vocab/group_comm.hpp"
-#include "vocab/op.hpp"
+#include "common/group_comm.hpp"
+#include "common/op.hpp"
 
 namespace meshbench::parallel {
 

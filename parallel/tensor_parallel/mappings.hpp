@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "vocab/group_comm.hpp"
+#include "common/group_comm.hpp"
 
 namespace meshbench::parallel {
 

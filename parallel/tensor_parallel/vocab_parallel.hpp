@@ -10,7 +10,7 @@
 #include <functional>
 
 #include "kernels/backend.hpp"
-#include "vocab/group_comm.hpp"
+#include "common/group_comm.hpp"
 
 namespace meshbench::parallel {
 

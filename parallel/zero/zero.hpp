@@ -30,9 +30,9 @@
 
 #include "comm/communicator.hpp"
 #include "model/model.hpp"
-#include "vocab/grad_sync.hpp"
-#include "vocab/plan.hpp"
-#include "vocab/trace.hpp"
+#include "common/grad_sync.hpp"
+#include "common/plan.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one-way layering of src/ (core <- compute <- comm <- results) and of parallel/ (vocab <-
+# The one-way layering of src/ (core <- compute <- comm <- results) and of parallel/ (common <-
 # kernels <- {tensor_parallel, context_parallel, expert_parallel} <- model <- {pipeline_parallel,
 # data_parallel} <- zero <- executor <- metrics <- report <- predict <- step) fails the build when broken:
 # 1. compile time: through each layer's include root (build/layers/<layer>/), a header of the
@@ -9,7 +9,7 @@
 #    results/record.hpp, or whose core/units.hpp includes "../comm/mesh.hpp";
 # 3. the same for parallel/: through each folder's include root (build/parallel_layers/<f>/)
 #    a header of the folder itself or of a lower one is found, one of a higher folder or of a
-#    sibling is not; check_layering.cmake refuses a copy of parallel/ whose vocab/plan.hpp
+#    sibling is not; check_layering.cmake refuses a copy of parallel/ whose common/plan.hpp
 #    includes step/options.hpp, or whose tensor_parallel/linear.hpp includes a sibling's
 #    context_parallel/attention.hpp.
 # Usage (CTest): upward_include.sh CXX LAYERS_DIR SOURCE_DIR CMAKE [PARALLEL_LAYERS_DIR]
@@ -51,10 +51,10 @@ echo "ok   [layering]: check_layering.cmake passes on src/, refuses an upward an
 
 [[ -n "$PLAYERS" ]] || exit 0
 # parallel/: the folders and what each may include, from check_layering.cmake itself.
-declare -A DEPS PPROBE=([vocab]=vocab/plan.hpp [kernels]=kernels/layers.hpp [tensor_parallel]=tensor_parallel/linear.hpp
+declare -A DEPS PPROBE=([common]=common/plan.hpp [kernels]=kernels/layers.hpp [tensor_parallel]=tensor_parallel/linear.hpp
   [context_parallel]=context_parallel/attention.hpp [expert_parallel]=expert_parallel/moe.hpp [model]=model/model.hpp
   [pipeline_parallel]=pipeline_parallel/schedule.hpp [data_parallel]=data_parallel/data_parallel.hpp [zero]=zero/zero.hpp
-  [executor]=executor/executor.hpp [metrics]=metrics/metrics.hpp [report]=report/console.hpp [predict]=predict/predict.hpp
+  [executor]=executor/executor.hpp [metrics]=metrics/metrics.hpp [report]=report/step_console.hpp [predict]=predict/predict.hpp
   [step]=step/options.hpp)
 FOLDERS=()
 while IFS=: read -r f d; do
@@ -80,13 +80,13 @@ done
 echo "ok   [layering]: parallel/: $checked folder pairs, higher and sibling folders' headers are not found"
 
 cp -r "$SRC/parallel" "$WORK/parallel"
-echo '#include "step/options.hpp"' >> "$WORK/parallel/vocab/plan.hpp"
+echo '#include "step/options.hpp"' >> "$WORK/parallel/common/plan.hpp"
 rc=0; "$CMAKE" -DMB_LAYERING_SRC="$SRC/src" -DMB_LAYERING_PARALLEL="$WORK/parallel" -P "$SRC/cmake/check_layering.cmake" > "$WORK/out" 2>&1 || rc=$?
-[[ $rc -ne 0 ]] && flat | grep -q "vocab/plan.hpp: '#include \"step/options.hpp\"': vocab/ may include only vocab and" \
-  || fail "upward include in parallel/vocab/plan.hpp not refused (exit $rc): $(cat "$WORK/out")"
-cp "$SRC/parallel/vocab/plan.hpp" "$WORK/parallel/vocab/plan.hpp"
+[[ $rc -ne 0 ]] && flat | grep -q "common/plan.hpp: '#include \"step/options.hpp\"': common/ may include only common and" \
+  || fail "upward include in parallel/common/plan.hpp not refused (exit $rc): $(cat "$WORK/out")"
+cp "$SRC/parallel/common/plan.hpp" "$WORK/parallel/common/plan.hpp"
 echo '#include "context_parallel/attention.hpp"' >> "$WORK/parallel/tensor_parallel/linear.hpp"
 rc=0; "$CMAKE" -DMB_LAYERING_SRC="$SRC/src" -DMB_LAYERING_PARALLEL="$WORK/parallel" -P "$SRC/cmake/check_layering.cmake" > "$WORK/out" 2>&1 || rc=$?
-[[ $rc -ne 0 ]] && flat | grep -q "tensor_parallel/linear.hpp: .*tensor_parallel/ may include only tensor_parallel and \[vocab;kernels\]" \
+[[ $rc -ne 0 ]] && flat | grep -q "tensor_parallel/linear.hpp: .*tensor_parallel/ may include only tensor_parallel and \[common;kernels\]" \
   || fail "sibling include in parallel/tensor_parallel/linear.hpp not refused (exit $rc): $(cat "$WORK/out")"
 echo "ok   [layering]: check_layering.cmake passes on parallel/, refuses an upward and a sibling include"

@@ -44,7 +44,7 @@
 #include "model/model.hpp"
 #include "pipeline_parallel/exchange.hpp"
 #include "pipeline_parallel/schedule.hpp"
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 #endif
 
 namespace {

@@ -12,10 +12,10 @@
 
 #include "core/error.hpp"
 #include "model/model.hpp"
-#include "vocab/plan.hpp"
-#include "tensor_parallel/tensor_parallel.hpp"
+#include "common/plan.hpp"
+#include "tensor_parallel/plan.hpp"
 #include "zero/zero.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "step/rules.hpp"
 
 using namespace meshbench::parallel;

@@ -19,7 +19,7 @@
 #include "kernels/moe_layers.hpp"
 #include "kernels/moe_plan_blocks.hpp"
 #include "kernels/parity.hpp"
-#include "vocab/precision.hpp"
+#include "common/precision.hpp"
 #include "model/step_parity.hpp"
 
 using namespace meshbench::parallel;

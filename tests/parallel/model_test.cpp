@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 #include "core/error.hpp"
 #include "kernels/flops.hpp"
 #include "gradcheck.hpp"

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "kernels/backend_emulated.hpp"
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 #include "core/error.hpp"
 #include "kernels/flops.hpp"
 #include "gradcheck.hpp"

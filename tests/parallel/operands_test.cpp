@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 #include "kernels/operands.hpp"
 
 using namespace meshbench::parallel;

@@ -11,11 +11,11 @@
 #include "core/error.hpp"
 #include "metrics/metrics.hpp"
 #include "model/model.hpp"
-#include "vocab/plan.hpp"
+#include "common/plan.hpp"
 #include "pipeline_parallel/schedule.hpp"
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 #include "data_parallel/data_parallel.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "step/rules.hpp"
 
 using namespace meshbench::parallel;

@@ -10,10 +10,10 @@
 #include <cmath>
 #include <vector>
 
-#include "vocab/layout.hpp"
+#include "common/layout.hpp"
 #include "metrics/metrics.hpp"
 #include "model/model.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 
 using namespace meshbench::parallel;
 

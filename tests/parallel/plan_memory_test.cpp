@@ -4,9 +4,9 @@
 // a 405B shape, which must be arithmetic (nothing allocated).
 #include <gtest/gtest.h>
 
-#include "vocab/plan.hpp"
+#include "common/plan.hpp"
 #include "step/plan_memory.hpp"
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 #include "step/rules.hpp"
 
 using namespace meshbench::parallel;

@@ -1,7 +1,7 @@
 // Model shapes several engine tests share.
 #pragma once
 
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 
 namespace meshbench::parallel::test {
 

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 #include "model/model.hpp"
-#include "vocab/sharding.hpp"
+#include "common/sharding.hpp"
 
 using namespace meshbench::parallel;
 

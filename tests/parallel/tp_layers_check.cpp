@@ -26,9 +26,9 @@
 #include "kernels/backend.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/comm_group.hpp"
-#include "tensor_parallel/tensor_parallel.hpp"
+#include "tensor_parallel/plan.hpp"
 #include "tensor_parallel/linear.hpp"
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 #include "support/check_help.hpp"
 
 using namespace meshbench::parallel;

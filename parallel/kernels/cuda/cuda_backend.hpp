@@ -16,8 +16,8 @@
 #include "kernels/backend.hpp"
 #include "kernels/layers.hpp"
 #include "kernels/parity.hpp"
-#include "vocab/config.hpp"
-#include "vocab/precision.hpp"
+#include "common/config.hpp"
+#include "common/precision.hpp"
 
 namespace meshbench::parallel::cuda {
 

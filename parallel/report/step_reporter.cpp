@@ -1,4 +1,4 @@
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 
 namespace meshbench::parallel {
 

@@ -13,7 +13,7 @@
 #include "compute/blas.hpp"
 #include "kernels/flops.hpp"
 #include "kernels/layers.hpp"
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 
 using namespace meshbench::parallel;
 namespace compute = meshbench::compute;

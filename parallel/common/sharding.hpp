@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "vocab/layout.hpp"
+#include "common/layout.hpp"
 
 namespace meshbench::parallel {
 

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "expert_parallel/moe.hpp"
-#include "vocab/config.hpp"
-#include "vocab/grad_sync.hpp"
-#include "vocab/plan.hpp"
+#include "common/config.hpp"
+#include "common/grad_sync.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

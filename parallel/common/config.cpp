@@ -1,4 +1,4 @@
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 
 #include <algorithm>
 

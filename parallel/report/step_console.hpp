@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/log.hpp"
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 
 namespace meshbench::parallel {
 

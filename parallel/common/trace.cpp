@@ -1,4 +1,4 @@
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 
 #include <algorithm>
 #include <cstring>

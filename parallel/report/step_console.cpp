@@ -1,4 +1,4 @@
-#include "report/console.hpp"
+#include "report/step_console.hpp"
 
 #include <fmt/core.h>
 

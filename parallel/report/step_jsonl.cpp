@@ -1,4 +1,4 @@
-#include "report/jsonl.hpp"
+#include "report/step_jsonl.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "vocab/config.hpp"
+#include "common/config.hpp"
 
 namespace meshbench::parallel {
 

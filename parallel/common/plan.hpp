@@ -13,8 +13,8 @@
 
 #include "comm/mesh.hpp"
 #include "core/routing.hpp"
-#include "vocab/config.hpp"
-#include "vocab/modes.hpp"
+#include "common/config.hpp"
+#include "common/modes.hpp"
 
 namespace meshbench::parallel {
 

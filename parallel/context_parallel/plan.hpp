@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "vocab/grad_sync.hpp"
-#include "vocab/plan.hpp"
+#include "common/grad_sync.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

@@ -1,9 +1,9 @@
-#include "context_parallel/context_parallel.hpp"
+#include "context_parallel/plan.hpp"
 
 #include <fmt/core.h>
 
 #include "core/error.hpp"
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

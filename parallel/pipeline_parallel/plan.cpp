@@ -1,4 +1,4 @@
-#include "pipeline_parallel/pipeline_parallel.hpp"
+#include "pipeline_parallel/plan.hpp"
 
 #include <fmt/core.h>
 

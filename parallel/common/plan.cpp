@@ -1,4 +1,4 @@
-#include "vocab/plan.hpp"
+#include "common/plan.hpp"
 
 #include <algorithm>
 #include <fmt/core.h>

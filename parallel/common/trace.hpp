@@ -12,7 +12,7 @@
 
 #include "comm/communicator.hpp"
 #include "compute/device.hpp"
-#include "vocab/op.hpp"
+#include "common/op.hpp"
 
 namespace meshbench::parallel {
 

@@ -1,4 +1,4 @@
-#include "vocab/layout.hpp"
+#include "common/layout.hpp"
 
 #include <stdexcept>
 

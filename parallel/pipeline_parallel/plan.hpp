@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "pipeline_parallel/schedule.hpp"
-#include "vocab/grad_sync.hpp"
-#include "vocab/plan.hpp"
+#include "common/grad_sync.hpp"
+#include "common/plan.hpp"
 
 namespace meshbench::parallel {
 

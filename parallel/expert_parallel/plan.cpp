@@ -1,11 +1,11 @@
-#include "expert_parallel/expert_parallel.hpp"
+#include "expert_parallel/plan.hpp"
 
 #include <algorithm>
 #include <fmt/core.h>
 
 #include "comm/communicator.hpp"
 #include "core/error.hpp"
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 

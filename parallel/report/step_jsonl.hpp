@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "report/reporter.hpp"
+#include "report/step_reporter.hpp"
 
 namespace meshbench::parallel {
 

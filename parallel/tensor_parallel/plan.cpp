@@ -1,9 +1,9 @@
-#include "tensor_parallel/tensor_parallel.hpp"
+#include "tensor_parallel/plan.hpp"
 
 #include <fmt/core.h>
 
 #include "core/error.hpp"
-#include "vocab/trace.hpp"
+#include "common/trace.hpp"
 
 namespace meshbench::parallel {
 
@@ -43,7 +43,7 @@ std::vector<AnalyticBytes> tp_analytic(const Plan& p, int sb, int layers, bool e
   // input (+ its re-gather), the embedding's backward; reduce-scatters: 4 per layer, the
   // embedding's output and the head's input gradient. A pipeline stage has only its own. A MoE
   // block has no fc/fcproj pair: its rows stay sequence-sharded (its own traffic is
-  // expert_parallel.hpp's moe_split_analytic), so 1 + r gathers and 2 reduce-scatters fewer.
+  // expert_parallel/plan.hpp's moe_split_analytic), so 1 + r gathers and 2 reduce-scatters fewer.
   const uint64_t ag = (L * (4 + 2 * r) - Lm * (2 + r) + e + h * (1 + r)) * act,
                  rs = (4 * L - 2 * Lm + e + h) * act;
   return {row(comm::Collective::kAllReduce, m * h * ce + norms), row(comm::Collective::kAllGather, m * ag),

@@ -1,4 +1,4 @@
-#include "vocab/sharding.hpp"
+#include "common/sharding.hpp"
 
 #include <algorithm>
 #include <fmt/core.h>
