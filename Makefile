@@ -32,7 +32,7 @@ run: deps
 
 test: deps
 	@$(MAKE) --no-print-directory build
-	cd $(BUILD) && ctest --output-on-failure -j 1 $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
 
 fabrics: deps
 	@$(MAKE) --no-print-directory build
