@@ -132,7 +132,17 @@ void Gpt<S>::build_activations() {
     }
   }
   if (!opts_.stage) take_slot(0, 0);  // the whole model: one slot for the model's life
+  allocate_buffers(blk_elements);
+}
 
+// The backward's and the layers' scratch (MemCat::kBuffers): gradients of the activations,
+// the recomputed block's (`blk_elements`: its layout's size; 0 without --recompute full) and
+// attention's, the token slots, tensor and sequence parallel's gathers.
+template <typename S>
+void Gpt<S>::allocate_buffers(int64_t blk_elements) {
+  const TpDims& d = dims_;
+  const int64_t C = cfg_.hidden, B = cfg_.micro_batch, T = cfg_.seq, N = d.tokens, n = d.rows;
+  const bool tp = opts_.tp.size > 1, sp = tp && opts_.tp.mode.sp, keep = sp && !opts_.tp.mode.regather;
   const MemCat kBuf = MemCat::kBuffers;
   dresid_ = BackendArray<S, S>(*be_, n * C, &mem_, kBuf);
   dln_ = BackendArray<S, S>(*be_, N * C, &mem_, kBuf);

@@ -305,6 +305,7 @@ class Gpt {
   static std::vector<char> recomputed_blocks(const GptConfig& cfg, const GptOptions& opts);
  private:
   void build_activations();
+  void allocate_buffers(int64_t blk_elements);
   // The gathered column-parallel input of layer l's qkv (which 0) or fc (1), or the head's
   // (l = -1), under sequence parallel; null otherwise.
   S* gathered(int l, int which);

@@ -5,11 +5,14 @@
 // to the end without a deadlock, with the stored-activation peak GPipe m, 1F1B min(P-r, m).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "pipeline_parallel/schedule.hpp"
+#include "pipeline_parallel/walk.hpp"
 
 using namespace meshbench::parallel;
 
@@ -154,38 +157,38 @@ namespace {
 // backward of that micro-batch, and for every send at the gradient sync. `grouped` false:
 // every op its own group (single ungrouped ncclSend/ncclRecv, the defect). Returns "" when
 // every rank runs to its end with every pair matched, else why not.
-std::string simulate_nccl(PipeSchedule kind, const PipeShape& s, bool grouped) {
-  const int P = s.stages;
-  struct Op {
-    bool send;
-    int peer, micro, vs;  // vs: the receiving virtual stage (the message's identity)
-    bool done = false;
-  };
-  using Group = std::vector<Op>;
+struct NcclOp {
+  bool send;
+  int peer, micro, vs;  // vs: the receiving virtual stage (the message's identity)
+  bool done = false;
+};
+using NcclGroup = std::vector<NcclOp>;
+
+bool group_done(const NcclGroup& g) {
+  return std::all_of(g.begin(), g.end(), [](const NcclOp& o) { return o.done; });
+}
+
+struct NcclSim {
+  int P;
+  bool grouped;
   std::vector<std::vector<Action>> lists;
-  for (int r = 0; r < P; ++r) lists.push_back(pipeline_schedule(kind, s, r));
-  std::vector<std::vector<Group>> stream(static_cast<size_t>(P));
-  std::vector<size_t> head(static_cast<size_t>(P), 0), pc(static_cast<size_t>(P), 0);
-  std::vector<int> posted_to(static_cast<size_t>(P) * P, 0), posted_from(static_cast<size_t>(P) * P, 0);
-  auto is_p2p = [](const Action& a) {
-    return a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kRecvGradient ||
-           a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGradient;
-  };
-  auto group_done = [](const Group& g) {
-    for (const Op& o : g)
-      if (!o.done) return false;
-    return true;
-  };
-  for (bool progress = true; progress;) {
-    progress = false;
-    // the streams: pair the ops of the head groups
+  std::vector<std::vector<NcclGroup>> stream;
+  std::vector<size_t> head, pc;
+
+  NcclSim(PipeSchedule kind, const PipeShape& s, bool g)
+      : P(s.stages), grouped(g), stream(size_t(s.stages)), head(size_t(s.stages), 0), pc(size_t(s.stages), 0) {
+    for (int r = 0; r < P; ++r) lists.push_back(pipeline_schedule(kind, s, r));
+  }
+
+  // The streams: pair the ops of the head groups, then retire the groups done. "" or why not.
+  std::string streams(bool& progress) {
     for (int r = 0; r < P; ++r) {
       if (head[size_t(r)] >= stream[size_t(r)].size()) continue;
-      for (Op& a : stream[size_t(r)][head[size_t(r)]]) {
+      for (NcclOp& a : stream[size_t(r)][head[size_t(r)]]) {
         if (a.done) continue;
         const size_t hq = head[size_t(a.peer)];
         if (hq >= stream[size_t(a.peer)].size()) continue;
-        for (Op& b : stream[size_t(a.peer)][hq])
+        for (NcclOp& b : stream[size_t(a.peer)][hq])
           if (!b.done && b.peer == r && b.send != a.send) {
             if (a.micro != b.micro || a.vs != b.vs)
               return "rank " + std::to_string(r) + "'s op pairs with another message at rank " + std::to_string(a.peer);
@@ -200,49 +203,58 @@ std::string simulate_nccl(PipeSchedule kind, const PipeShape& s, bool grouped) {
         ++head[size_t(r)];
         progress = true;
       }
-    // the hosts
-    for (int r = 0; r < P; ++r) {
-      auto& i = pc[size_t(r)];
-      const auto& list = lists[size_t(r)];
-      while (i < list.size()) {
-        const Action& a = list[i];
-        if (is_p2p(a)) {  // post the run (or one op), then wait for its receives
-          size_t end = i + 1;
-          while (grouped && end < list.size() && is_p2p(list[end])) ++end;
-          Group g;
-          for (size_t j = i; j < end; ++j) {
-            const Action& x = list[j];
-            const int vs = x.chunk * P + r;
-            const bool send = x.kind == ActionKind::kSendActivation || x.kind == ActionKind::kSendGradient;
-            const int to_vs = x.kind == ActionKind::kSendActivation ? vs + 1 : x.kind == ActionKind::kSendGradient ? vs - 1 : vs;
-            g.push_back({send, x.peer, x.micro, to_vs});
-          }
-          stream[size_t(r)].push_back(g);
-          i = end;
-          progress = true;
-          break;  // the host continues once the group's receives are done (next round)
+    return "";
+  }
+
+  // Rank r's host: posts a run of point-to-point ops as one group (or each alone), then waits
+  // before compute for what the compute needs.
+  void host(int r, bool& progress) {
+    auto& i = pc[size_t(r)];
+    const auto& list = lists[size_t(r)];
+    while (i < list.size()) {
+      const Action& a = list[i];
+      if (is_send(a.kind) || is_recv(a.kind)) {  // post the run (or one op), then wait for its receives
+        size_t end = i + 1;
+        while (grouped && end < list.size() && (is_send(list[end].kind) || is_recv(list[end].kind))) ++end;
+        NcclGroup g;
+        for (size_t j = i; j < end; ++j) {
+          const Action& x = list[j];
+          const int vs = x.chunk * P + r;
+          const int to_vs = x.kind == ActionKind::kSendActivation ? vs + 1 : x.kind == ActionKind::kSendGradient ? vs - 1 : vs;
+          g.push_back({is_send(x.kind), x.peer, x.micro, to_vs});
         }
-        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kGradSync || a.kind == ActionKind::kForward) {
-          // before compute: every posted receive done; before a backward its activation send
-          // done; at the gradient sync every op done
-          bool wait = false;
-          for (const Group& g : stream[size_t(r)])
-            for (const Op& o : g)
-              wait = wait || (!o.done && (!o.send || a.kind == ActionKind::kGradSync ||
-                                          (a.kind == ActionKind::kBackward && o.micro == a.micro &&
-                                           o.vs == a.chunk * P + r + 1)));
-          if (wait) break;
-        }
-        ++i;
+        stream[size_t(r)].push_back(g);
+        i = end;
         progress = true;
+        return;  // the host continues once the group's receives are done (next round)
       }
+      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kGradSync || a.kind == ActionKind::kForward) {
+        // before compute: every posted receive done; before a backward its activation send
+        // done; at the gradient sync every op done
+        bool wait = false;
+        for (const NcclGroup& g : stream[size_t(r)])
+          for (const NcclOp& o : g)
+            wait = wait || (!o.done && (!o.send || a.kind == ActionKind::kGradSync ||
+                                        (a.kind == ActionKind::kBackward && o.micro == a.micro &&
+                                         o.vs == a.chunk * P + r + 1)));
+        if (wait) return;
+      }
+      ++i;
+      progress = true;
     }
   }
-  (void)posted_to;
-  (void)posted_from;
-  for (int r = 0; r < P; ++r)
-    if (pc[size_t(r)] != lists[size_t(r)].size() || head[size_t(r)] != stream[size_t(r)].size())
-      return "deadlock: rank " + std::to_string(r) + " stops at action " + std::to_string(pc[size_t(r)]);
+};
+
+std::string simulate_nccl(PipeSchedule kind, const PipeShape& s, bool grouped) {
+  NcclSim sim(kind, s, grouped);
+  for (bool progress = true; progress;) {
+    progress = false;
+    if (std::string e = sim.streams(progress); !e.empty()) return e;
+    for (int r = 0; r < sim.P; ++r) sim.host(r, progress);
+  }
+  for (int r = 0; r < sim.P; ++r)
+    if (sim.pc[size_t(r)] != sim.lists[size_t(r)].size() || sim.head[size_t(r)] != sim.stream[size_t(r)].size())
+      return "deadlock: rank " + std::to_string(r) + " stops at action " + std::to_string(sim.pc[size_t(r)]);
   return "";
 }
 }  // namespace
