@@ -5,7 +5,7 @@
 set -euo pipefail
 : "${MB_BIN:?}" "${MB_PYTHON:=/usr/bin/python3}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+fail() { echo "FAIL [mesh_groups]: $*" >&2; exit 1; }
 # 4 ranks on 2 cores: preload the yield shim when the test harness built one.
 run4() { timeout 120 mpiexec -n 4 ${MB_UCX_YIELD:+-genv LD_PRELOAD "$MB_UCX_YIELD"} "$@"; }
 

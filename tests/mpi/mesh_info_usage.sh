@@ -14,7 +14,7 @@ expect_usage() {  # PATTERN CMD...: CMD must exit 2, print nothing on stdout, on
   local rc=$?
   local lines; lines=$(grep -c . "$tmp/err")
   if [ $rc -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -q -- "$pattern" "$tmp/err" || [ -s "$tmp/out" ]; then
-    echo "FAIL: $* -> rc=$rc (want 2), $lines stderr lines (want 1 matching '$pattern'):"
+    echo "FAIL [mesh_info_usage]: $* -> rc=$rc (want 2), $lines stderr lines (want 1 matching '$pattern'):"
     cat "$tmp/err"; head -3 "$tmp/out"; fail=1
   fi
 }

@@ -7,10 +7,10 @@ expect() {  # expect <exit code> <message fragment> <args...>
   local want=$1 frag=$2; shift 2
   local err rc
   err=$(timeout 60 "$bin" --steps 1 --warmup 0 "$@" 2>&1 >/dev/null); rc=$?
-  if [[ $rc -ne $want ]]; then echo "FAIL: step_bench $* exited $rc, want $want: $err"; fail=1; return; fi
-  if [[ "$err" != *"$frag"* ]]; then echo "FAIL: step_bench $*: message '$err' lacks '$frag'"; fail=1; return; fi
-  if [[ $want -eq 2 && $(grep -c . <<<"$err") -ne 1 ]]; then echo "FAIL: step_bench $*: want one line, got: $err"; fail=1; return; fi
-  echo "ok: step_bench $* -> $rc: $err"
+  if [[ $rc -ne $want ]]; then echo "FAIL [step_bench_bad_config]: step_bench $* exited $rc, want $want: $err"; fail=1; return; fi
+  if [[ "$err" != *"$frag"* ]]; then echo "FAIL [step_bench_bad_config]: step_bench $*: message '$err' lacks '$frag'"; fail=1; return; fi
+  if [[ $want -eq 2 && $(grep -c . <<<"$err") -ne 1 ]]; then echo "FAIL [step_bench_bad_config]: step_bench $*: want one line, got: $err"; fail=1; return; fi
+  echo "ok   [step_bench_bad_config]: step_bench $* -> $rc: $err"
 }
 expect 2 "--heads 3 must divide --hidden 64" --heads 3
 expect 2 "--kv-heads 3 must divide --heads 4" --kv-heads 3

@@ -9,14 +9,14 @@ args=(--layers 1 --hidden 32 --heads 4 --kv-heads 2 --seq 16 --vocab 64 --micro-
 set +e
 "$bin" "${args[@]}" -O "$tmp/s.h5" --quiet 2>"$tmp/err"; rc=$?
 set -e
-[[ $rc -eq 2 ]] || { echo "FAIL: overwrite exited $rc"; exit 1; }
-grep -q "file exists" "$tmp/err" || { echo "FAIL: overwrite message: $(cat "$tmp/err")"; exit 1; }
+[[ $rc -eq 2 ]] || { echo "FAIL [step_bench_hdf5]: overwrite exited $rc"; exit 1; }
+grep -q "file exists" "$tmp/err" || { echo "FAIL [step_bench_hdf5]: overwrite message: $(cat "$tmp/err")"; exit 1; }
 "$bin" "${args[@]}" -O "$tmp/s.h5" --append --tag t2 --profile --quiet
 # --time-limit: stops early, exit 3 (runtime fault), the file says timeout and keeps the steps
 set +e
 "$bin" "${args[@]}" --steps 100000 --time-limit 2 -O "$tmp/t.h5" --quiet 2>/dev/null; rc=$?
 set -e
-[[ $rc -eq 3 ]] || { echo "FAIL: --time-limit exited $rc, want 3"; exit 1; }
+[[ $rc -eq 3 ]] || { echo "FAIL [step_bench_hdf5]: --time-limit exited $rc, want 3"; exit 1; }
 "$MB_PYTHON" - "$tmp/t.h5" <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r")

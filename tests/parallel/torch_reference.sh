@@ -7,7 +7,7 @@
 set -u
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 bin="$MB_BIN/step_bench"; ref="$MB_SRC/scripts/torch_reference.py"
-"$MB_PYTHON" -c "import torch" 2>/dev/null || { echo "FAIL: $MB_PYTHON has no torch (Debian python3-torch)"; exit 1; }
+"$MB_PYTHON" -c "import torch" 2>/dev/null || { echo "FAIL [torch_reference]: $MB_PYTHON has no torch (Debian python3-torch)"; exit 1; }
 set -e
 "$bin" --export "$tmp/a" --layers 2 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --seq 40 --vocab 300 --micro-batch 3 --tied false --threads 1 --lr 3e-3 --seed 7
 "$MB_PYTHON" "$ref" "$tmp/a"
@@ -34,5 +34,5 @@ g.tofile(sys.argv[1])
 PY
 "$MB_PYTHON" "$ref" "$tmp/b" > "$tmp/out" 2>&1; rc=$?
 cat "$tmp/out"
-if [[ $rc -ne 1 ]]; then echo "FAIL: corrupted gradient not caught (exit $rc)"; exit 1; fi
-echo "ok: corrupted gradient caught"
+if [[ $rc -ne 1 ]]; then echo "FAIL [torch_reference]: corrupted gradient not caught (exit $rc)"; exit 1; fi
+echo "ok   [torch_reference]: corrupted gradient caught"

@@ -7,7 +7,7 @@
 set -u
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 bin="$MB_BIN/step_bench"; ref="$MB_SRC/scripts/torch_reference.py"
-"$MB_PYTHON" -c "import torch" 2>/dev/null || { echo "FAIL: $MB_PYTHON has no torch (Debian python3-torch)"; exit 1; }
+"$MB_PYTHON" -c "import torch" 2>/dev/null || { echo "FAIL [torch_reference_moe]: $MB_PYTHON has no torch (Debian python3-torch)"; exit 1; }
 set -e
 "$bin" --export "$tmp/a" --layers 3 --hidden 64 --heads 4 --kv-heads 2 --ffn 96 --seq 40 --vocab 300 --micro-batch 3 --tied false --threads 1 --lr 3e-3 --seed 7 --experts 4 --top-k 2 --moe-every 2 --aux-loss-coef 0.05
 "$MB_PYTHON" "$ref" "$tmp/a"
@@ -15,7 +15,7 @@ set -e
 "$MB_PYTHON" "$ref" "$tmp/b"
 # The capacity run did drop (the console records it).
 "$bin" --layers 2 --hidden 64 --heads 4 --ffn 128 --seq 48 --vocab 256 --micro-batch 2 --threads 2 --seed 8 --experts 8 --top-k 2 --capacity-factor 0.75 --steps 1 --warmup 0 > "$tmp/run"
-grep -q "384 assignments over the timed steps, [1-9][0-9]* dropped" "$tmp/run" || { cat "$tmp/run"; echo "FAIL: no drops recorded"; exit 1; }
+grep -q "384 assignments over the timed steps, [1-9][0-9]* dropped" "$tmp/run" || { cat "$tmp/run"; echo "FAIL [torch_reference_moe]: no drops recorded"; exit 1; }
 set +e
 "$MB_PYTHON" - "$tmp/b" <<'PY'
 import json, sys, numpy as np
@@ -28,5 +28,5 @@ g.tofile(d + "/grads.f32")
 PY
 "$MB_PYTHON" "$ref" "$tmp/b" > "$tmp/out" 2>&1; rc=$?
 cat "$tmp/out"
-if [[ $rc -ne 1 ]]; then echo "FAIL: corrupted router gradient not caught (exit $rc)"; exit 1; fi
-echo "ok: corrupted router gradient caught"
+if [[ $rc -ne 1 ]]; then echo "FAIL [torch_reference_moe]: corrupted router gradient not caught (exit $rc)"; exit 1; fi
+echo "ok   [torch_reference_moe]: corrupted router gradient caught"
