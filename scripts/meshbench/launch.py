@@ -169,8 +169,16 @@ def describe(pt):
 
 
 # --- running one point -----------------------------------------------------------------------
-# The launch in progress (its Popen), killed with its process group on SIGINT/SIGTERM (rounds).
-RUNNING = {"proc": None}
+class Interrupted(BaseException):
+    """Raised by the sweep's signal handler (rounds.run_local). It unwinds the stack, so every
+    lock taken on the way (Popen.wait's among them) is released before anything waits again;
+    run_point kills its launch's process group on the way out. A BaseException, so no
+    `except Exception` on the way swallows it."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
 
 
 def kill_group(proc, grace=10):
@@ -301,11 +309,11 @@ def run_point(pt, bin_dir, out_dir, presets, launcher, mpiexec, rnd=1, force=Fal
         fh.flush()
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-        RUNNING["proc"] = proc
         try:
             rc, timed_out, hung = _wait_point(proc, log, timeout, EXIT_GRACE)
-        finally:
-            RUNNING["proc"] = None
+        except BaseException:  # a signal (Interrupted) or any fault: the launch dies with it
+            kill_group(proc, grace=5)
+            raise
     rec["seconds"] = round(time.monotonic() - t0, 2)
     rec["rc"] = rc
     # 1-minute load average at the end, beside the cores: a busy machine makes MPICH's

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 
-from .launch import STATUS_DONE, RUNNING, kill_group, describe, file_status, result_path, run_point
+from .launch import STATUS_DONE, Interrupted, kill_group, describe, file_status, result_path, run_point
 from .sweep_config import ROOT
 
 
@@ -140,18 +140,24 @@ def post_process(doc, out_dir, quiet=False):
 
 
 def run_local(points, args, presets, doc):
+    # The handler only raises: waiting on the launch inside it could deadlock when the signal
+    # lands while the main flow holds Popen's wait lock (a blocking wait on a lock its own
+    # thread holds). run_point kills the launch's process group as Interrupted passes it.
     def on_signal(signum, _frame):
-        if RUNNING["proc"] is not None:
-            kill_group(RUNNING["proc"], grace=5)
-        print(f"\nsweep: interrupted by signal {signum}; re-run the same command to resume", file=sys.stderr)
-        sys.exit(128 + signum)  # the shell's code for a death by that signal: SIGINT 130, SIGTERM 143, SIGHUP 129
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # one interruption; the kill is bounded
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     # A dropped ssh session: the run in progress gets SIGTERM (its launcher is in a session of its
     # own, which the hangup never reaches), is marked killed, and the sweep resumes later.
     signal.signal(signal.SIGHUP, on_signal)
 
-    records = run_rounds(points, args.out, args.bin, presets, args.launcher, args.mpiexec, args.force)
+    try:
+        records = run_rounds(points, args.out, args.bin, presets, args.launcher, args.mpiexec, args.force)
+    except Interrupted as e:
+        print(f"\nsweep: interrupted by signal {e.signum}; re-run the same command to resume", file=sys.stderr)
+        sys.exit(128 + e.signum)  # the shell's code for a death by that signal: SIGINT 130, SIGTERM 143, SIGHUP 129
     rc = summarise(records, len(points), args.out)
     if not args.no_report:
         post_process(doc, args.out)
