@@ -1,7 +1,7 @@
 """tests/python/conftest.py: the package scripts/meshbench on sys.path, the entry points
 (scripts/sweep, report, plot, calibrate) loaded as modules (cli), and the stand-in programs (fakes.py).
 
-Run: python3 -m pytest -q tests/python (ctest: python.unit). The tests need Debian's h5py, numpy
+Run: python3 -m pytest -q tests/python (ctest: python.<module>, one entry per file). The tests need Debian's h5py, numpy
 and matplotlib, not a build; the few that read the real binaries' names take MB_BIN (default
 build/bin) and are skipped when it holds no mesh_info.
 """
