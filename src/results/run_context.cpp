@@ -12,6 +12,7 @@
 
 #include "compute/device.hpp"
 #include "core/error.hpp"
+#include "mb_git_sha.h"  // generated at build time (cmake/git_sha.cmake): MB_GIT_SHA
 
 extern char** environ;
 
