@@ -53,12 +53,14 @@ void set_fault_identity(int world_rank, std::string host);
 
 // One check pattern for every library the binaries call (ggml/c10d style): on failure print
 // the statement, the library's error string, file, line, rank, host and group ("-" when
-// there is none), then abort the job with exit 3. The CUDA, NCCL and cuBLAS forms expand
+// there is none), then abort the job with exit 3. The CUDA and NCCL forms expand
 // only in .cu files (their types appear nowhere else); each kind names its status type, its
 // success value and its error-string function:
 //   MB_CHECK_MPI(MPI_Allreduce(...), "tp")     MB_CHECK_CUDA(cudaMemcpyAsync(...), "-")
-//   MB_CHECK_NCCL(ncclAllReduce(...), "dp")    MB_CHECK_CUBLAS(cublasSgemm(...), "-")
+//   MB_CHECK_NCCL(ncclAllReduce(...), "dp")
 //   kernel<<<grid, block, 0, stream>>>(...); MB_CHECK_LAUNCH(kernel, "-");
+// (MB_CHECK_CUBLAS, the same pattern over the cuBLAS the backend opens at run time, is in
+// parallel/kernels/cuda/cublas_api.cuh.)
 // MB_CHECK_LAUNCH reads cudaGetLastError(), so a bad launch configuration is reported at the
 // launch it came from, not at some later, unrelated call.
 #define MB_CHECK_(kind, status_type, ok, to_string, text, stmt, group)                       \
@@ -74,8 +76,6 @@ void set_fault_identity(int world_rank, std::string host);
   MB_CHECK_("CUDA", cudaError_t, cudaSuccess, cudaGetErrorString, #stmt, stmt, group)
 #define MB_CHECK_NCCL(stmt, group) \
   MB_CHECK_("NCCL", ncclResult_t, ncclSuccess, ncclGetErrorString, #stmt, stmt, group)
-#define MB_CHECK_CUBLAS(stmt, group) \
-  MB_CHECK_("cuBLAS", cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, #stmt, stmt, group)
 #define MB_CHECK_LAUNCH(kernel, group) \
   MB_CHECK_("CUDA", cudaError_t, cudaSuccess, cudaGetErrorString, "launch of " #kernel, cudaGetLastError(), group)
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,31 @@ void check_rows(const char* what, Precision p, const std::vector<ParityRow>& row
 using test::gqa_untied;
 using test::moe_tiny;
 }  // namespace
+
+namespace {
+bool mapped(const char* lib) {  // a shared object of that name is loaded in this process
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  if (f == nullptr) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f) != nullptr) found = std::strstr(line, lib) != nullptr;
+  std::fclose(f);
+  return found;
+}
+}  // namespace
+
+// cuBLAS is opened at run time (cublas_api.cuh), never linked: before the first CUDA backend
+// this process has not loaded it (its initialisers cost 0.33 s of every start when it was
+// linked), and opening it resolves every function the backend calls. Needs no GPU: runs in
+// every build with CUDA (ctest runs each case in a process of its own).
+TEST(CudaLibraries, CublasIsOpenedAtRunTimeNotLinked) {
+#ifndef MB_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  EXPECT_FALSE(mapped("libcublas")) << "libcublas is loaded before any CUDA backend: linked again?";
+  EXPECT_EQ(cuda::open_cublas(), "");
+  EXPECT_TRUE(mapped("libcublas.so"));
+}
 
 TEST(CudaParity, DeviceUsable) {
   REQUIRE_GPU();

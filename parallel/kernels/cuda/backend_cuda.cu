@@ -1,5 +1,5 @@
 // CudaBackend: the step engine's layers on one GPU, behind Backend<float> (backend.hpp).
-// cuBLAS runs the GEMM plans of operands.hpp (fp32 SGEMM without TF32, or bf16 inputs with
+// cuBLAS (opened at run time: cublas_api.cuh) runs the GEMM plans of operands.hpp (fp32 SGEMM without TF32, or bf16 inputs with
 // fp32 accumulation through cublasGemmEx); kernels.cuh has the other layers. Every call is
 // queued on the backend's own non-blocking stream (stream()), in program order; upload and
 // download are ordered on it and complete before they return. Buffers come from the device's
@@ -14,7 +14,6 @@
 // Not here: model wiring (model.cpp), availability and parity (cuda_engine.cu).
 // Reference: llm.c's train_gpt2.cu (cuBLAS for the linears, one kernel per layer op) behind a
 // ggml-style backend interface; the CPU layers (layers.cpp) are what it must match.
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "kernels/cuda/cublas_api.cuh"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/flash_kernels.cuh"
 #include "kernels/cuda/kernels.cuh"
@@ -55,10 +55,10 @@ class CudaBackend final : public Backend<float> {
     MB_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b), kG);
     uint64_t keep = total_b / 8;
     MB_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), kG);
-    MB_CHECK_CUBLAS(cublasCreate(&blas_), kG);
-    MB_CHECK_CUBLAS(cublasSetStream(blas_, stream_), kG);
+    MB_CHECK_CUBLAS(cublas_api().create(&blas_), kG);
+    MB_CHECK_CUBLAS(cublas_api().set_stream(blas_, stream_), kG);
     // Default math: fp32 GEMMs stay fp32 (no TF32); bf16 inputs take the tensor cores.
-    MB_CHECK_CUBLAS(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), kG);
+    MB_CHECK_CUBLAS(cublas_api().set_math_mode(blas_, CUBLAS_DEFAULT_MATH), kG);
   }
   void bind_thread() override { MB_CHECK_CUDA(cudaSetDevice(device_), kG); }
 
@@ -69,7 +69,7 @@ class CudaBackend final : public Backend<float> {
     (void)cudaStreamSynchronize(stream_);
     if (bad_) (void)cudaFree(bad_);
     if (loss_acc_) (void)cudaFree(loss_acc_);
-    (void)cublasDestroy(blas_);
+    (void)cublas_api().destroy(blas_);
     (void)cudaStreamDestroy(stream_);
   }
   CudaBackend(const CudaBackend&) = delete;
@@ -618,13 +618,13 @@ class CudaBackend final : public Backend<float> {
     if (p_ == Precision::kFp32) {
       const float* a = static_cast<const float*>(x.in[int(g.a.array)]) + g.a.offset;
       const float* b = static_cast<const float*>(x.in[int(g.b.array)]) + g.b.offset;
-      MB_CHECK_CUBLAS(cublasSgemmStridedBatched(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, g.b.ld, gb.sb, a,
+      MB_CHECK_CUBLAS(cublas_api().sgemm_strided_batched(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, g.b.ld, gb.sb, a,
                                                 g.a.ld, gb.sa, &g.beta, c, g.c.ld, gb.sc, gb.count), kG);
       return;
     }
     const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(x.in[int(g.a.array)]) + g.a.offset;
     const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(x.in[int(g.b.array)]) + g.b.offset;
-    MB_CHECK_CUBLAS(cublasGemmStridedBatchedEx(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, CUDA_R_16BF, g.b.ld, gb.sb,
+    MB_CHECK_CUBLAS(cublas_api().gemm_strided_batched_ex(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, CUDA_R_16BF, g.b.ld, gb.sb,
                                                a, CUDA_R_16BF, g.a.ld, gb.sa, &g.beta, c, CUDA_R_32F, g.c.ld, gb.sc,
                                                gb.count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), kG);
   }
@@ -637,13 +637,13 @@ class CudaBackend final : public Backend<float> {
     if (p_ == Precision::kFp32) {
       const float* a = static_cast<const float*>(A) + g.a.offset;
       const float* b = static_cast<const float*>(B) + g.b.offset;
-      MB_CHECK_CUBLAS(cublasSgemm(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, g.b.ld, a, g.a.ld,
+      MB_CHECK_CUBLAS(cublas_api().sgemm(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, g.b.ld, a, g.a.ld,
                                   &g.beta, c, g.c.ld), kG);
       return;
     }
     const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(A) + g.a.offset;
     const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(B) + g.b.offset;
-    MB_CHECK_CUBLAS(cublasGemmEx(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, CUDA_R_16BF, g.b.ld, a,
+    MB_CHECK_CUBLAS(cublas_api().gemm_ex(blas_, opB, opA, g.N, g.M, g.K, &g.alpha, b, CUDA_R_16BF, g.b.ld, a,
                                  CUDA_R_16BF, g.a.ld, &g.beta, c, CUDA_R_32F, g.c.ld,
                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT), kG);
   }

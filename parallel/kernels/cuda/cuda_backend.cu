@@ -6,6 +6,7 @@
 
 #include "compute/device.hpp"
 #include "core/error.hpp"
+#include "kernels/cuda/cublas_api.cuh"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/datasheet.hpp"
 
@@ -16,6 +17,15 @@ bool available(std::string* why) {
   if (p.state == compute::GpuState::kUsable) return true;
   if (why) *why = p.detail;
   return false;
+}
+
+std::string open_cublas() {
+  try {
+    (void)cublas_api();
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
 }
 
 std::string device_name(int device) { return compute::device_name(device); }

@@ -30,6 +30,11 @@ bool available(std::string* why);
 std::string device_name(int device = 0);
 double device_memory_gib(int device = 0);  // NaN without a usable GPU
 
+// Opens cuBLAS the way the backend does at its first construction (dlopen, every function it
+// calls resolved: cublas_api.cuh): "" when that worked, else why. Needs no GPU. The binaries do
+// not link cuBLAS, so a process that never builds a CUDA backend never loads it.
+std::string open_cublas();
+
 // The CUDA compute backend on `device` (cudaSetDevice is called once, in the constructor;
 // use the backend from the thread and device it was made on). Throws UsageError when built
 // without CUDA.

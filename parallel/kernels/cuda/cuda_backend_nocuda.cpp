@@ -15,6 +15,7 @@ bool available(std::string* why) {
   if (why) *why = "meshbench was built without CUDA";
   return false;
 }
+std::string open_cublas() { return "meshbench was built without CUDA"; }
 std::string device_name(int) { return "none"; }
 double device_memory_gib(int) { return NAN; }
 std::unique_ptr<Backend<float>> make_backend(Precision, int) { no_cuda(); }
