@@ -159,7 +159,9 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"peak_measured_reps", peak.reps},
       {"peak_rule", fmt::format("the best {} rate of two GEMMs in the step's dtype, the step's largest and a square "
                                 "reference ({}), measured before and after the timed steps; MFU uses the higher",
-                                gpu ? "cuBLAS" : "sgemm", gpu ? "8192^3" : "1024^3 on the CPU, where 8192^3 takes seconds")},
+                                gpu ? "cuBLAS" : "sgemm",
+                                gpu ? fmt::format("{}^3", kSquareGpu)
+                                    : fmt::format("{}^3 on the CPU, where {}^3 takes seconds", kSquareCpu, kSquareGpu))},
       {"peak_mfu_basis", peak.basis},
       {"peak_gemm", fmt::format("{} {}x{}x{} {}", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K,
                                 gpu ? "cublas" : "sgemm")},
