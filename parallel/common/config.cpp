@@ -46,7 +46,7 @@ GptConfig preset(const std::string& name) {
   throw core::UsageError(fmt::format("--model {}: unknown preset (known: {})", name, known));
 }
 
-void validate(const GptConfig& c, bool predict_only, bool allocates) {
+void validate(const GptConfig& c) {
   auto positive = [](const char* opt, int v) {
     if (v < 1) throw core::UsageError(fmt::format("{} {}: must be at least 1", opt, v));
   };
@@ -84,34 +84,38 @@ void validate(const GptConfig& c, bool predict_only, bool allocates) {
           "--capacity-factor {}: must be >= 0 (0: dropless)", c.capacity_factor));
     if (!(c.aux_loss_coef >= 0))
       throw core::UsageError(fmt::format("--aux-loss-coef {}: must be >= 0", c.aux_loss_coef));
-    if (c.tokens() * c.top_k * c.ffn >= (int64_t{1} << 31))
-      throw core::UsageError(fmt::format(
-          "--top-k/--ffn: the expert activations ({} elements) exceed 2^31-1",
-          c.tokens() * c.top_k * c.ffn));
   }
-  // Every index in the engine is an int of elements per tensor; keep the largest below 2^31.
-  // A prediction runs nothing and models attention without the T x T matrix (flash): the
-  // attention matrix does not count there.
-  struct Tensor {
-    const char* flags;
-    int64_t elements;
-  };
-  const int64_t C = c.hidden, F = c.ffn, V = c.vocab;
-  const Tensor tensors[] = {
-      {"--micro-batch/--seq/--vocab (the logits, tokens x V)", c.tokens() * V},
-      {"--micro-batch/--heads/--seq (the attention matrix, b x heads x T x T)",
-       predict_only ? 0 : int64_t{c.micro_batch} * c.heads * c.seq * c.seq},
-      {"--vocab/--hidden (the embedding, V x C)", V * C},
-      {"--hidden (the QKV weight, 3 x C x C)", allocates ? 3 * C * C : 0},
-      {"--hidden/--ffn (an MLP weight, C x F)", allocates ? C * F : 0},
-      {"--micro-batch/--seq/--ffn (the MLP activations, tokens x F)", c.tokens() * F}};
-  const Tensor* biggest = &tensors[0];
-  for (const Tensor& t : tensors)
-    if (t.elements > biggest->elements) biggest = &t;
-  if (biggest->elements >= (int64_t{1} << 31))
-    throw core::UsageError(fmt::format("{}: a tensor of {} elements exceeds 2^31-1 (the engine indexes a tensor "
-                                       "with 32-bit ints)",
-                                       biggest->flags, biggest->elements));
+}
+
+RankTensor largest_rank_tensor(const GptConfig& c, int tp, int cp, bool attention_matrix) {
+  const int64_t t = std::max(1, tp), p = std::max(1, cp);
+  const int64_t C = c.hidden, F = c.ffn, Vr = (int64_t{c.vocab} + t - 1) / t, T = c.seq;
+  const int64_t tokens = c.tokens() / p;  // a rank's rows: context parallel splits the sequence
+  const RankTensor tensors[] = {
+      {"--micro-batch/--seq/--vocab (the logits: b x seq/cp rows, vocab/tp columns)", tokens * Vr},
+      // The probabilities of the materialised attention: heads/tp of them, each (seq/cp) x seq
+      // (context parallel's chunks against every key, or Ulysses' heads/cp over the whole seq).
+      {"--micro-batch/--heads/--seq (the attention matrix: b x heads/tp x seq/cp x seq)",
+       attention_matrix ? int64_t{c.micro_batch} * (c.heads / t) * (T / p) * T : 0},
+      {"--vocab/--hidden (the embedding: vocab/tp x hidden)", Vr * C},
+      {"--hidden (the QKV weight: 3 x hidden x hidden/tp)", 3 * C * C / t},
+      {"--hidden/--ffn (an MLP weight: hidden x ffn/tp)", C * F / t},
+      {"--micro-batch/--seq/--ffn (the MLP activations: b x seq/cp rows, ffn/tp columns)", tokens * (F / t)},
+      {"--top-k/--ffn (the expert activations: b x seq/cp x top-k rows, ffn columns)",
+       c.experts > 0 ? tokens * c.top_k * F : 0}};
+  RankTensor biggest = tensors[0];
+  for (const RankTensor& x : tensors)
+    if (x.elements > biggest.elements) biggest = x;
+  return biggest;
+}
+
+void validate_tensor_sizes(const GptConfig& c, int tp, int cp, bool attention_matrix) {
+  const RankTensor big = largest_rank_tensor(c, tp, cp, attention_matrix);
+  if (big.elements >= (int64_t{1} << 31))
+    throw core::UsageError(fmt::format(
+        "{}: a tensor of {} elements on each rank at tp={} cp={} exceeds 2^31-1 (the engine indexes a tensor with "
+        "32-bit ints); more tp or cp shrinks it, and a prediction (--plan-only --predict) has no such limit",
+        big.flags, big.elements, std::max(1, tp), std::max(1, cp)));
 }
 
 int GptConfig::moe_blocks() const {

@@ -42,12 +42,22 @@ struct GptConfig {
 GptConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
-// Throws core::UsageError: "--heads 3 must divide --hidden 64", etc. `no_attention_matrix`
-// lifts the limit on the materialised attention matrix (b x heads x seq^2 < 2^31 elements) where
-// none is held: --plan-only --predict and --compute modelled (nothing runs; the step model models
-// flash attention) and --attention flash. `allocates` false (a prediction, a modelled run) also
-// lifts the limit on the weights (3 x C x C, C x F), which only a model that exists must index.
-void validate(const GptConfig& c, bool no_attention_matrix = false, bool allocates = true);
+// Throws core::UsageError: "--heads 3 must divide --hidden 64", etc. The shape's rules only;
+// how large a tensor may be depends on the plan (validate_tensor_sizes).
+void validate(const GptConfig& c);
+
+// The largest tensor one rank of a real run holds under tensor parallel `tp` and context
+// parallel `cp` (the logits, the materialised attention matrix when `attention_matrix`, the
+// embedding, a weight, the MLP's or the experts' activations), and the flags that size it.
+struct RankTensor {
+  const char* flags;
+  int64_t elements;
+};
+RankTensor largest_rank_tensor(const GptConfig& c, int tp, int cp, bool attention_matrix);
+// The engine indexes a tensor with 32-bit ints: throws core::UsageError naming the flags, the
+// size and the degrees when largest_rank_tensor reaches 2^31. A plan rule (step/rules.cpp) for
+// runs that allocate the model; a prediction and a modelled run hold none of these tensors.
+void validate_tensor_sizes(const GptConfig& c, int tp, int cp, bool attention_matrix);
 
 std::string describe(const GptConfig& c);  // one line: L=2 C=64 NH=4 KVH=4 F=256 ...
 

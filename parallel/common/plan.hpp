@@ -42,6 +42,9 @@ struct Plan {
   // --compute modelled: every compute action waits its modelled duration and no model state
   // exists, so the rules about what the engine's state can do (recomputation under cp) do not apply.
   bool modelled_compute = false;
+  // The engine's model exists on every rank: false for a prediction (--plan-only --predict) and
+  // a modelled run, which allocate none of its tensors (so the 32-bit size rule does not apply).
+  bool allocates = true;
   // The blocks of each model chunk that --recompute full recomputes (GptOptions::recompute_blocks).
   int recompute_blocks() const { return recompute != "full" ? 0 : recompute_layers > 0 ? recompute_layers : 1 << 30; }
   // --attention flash: causal attention without the T x T matrix (kernels/layers.hpp

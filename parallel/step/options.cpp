@@ -222,9 +222,7 @@ GptConfig resolve_model(const ModelFlags& f, Options& o) {
   if (f.aux->count()) c.aux_loss_coef = f.m.aux_loss_coef;
   if (c.experts == 0 && (f.top_k->count() || f.moe_every->count() || f.capacity->count() || f.aux->count()))
     throw UsageError("--top-k/--moe-every/--capacity-factor/--aux-loss-coef: MoE options need --experts E >= 1");
-  // no attention matrix is allocated by a prediction or a modelled run
-  const bool allocates = !(o.plan_only && !o.predict.empty()) && o.compute != "modelled";
-  validate(c, !allocates || o.attention != "naive", allocates);
+  validate(c);  // the sizes a rank holds are the plan's rule (validate_tensor_sizes)
   return c;
 }
 
@@ -343,6 +341,7 @@ Plan plan_of(const Options& o, int world) {
   p.keep_params = o.keep_params;
   p.recompute = o.recompute;
   p.modelled_compute = o.compute == "modelled";
+  p.allocates = !(o.plan_only && !o.predict.empty()) && !p.modelled_compute;
   p.recompute_layers = o.recompute_layers;
   if (o.recompute_layers > 0 && o.recompute != "full")
     throw UsageError(fmt::format("--recompute-layers {}: chooses the blocks --recompute full recomputes; add "

@@ -11,10 +11,19 @@
 
 namespace meshbench::parallel {
 
+namespace {
+// The tensors a rank of a real run holds stay below 2^31 elements (config.hpp); a prediction
+// and a modelled run allocate none of them.
+void validate_rank_tensors(const Plan& p) {
+  if (p.allocates) validate_tensor_sizes(p.model, p.degrees.tp, p.degrees.cp, !p.flash);
+}
+}  // namespace
+
 const std::vector<PlanRule>& plan_rules() {
   static const std::vector<PlanRule> rules = {validate_data_parallel,     validate_zero,
                                               validate_tensor_parallel,   validate_context_parallel,
-                                              validate_pipeline_parallel, validate_expert_parallel};
+                                              validate_pipeline_parallel, validate_expert_parallel,
+                                              validate_rank_tensors};
   return rules;
 }
 

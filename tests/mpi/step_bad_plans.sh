@@ -56,6 +56,9 @@ bad 4 "--layers-per-stage: every virtual stage needs at least 1 layer (got 0)" -
 bad 2 "--micro-batches 0: must be at least 1" --mesh dp=2 --micro-batches 0
 bad 2 "--recompute selective with context parallel (cp > 1)" --mesh cp=2 --recompute selective
 bad 2 "--bucket-mb -1" --mesh dp=2 --bucket-mb -1
+# the engine's 32-bit tensor limit, on what one rank holds: b x seq/cp x vocab/tp logits of 2^31
+bad 2 "(the logits: b x seq/cp rows, vocab/tp columns): a tensor of 2147483648 elements on each rank at tp=1 cp=1 exceeds 2^31-1" \
+  --mesh dp=2 --micro-batch 8 --vocab 33554432
 bad 2 "--backend nccl: needs --device cuda" --mesh dp=2 --backend nccl
 bad 2 "--schedule interleaved with --backend nccl: NCCL pairs point-to-point calls in posting order" \
   --mesh pp=2 --layers 4 --schedule interleaved --vpp 2 --micro-batches 2 --backend nccl --device cuda

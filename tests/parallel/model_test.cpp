@@ -40,7 +40,7 @@ void model_gradcheck(bool tied, GptOptions opts = {}, int seq = 6) {
   GptConfig c = tiny(tied);
   c.seq = seq;
   c.max_seq = std::max(c.max_seq, seq);
-  validate(c, opts.flash);
+  validate(c);
   Gpt<double> m(c, cpu_backend<double>(), opts);
   m.init_weights(7);
   // Larger, non-trivial weights than GPT-2's 0.02 so every path carries signal; norm

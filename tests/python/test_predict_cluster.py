@@ -137,6 +137,33 @@ def test_the_shipped_presets_predict_a_plan(preset):
     assert pred["crosses_nodes"] == {"tp": False, "dp": True}
 
 
+def test_long_context_plans_predict_and_plan_their_memory():
+    # Llama 3 405B at sequence 131072 on 16384 GPUs (TP 8, CP 16, PP 16, DP 8; issue 50): the
+    # whole micro-batch's logits (131072 x 128256 = 16.8e9) would exceed 2^31, but a rank holds
+    # 1/(cp tp) of them, so the plan is valid, and predicted with every stage's memory. At tp=4
+    # without context parallel a rank's logits pass 2^31: a run is refused naming them, a
+    # prediction is not.
+    lps = ",".join(["3"] + ["4"] * 30 + ["3"])
+    base = [STEP, "--plan-only", "--world", "16384", "--model", "llama3-405b", "--seq", "131072", "--max-seq", "131072",
+            "--micro-batch", "1", "--sp", "--zero", "2", "--schedule", "interleaved", "--vpp", "2",
+            "--micro-batches", "16", "--layers-per-stage", lps]
+    cp16 = ["--mesh", "tp=8,cp=16,pp=16,dp=8"]
+    p = subprocess.run(base + cp16 + ["--predict", PRESETS[1]], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    j = json.loads(p.stdout)
+    assert j["valid"] and j["predicted"]["step_time_s"] > 0 and 0 < j["predicted"]["mfu"] < 1, j
+    assert 0 < j["memory"]["total"] and "80.0 GiB: fits" in p.stderr, p.stderr
+    p = subprocess.run(base + cp16, capture_output=True, text=True)
+    assert p.returncode == 0 and json.loads(p.stdout)["valid"], p.stdout
+    cp1 = ["--mesh", "tp=4,pp=16,dp=256"]
+    p = subprocess.run(base + cp1, capture_output=True, text=True)
+    err = json.loads(p.stdout)["error"]
+    assert p.returncode == 2 and err.startswith("--micro-batch/--seq/--vocab (the logits") and \
+        "a tensor of 4202692608 elements on each rank at tp=4 cp=1 exceeds 2^31-1" in err, err
+    p = subprocess.run(base + cp1 + ["--predict", PRESETS[1]], capture_output=True, text=True)
+    assert p.returncode == 0 and json.loads(p.stdout)["valid"], p.stdout
+
+
 def test_published_check_prints_every_run(tmp_path):
     # scripts/published-check over a runs file: one row per run with the error against the
     # published step time or throughput (here a generated cluster and two small plans: the check
@@ -193,16 +220,27 @@ def test_recompute_layers_needs_full_recomputation():
 
 
 def test_published_shapes_are_predicted_past_the_engines_attention_limit():
-    # llama3-405b at seq 8192 holds a 128 x 8192^2 attention matrix per micro-batch in this
-    # engine's materialised attention: refused to plan a run with it, planned with flash (the
-    # default), accepted for a prediction either way (the step model holds no T x T matrix).
+    # llama3-405b at seq 8192 in this engine's materialised attention: each rank holds
+    # b x heads/tp x seq^2 probabilities, 2^31 at tp=4 (refused: the engine indexes with 32-bit
+    # ints) and 2^30 at tp=8 (planned); flash (the default) plans tp=4, and a prediction
+    # (--plan-only --predict) accepts it either way (the step model holds no T x T matrix).
     lps = ",".join(["7"] + ["8"] * 14 + ["7"])
+    def plan(tp, *extra):
+        return subprocess.run([STEP, "--plan-only", "--world", "16384", "--model", "llama3-405b", "--mesh",
+                               f"tp={tp},pp=16", "--sp", "--micro-batches", "16", "--layers-per-stage", lps, *extra],
+                              capture_output=True, text=True)
+    p = plan(4, "--attention", "naive")
+    err = json.loads(p.stdout)["error"]
+    assert p.returncode == 2 and "the attention matrix" in err and "a tensor of 2147483648 elements on each rank " \
+        "at tp=4 cp=1 exceeds 2^31-1" in err, err
+    p = plan(8, "--attention", "naive")
+    assert p.returncode == 0 and json.loads(p.stdout)["valid"], p.stdout
+    p = plan(4)
+    assert p.returncode == 0 and json.loads(p.stdout)["valid"] and json.loads(p.stdout)["attention"] == "flash"
+    p = plan(4, "--attention", "naive", "--predict", PRESETS[1])
+    assert p.returncode == 0 and json.loads(p.stdout)["valid"], p.stdout
     args = ("--world", "16384", "--model", "llama3-405b", "--mesh", "tp=8,pp=16", "--sp", "--micro-batches", "16",
             "--layers-per-stage", lps)
-    p = subprocess.run([STEP, "--plan-only", "--attention", "naive", *args], capture_output=True, text=True)
-    assert p.returncode == 2 and "exceeds 2^31-1" in json.loads(p.stdout)["error"]
-    p = subprocess.run([STEP, "--plan-only", *args], capture_output=True, text=True)
-    assert p.returncode == 0 and json.loads(p.stdout)["valid"] and json.loads(p.stdout)["attention"] == "flash"
     p, j = run(PRESETS[1], *args[2:], world=16384)
     assert p.returncode == 0, p.stderr
     m = j["model"]
