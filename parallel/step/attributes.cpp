@@ -84,6 +84,50 @@ double hardware_flops_per_step(const Plan& plan, const StepFlops& fl) {
   return (fl.total() + again) * plan.micro_batches * plan.degrees.dp;
 }
 
+namespace {
+
+// The GEMM peak MFU is measured against (step/peak.hpp): both GEMMs' rates and the rule.
+nlohmann::ordered_json peak_attributes(const Peak& peak, bool gpu, double datasheet, const std::string& gpu_name) {
+  return nlohmann::ordered_json{
+      {"peak_measured_flops", peak.best}, {"peak_measured_median_flops", peak.median},
+      {"peak_measured_reps", peak.reps},
+      {"peak_rule", fmt::format("the best {} rate of two GEMMs in the step's dtype, the step's largest and a square "
+                                "reference ({}), measured before and after the timed steps; MFU uses the higher",
+                                gpu ? "cuBLAS" : "sgemm",
+                                gpu ? fmt::format("{}^3", kSquareGpu)
+                                    : fmt::format("{}^3 on the CPU, where {}^3 takes seconds", kSquareCpu, kSquareGpu))},
+      {"peak_mfu_basis", peak.basis},
+      {"peak_gemm", fmt::format("{} {}x{}x{} {}", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K,
+                                gpu ? "cublas" : "sgemm")},
+      {"peak_largest_gemm", fmt::format("{} {}x{}x{}", peak.largest.shape.name, peak.largest.shape.M,
+                                        peak.largest.shape.N, peak.largest.shape.K)},
+      {"peak_largest_gemm_flops", peak.largest.best}, {"peak_largest_gemm_median_flops", peak.largest.median},
+      {"peak_largest_gemm_reps", peak.largest.reps},
+      {"peak_square_gemm", fmt::format("{}x{}x{}", peak.square.shape.M, peak.square.shape.N, peak.square.shape.K)},
+      {"peak_square_flops", peak.square.best}, {"peak_square_median_flops", peak.square.median},
+      {"peak_square_reps", peak.square.reps},
+      {"peak_datasheet_flops", datasheet},
+      {"peak_datasheet_source", gpu ? "NVIDIA datasheet dense peak by device name: " + gpu_name : "none (cpu)"},
+      {"gpu", gpu_name}};
+}
+
+// How the step's compute ran: the model's own, or modelled durations (--compute modelled).
+nlohmann::ordered_json compute_attributes(const Setup& st) {
+  const bool modelled = st.replay != nullptr;
+  return nlohmann::ordered_json{
+      {"compute_mode", modelled ? "modelled" : "real"},
+      {"compute_source", modelled ? st.costs->source() : std::string()},
+      {"compute_wire", modelled ? st.costs->wire_rule() : std::string("fp32 (the engine's)")},
+      {"compute_wait", modelled ? fmt::format("each run of compute actions waits the sum of their modelled durations "
+                                              "to an absolute deadline: sleeps to within {:.0f} us, spins the rest "
+                                              "(the core is free, as a GPU host's; no MPI call while waiting)",
+                                              kSpinSeconds * 1e6)
+                                : std::string("the model computes (real)")},
+      {"memory_measured", !modelled}};
+}
+
+}  // namespace
+
 nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const Gpt<float>* model, int threads,
                                        const StepFlops& fl, const Peak& peak, double datasheet,
                                        const std::string& gpu_name, const Setup& st) {
@@ -101,11 +145,10 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
                             : int(std::count_if(sync.grad_sync.begin(), sync.grad_sync.end(),
                                                 [](const PassItem& it) { return it.dim == "dp"; }));
   }
-  const bool modelled = st.replay != nullptr;
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   const bool gpu = o.device == "cuda";
   const auto& d = plan.degrees;
-  return nlohmann::ordered_json{
+  nlohmann::ordered_json a{
       {"preset", o.preset}, {"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads},
       {"kv_heads", c.kv_heads}, {"ffn", c.ffn}, {"seq", c.seq}, {"max_seq", c.max_seq},
       {"vocab", c.vocab}, {"micro_batch", c.micro_batch}, {"tied", c.tied},
@@ -154,36 +197,10 @@ nlohmann::ordered_json step_attributes(const Options& o, const Plan& plan, const
       {"flops_backward_gemm", fl.backward_gemm}, {"flops_attention_forward", fl.attention_forward},
       {"flops_attention_backward", fl.attention_backward},
       {"flops_formula", "2*M*N*K per GEMM; fwd linears x3 (fwd, dinput, dweight); attention "
-                        "QK^T,PV fwd + 4 bwd products in causal 64-row blocks; per micro-batch x m x dp"},
-      {"peak_measured_flops", peak.best}, {"peak_measured_median_flops", peak.median},
-      {"peak_measured_reps", peak.reps},
-      {"peak_rule", fmt::format("the best {} rate of two GEMMs in the step's dtype, the step's largest and a square "
-                                "reference ({}), measured before and after the timed steps; MFU uses the higher",
-                                gpu ? "cuBLAS" : "sgemm",
-                                gpu ? fmt::format("{}^3", kSquareGpu)
-                                    : fmt::format("{}^3 on the CPU, where {}^3 takes seconds", kSquareCpu, kSquareGpu))},
-      {"peak_mfu_basis", peak.basis},
-      {"peak_gemm", fmt::format("{} {}x{}x{} {}", peak.shape.name, peak.shape.M, peak.shape.N, peak.shape.K,
-                                gpu ? "cublas" : "sgemm")},
-      {"peak_largest_gemm", fmt::format("{} {}x{}x{}", peak.largest.shape.name, peak.largest.shape.M,
-                                        peak.largest.shape.N, peak.largest.shape.K)},
-      {"peak_largest_gemm_flops", peak.largest.best}, {"peak_largest_gemm_median_flops", peak.largest.median},
-      {"peak_largest_gemm_reps", peak.largest.reps},
-      {"peak_square_gemm", fmt::format("{}x{}x{}", peak.square.shape.M, peak.square.shape.N, peak.square.shape.K)},
-      {"peak_square_flops", peak.square.best}, {"peak_square_median_flops", peak.square.median},
-      {"peak_square_reps", peak.square.reps},
-      {"peak_datasheet_flops", datasheet},
-      {"peak_datasheet_source", gpu ? "NVIDIA datasheet dense peak by device name: " + gpu_name : "none (cpu)"},
-      {"gpu", gpu_name},
-      {"compute_mode", modelled ? "modelled" : "real"},
-      {"compute_source", modelled ? st.costs->source() : std::string()},
-      {"compute_wire", modelled ? st.costs->wire_rule() : std::string("fp32 (the engine's)")},
-      {"compute_wait", modelled ? fmt::format("each run of compute actions waits the sum of their modelled durations "
-                                              "to an absolute deadline: sleeps to within {:.0f} us, spins the rest "
-                                              "(the core is free, as a GPU host's; no MPI call while waiting)",
-                                              kSpinSeconds * 1e6)
-                                : std::string("the model computes (real)")},
-      {"memory_measured", !modelled}};
+                        "QK^T,PV fwd + 4 bwd products in causal 64-row blocks; per micro-batch x m x dp"}};
+  a.update(peak_attributes(peak, gpu, datasheet, gpu_name));
+  a.update(compute_attributes(st));
+  return a;
 }
 
 std::vector<MemoryRow> memory_rows(const Gpt<float>* model, const Plan& plan, const std::vector<Action>& actions,
