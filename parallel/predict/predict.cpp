@@ -31,7 +31,7 @@ double RankPrediction::exposed_total() const {
 
 namespace {
 
-constexpr int kSb = 4;  // fp32 activations (the pipeline's messages)
+constexpr int kActBytes = 4;  // fp32 activations (the pipeline's messages)
 
 // Duration of one item from the costs; flags what was extrapolated.
 class Timer {
@@ -311,7 +311,7 @@ Prediction predict_step(const Plan& plan, const Costs& costs) {
   const GptOptions o0 = plan_rank_options(plan, 0);
   PassItem msg;  // one stage boundary's activations
   msg.comm = true, msg.dim = "pp", msg.collective = "sendrecv", msg.group = 2;
-  msg.bytes = uint64_t(tp_dims(plan.model, o0.tp, o0.cp).rows) * plan.model.hidden * kSb;
+  msg.bytes = uint64_t(tp_dims(plan.model, o0.tp, o0.cp).rows) * plan.model.hidden * kActBytes;
   std::vector<RankState> ranks(static_cast<size_t>(P));
   for (int r = 0; r < P; ++r) {
     ranks[size_t(r)].actions = rank_actions(plan, r);

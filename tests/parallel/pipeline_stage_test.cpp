@@ -18,7 +18,7 @@
 using namespace meshbench::parallel;
 
 namespace {
-GptConfig tiny(bool tied, int experts = 0) {
+GptConfig tiny_stage_model(bool tied, int experts = 0) {
   GptConfig c;
   c.experts = experts;  // MoE blocks in every layer (top-2), aux loss 0.01
   c.aux_loss_coef = 0.05;
@@ -49,7 +49,7 @@ std::vector<double> grad_of(const Gpt<double>& m, const std::string& name) {
 // part of the loss (its aux losses, the head's cross-entropy) sums to the whole model's.
 void chained_equals_whole(bool tied, const std::vector<std::vector<std::pair<int, int>>>& stage_chunks,
                           int experts = 0) {
-  const GptConfig c = tiny(tied, experts);
+  const GptConfig c = tiny_stage_model(tied, experts);
   validate(c);
   const int P = static_cast<int>(stage_chunks.size()), V = static_cast<int>(stage_chunks[0].size());
   Gpt<double> whole(c);
@@ -126,7 +126,7 @@ TEST(PipelineStage, MoeStagesCarryTheirAuxLossAndRoutingPerMicroBatch) {
 TEST(PipelineStage, LayoutHoldsTheStagesTensorsByGlobalName) {
   GptOptions o;
   o.stage = StageSpec{{{2, 4}}, false, true, 1};
-  Gpt<float> last(tiny(true), cpu_backend<float>(), o);
+  Gpt<float> last(tiny_stage_model(true), cpu_backend<float>(), o);
   std::vector<std::string> names;
   for (const auto& e : last.layout().entries()) names.push_back(e.name);
   EXPECT_EQ(names.front(), "h.2.ln1.weight");

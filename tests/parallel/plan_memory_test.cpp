@@ -12,7 +12,7 @@
 using namespace meshbench::parallel;
 
 namespace {
-Plan plan_for(const std::string& mesh, int world, int zero = 0, int m = 1, GptConfig model = {}) {
+Plan memory_plan_for(const std::string& mesh, int world, int zero = 0, int m = 1, GptConfig model = {}) {
   Plan p;
   p.model = model;
   p.mesh_text = mesh;
@@ -34,25 +34,25 @@ constexpr double kBuf = 229376.0 * 4 + 2 * 256 * 4;
 }  // namespace
 
 TEST(PlanMemory, SingleRankIsTheClosedForm) {
-  const PlanMemory m = plan_memory_worst(plan_for("", 1));
+  const PlanMemory m = plan_memory_worst(memory_plan_for("", 1));
   EXPECT_EQ(m.params, kP);
   EXPECT_EQ(m.grads, kP);
   EXPECT_EQ(m.optimizer, 2 * kP);
   EXPECT_EQ(m.activations, kAct);
   EXPECT_EQ(m.buffers, kBuf);
   EXPECT_EQ(m.total(), 4 * kP + kAct + kBuf);
-  EXPECT_EQ(plan_memory_per_stage(plan_for("", 1)).size(), 1u);
+  EXPECT_EQ(plan_memory_per_stage(memory_plan_for("", 1)).size(), 1u);
 }
 
 TEST(PlanMemory, ZeroShardsOverDp) {
-  const PlanMemory z1 = plan_memory_worst(plan_for("dp=2", 2, 1));
+  const PlanMemory z1 = plan_memory_worst(memory_plan_for("dp=2", 2, 1));
   EXPECT_EQ(z1.params, kP);
   EXPECT_EQ(z1.grads, kP);
   EXPECT_EQ(z1.optimizer, kP);  // 2P / d
-  const PlanMemory z2 = plan_memory_worst(plan_for("dp=2", 2, 2));
+  const PlanMemory z2 = plan_memory_worst(memory_plan_for("dp=2", 2, 2));
   EXPECT_EQ(z2.grads, kP / 2);
   EXPECT_EQ(z2.params, kP);
-  const PlanMemory z3 = plan_memory_worst(plan_for("dp=2", 2, 3));
+  const PlanMemory z3 = plan_memory_worst(memory_plan_for("dp=2", 2, 3));
   EXPECT_EQ(z3.params, kP / 2);
   EXPECT_EQ(z3.grads, kP / 2);
   EXPECT_EQ(z3.optimizer, kP);
@@ -62,7 +62,7 @@ TEST(PlanMemory, ZeroShardsOverDp) {
 TEST(PlanMemory, PipelineStagesAndSchedulePeak) {
   // pp=2, 1F1B, m=2. Stage 0: embeddings (V C + maxT C = 36864) and block 0; stage 1: block 1
   // and the head (norm 2C, bias V, and the tied head's own copy of wte, V C) = 83392.
-  const std::vector<PlanMemory> s = plan_memory_per_stage(plan_for("pp=2", 2, 0, 2));
+  const std::vector<PlanMemory> s = plan_memory_per_stage(memory_plan_for("pp=2", 2, 0, 2));
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0].params, (36864.0 + 49984) * 4);
   EXPECT_EQ(s[1].params, (49984.0 + 128 + 512 + 32768) * 4);
@@ -75,9 +75,9 @@ TEST(PlanMemory, PipelineStagesAndSchedulePeak) {
   // also a gradient-send buffer.
   EXPECT_EQ(s[0].buffers, kBuf + 2 * 256 * 4 + 256.0 * 64 * 4);
   EXPECT_EQ(s[1].buffers, kBuf + 2 * 256 * 4 + 2 * 256.0 * 64 * 4);
-  EXPECT_EQ(plan_memory_worst(plan_for("pp=2", 2, 0, 2)).pp_rank, 0);
+  EXPECT_EQ(plan_memory_worst(memory_plan_for("pp=2", 2, 0, 2)).pp_rank, 0);
   // GPipe holds all m micro-batches on every stage.
-  Plan g = plan_for("pp=2", 2, 0, 4);
+  Plan g = memory_plan_for("pp=2", 2, 0, 4);
   g.schedule = PipeSchedule::kGpipe;
   EXPECT_EQ(plan_memory(g, 1).activations, 4 * (kActLayer + (2.0 * 256 * 64 + 2 * 256 + 256 * 512 + 256) * 4));
 }
@@ -94,7 +94,7 @@ TEST(PlanMemory, A405BShapeIsArithmetic) {
   c.vocab = 128256;
   c.micro_batch = 1;
   c.tied = false;
-  const Plan p = plan_for("tp=8,pp=16,dp=4", 512, 0, 16, c);
+  const Plan p = memory_plan_for("tp=8,pp=16,dp=4", 512, 0, 16, c);
   const PlanMemory mid = plan_memory(p, 8);
   // A middle stage holds 8 of the 128 blocks, each rank 1/8 of each block's matrices (this
   // engine's MLP is GELU with two matrices, not Llama's three): (QKV C + C C + 2 F C) / 8 per
