@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Bad invocations are refused on every rank: at 2 and 4 ranks each one must make every rank
-# exit 2 (recorded per rank by a wrapper, keyed by PMI_RANK) within a timeout, print exactly
+# Bad invocations are refused on every rank: at 2 ranks (and 4 for the rules that read the rank
+# count) each one must make every rank exit 2 (recorded per rank by a wrapper, keyed by PMI_RANK) within a timeout, print exactly
 # one line on stderr that names the option, and nothing on stdout. Controls show that the
 # same commands with the offending value fixed run (exit 0), so a refusal is not an accident.
 source "$(dirname "$0")/lib.bash"
@@ -57,33 +57,37 @@ expect_usage() {
 }
 
 Q=(-n 1 -w 0 -q)
+# Every rule at 2 ranks; at 4 (oversubscribed) the rules that read the rank count, the one
+# rank 0 decides alone (an existing -O file) and one parse error: the other refusals are
+# decided from the options on every rank alike, before any rank communicates.
 for n in 2 4; do
   expect_usage $n "-d/--dtype: unknown type 'float128'" all_reduce_bench "${Q[@]}" -d float128
-  expect_usage $n "-d/--dtype: unknown type 'bogus'" MESHBENCH_DTYPE=bogus all_reduce_bench "${Q[@]}"
-  expect_usage $n "-b/--min-bytes (1M) must not exceed -e/--max-bytes (64K)" all_reduce_bench "${Q[@]}" -b 1M -e 64K
-  expect_usage $n "-b/--min-bytes" all_reduce_bench "${Q[@]}" -b 12Q
-  expect_usage $n "-f/--step-factor" all_reduce_bench "${Q[@]}" -f 1
-  expect_usage $n "-n/--iters" all_reduce_bench -n 0
-  expect_usage $n "--append needs -O/--output" all_reduce_bench "${Q[@]}" --append
-  expect_usage $n "--backend: unknown backend 'gloo'" all_reduce_bench "${Q[@]}" --backend gloo
-  expect_usage $n "--backend nccl" all_reduce_bench "${Q[@]}" --backend nccl
-  expect_usage $n "--mem host" all_reduce_bench "${Q[@]}" --backend nccl --mem host
-  expect_usage $n "op avg" all_reduce_bench "${Q[@]}" -o avg
-  expect_usage $n "op avg" reduce_scatter_bench "${Q[@]}" -o sum,avg
-  expect_usage $n "dtype half" all_reduce_bench "${Q[@]}" -d half
-  expect_usage $n "dtype bf16" all_gather_bench "${Q[@]}" -d bf16
   expect_usage $n "-r/--root $n" broadcast_bench "${Q[@]}" --root $n
-  expect_usage $n "out-of-place broadcast" broadcast_bench "${Q[@]}" --inplace no
   expect_usage $n "--inject-fault $n" sendrecv_bench "${Q[@]}" --inject-fault $n
   expect_usage $n "-O/--output $WORK/existing.h5" all_to_all_bench "${Q[@]}" -O "$WORK/existing.h5"
-  expect_usage $n "bogus" all_reduce_bench "${Q[@]}" --bogus
-  expect_usage $n "--routing: 'hot'" all_to_allv_bench "${Q[@]}" --routing hot
-  expect_usage $n "--routing zipf:-1" all_to_allv_bench "${Q[@]}" --routing zipf:-1
-  expect_usage $n "--routing learned" all_to_allv_bench "${Q[@]}" --routing learned
-  expect_usage $n "--top-k 9" all_to_allv_bench "${Q[@]}" --top-k 9
-  expect_usage $n "out of place only" all_to_allv_bench "${Q[@]}" --inplace yes
-  expect_usage $n "--routing" all_reduce_bench "${Q[@]}" --routing balanced  # only all_to_allv_bench routes
 done
+n=2
+expect_usage $n "-d/--dtype: unknown type 'bogus'" MESHBENCH_DTYPE=bogus all_reduce_bench "${Q[@]}"
+expect_usage $n "-b/--min-bytes (1M) must not exceed -e/--max-bytes (64K)" all_reduce_bench "${Q[@]}" -b 1M -e 64K
+expect_usage $n "-b/--min-bytes" all_reduce_bench "${Q[@]}" -b 12Q
+expect_usage $n "-f/--step-factor" all_reduce_bench "${Q[@]}" -f 1
+expect_usage $n "-n/--iters" all_reduce_bench -n 0
+expect_usage $n "--append needs -O/--output" all_reduce_bench "${Q[@]}" --append
+expect_usage $n "--backend: unknown backend 'gloo'" all_reduce_bench "${Q[@]}" --backend gloo
+expect_usage $n "--backend nccl" all_reduce_bench "${Q[@]}" --backend nccl
+expect_usage $n "--mem host" all_reduce_bench "${Q[@]}" --backend nccl --mem host
+expect_usage $n "op avg" all_reduce_bench "${Q[@]}" -o avg
+expect_usage $n "op avg" reduce_scatter_bench "${Q[@]}" -o sum,avg
+expect_usage $n "dtype half" all_reduce_bench "${Q[@]}" -d half
+expect_usage $n "dtype bf16" all_gather_bench "${Q[@]}" -d bf16
+expect_usage $n "out-of-place broadcast" broadcast_bench "${Q[@]}" --inplace no
+expect_usage $n "bogus" all_reduce_bench "${Q[@]}" --bogus
+expect_usage $n "--routing: 'hot'" all_to_allv_bench "${Q[@]}" --routing hot
+expect_usage $n "--routing zipf:-1" all_to_allv_bench "${Q[@]}" --routing zipf:-1
+expect_usage $n "--routing learned" all_to_allv_bench "${Q[@]}" --routing learned
+expect_usage $n "--top-k 9" all_to_allv_bench "${Q[@]}" --top-k 9
+expect_usage $n "out of place only" all_to_allv_bench "${Q[@]}" --inplace yes
+expect_usage $n "--routing" all_reduce_bench "${Q[@]}" --routing balanced  # only all_to_allv_bench routes
 expect_usage 4 "--experts 6 must be a multiple of the 4 ranks" all_to_allv_bench "${Q[@]}" --experts 6
 expect_usage 2 "one token of --top-k x --hidden elements" all_to_allv_bench "${Q[@]}" -b 64 -e 127 --hidden 16
 # A size range that rounds to nothing: 4..15 B holds 2 floats per rank at 2 ranks, not 4.
