@@ -57,18 +57,13 @@ def synthetic_batch(seed, step, B, T, V, first=0):
     return [r[:T] for r in ids], [r[1:] for r in ids]
 
 
-def torch_worker(a, rank=0, world=1):
+def gpt_model(s):
+    """The engine's GPT (tied head, pre-norm blocks, tanh GELU) in PyTorch at shape `s`, with
+    step_bench's initialisation."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
 
-    torch.set_num_threads(a.threads)
-    if world > 1:
-        import torch.distributed as dist
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(a.port))
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-    s = SHAPES[a.shape]
     L, C, NH, T, B, V = s["layers"], s["hidden"], s["heads"], s["seq"], s["micro_batch"], s["vocab"]
     hs = C // NH
 
@@ -122,6 +117,14 @@ def torch_worker(a, rank=0, world=1):
             else:
                 std = 0.02 / math.sqrt(2 * L) if name.endswith("proj.weight") else 0.02
                 p.normal_(0.0, std)
+    return model
+
+
+def torch_optimizer(model, a, world):
+    """DDP's wrapper over `model` (world > 1) and AdamW, decay on the matrices only (ZeRO-1:
+    the optimizer state sharded over the ranks)."""
+    import torch
+
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -135,6 +138,21 @@ def torch_worker(a, rank=0, world=1):
     else:
         opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                                  {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
+    return model, opt
+
+
+def torch_worker(a, rank=0, world=1):
+    import torch
+
+    torch.set_num_threads(a.threads)
+    if world > 1:
+        import torch.distributed as dist
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(a.port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    s = SHAPES[a.shape]
+    T, B, V = s["seq"], s["micro_batch"], s["vocab"]
+    model, opt = torch_optimizer(gpt_model(s), a, world)
     times = []
     for step in range(a.warmup + a.steps):
         x, y = synthetic_batch(a.seed, step, B, T, V, first=rank * B)

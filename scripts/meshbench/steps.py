@@ -239,52 +239,102 @@ def _micro_batches(gbs, b, mesh, out):
     return mbs
 
 
+def _names(steps, key, default, known):
+    """A [steps] list of names (or 'auto': all of `known`), each one checked."""
+    v = steps.get(key, default)
+    v = known if v == "auto" else (v if isinstance(v, list) else [v])
+    for x in v:
+        if x not in known:
+            raise StepsError(f"[steps] {key}: unknown '{x}' (known: {', '.join(known)}, auto)")
+    return v
+
+
+def _axes(steps, world, model, order_dims):
+    """The [steps] table's lists of degrees and choices, checked: what candidates() crosses."""
+    unknown = set(steps) - STEP_KEYS
+    if unknown:
+        raise StepsError(f"[steps]: unknown key(s) {sorted(unknown)} (known: {', '.join(sorted(STEP_KEYS))})")
+    divs = divisors(world)
+    moe = model.get("experts", 0) > 0
+    ax = {
+        "moe": moe, "divs": divs,
+        "tps": _ints(steps.get("tp", "auto"), "tp", divs),
+        "cps": _ints(steps.get("cp", [1]), "cp", divs),
+        "pps": _ints(steps.get("pp", "auto"), "pp", divs),
+        "eps": _ints(steps.get("ep", "auto" if moe else [1]), "ep", divs),
+        "etps": _ints(steps.get("etp", [1] if moe else [0]), "etp", divs),
+        "zeros": _ints(steps.get("zero", [0, 1]), "zero", [0, 1, 2, 3]),
+        "vpps": _ints(steps.get("vpp", [2]), "vpp", [2]),
+        "recomputes": _names(steps, "recompute", ["none"], RECOMPUTE),
+        "cp_algos": _names(steps, "cp_algo", ["ring"], CP_ALGOS),
+        "scheds": _names(steps, "schedule", ["1f1b"], SCHEDULES),
+    }
+    if steps.get("global_batch") is not None and "micro_batches" in steps:
+        raise StepsError("[steps]: give micro_batches (the global batch varies with dp) or global_batch "
+                         "(fixed; the default), not both")
+    ax["orders"] = orders_for(steps.get("orders", [DEFAULT_ORDER]), order_dims)
+    return ax
+
+
+def _mesh_list(steps, world, ax):
+    """The (tp, cp, pp, dp) meshes of `world` ranks, kept to [steps] dp when it is given."""
+    mesh_list = meshes(world, ax["tps"], ax["cps"], ax["pps"])
+    if steps.get("dp") is None:
+        return mesh_list
+    dps = _ints(steps["dp"], "dp", ax["divs"])  # only these data-parallel degrees (the rest of the world)
+    kept = [m for m in mesh_list if m[3] in dps]
+    if mesh_list and not kept:
+        raise StepsError(f"[steps] dp = {dps}: no mesh of {world} ranks from tp, cp, pp leaves that data-parallel "
+                         f"degree (they leave {sorted({m[3] for m in mesh_list})})")
+    return kept
+
+
+def _mesh_plans(mesh, mbs, ax, world, model, out, seen_plans):
+    """Appends to `out` the plans of one (tp, cp, pp, dp) mesh: every expert layout, distinct
+    rank order, ZeRO stage, schedule, micro-batch count, recomputation and CP algorithm; a
+    degenerate one (ZeRO over one rank, an etp equal to tp already listed) marked pruned."""
+    tp, cp, pp, dp = mesh
+    moe, b, layers = ax["moe"], model["micro_batch"], model.get("layers", 1)
+    sched_vpp = [(None, 1)] if pp == 1 else [(s, v) for s in ax["scheds"] for v in (ax["vpps"] if s == "interleaved" else [1])]
+    for ep, etp in itertools.product(ax["eps"], ax["etps"]):
+        e_tp = etp if etp > 0 else tp
+        deg = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": e_tp,
+               "edp": world // (e_tp * ep * pp) if world % (e_tp * ep * pp) == 0 else 0}
+        seen = set()
+        for order in ax["orders"]:
+            key = layout_key(order, deg, moe)
+            if key in seen:
+                continue  # the same rank layout as an order already listed
+            seen.add(key)
+            algos = ax["cp_algos"] if cp > 1 else [None]
+            for zero, (sched, vpp), m, rc, algo in itertools.product(ax["zeros"], sched_vpp, mbs, ax["recomputes"], algos):
+                c = {"degrees": {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}, "etp": etp,
+                     "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m,
+                     "global_batch": b * dp * m, "recompute": rc, "cp_algo": algo,
+                     "layers_per_stage": stage_split(layers, pp * vpp) if pp > 1 else None}
+                same = (tp, cp, ep, dp, pp, e_tp if moe else 0, key, zero, sched, vpp, m, rc, algo)
+                if zero > 0 and zero_is_degenerate(deg, moe):
+                    experts = " and its experts over edp = 1 rank" if ep > 1 else ""
+                    c.update(pruned=f"degenerate: ZeRO-{zero} shards over its data-parallel group "
+                                    f"dp x cp = 1 rank{experts}: the same memory and work as ZeRO-0",
+                             category="degenerate")
+                elif same in seen_plans:
+                    c.update(pruned=f"degenerate: the same plan as {plan_id(seen_plans[same])} "
+                                    f"(etp {etp or 'default'} is tp = {tp})", category="degenerate")
+                else:
+                    seen_plans[same] = c
+                out.append(c)
+
+
 def candidates(steps, world, model, order_dims, info=None):
     """Every candidate plan at `world` ranks: dicts with degrees, order, zero, schedule, vpp, m,
     global_batch; or a 'pruned' reason and 'category' already (a global batch the plan cannot
     reach, a degenerate plan). `info`, a dict, receives the global batch rule
     ('global_batch': [G...] or None when micro_batches lets it vary, 'global_batch_rule')."""
-    unknown = set(steps) - STEP_KEYS
-    if unknown:
-        raise StepsError(f"[steps]: unknown key(s) {sorted(unknown)} (known: {', '.join(sorted(STEP_KEYS))})")
     info = {} if info is None else info
-    divs = divisors(world)
-    moe = model.get("experts", 0) > 0
+    ax = _axes(steps, world, model, order_dims)
     b = model["micro_batch"]
-    tps = _ints(steps.get("tp", "auto"), "tp", divs)
-    cps = _ints(steps.get("cp", [1]), "cp", divs)
-    pps = _ints(steps.get("pp", "auto"), "pp", divs)
-    eps = _ints(steps.get("ep", "auto" if moe else [1]), "ep", divs)
-    etps = _ints(steps.get("etp", [1] if moe else [0]), "etp", divs)
-    zeros = _ints(steps.get("zero", [0, 1]), "zero", [0, 1, 2, 3])
-    vpps = _ints(steps.get("vpp", [2]), "vpp", [2])
-    def names(key, default, known):
-        v = steps.get(key, default)
-        v = known if v == "auto" else (v if isinstance(v, list) else [v])
-        for x in v:
-            if x not in known:
-                raise StepsError(f"[steps] {key}: unknown '{x}' (known: {', '.join(known)}, auto)")
-        return v
-    recomputes = names("recompute", ["none"], RECOMPUTE)
-    cp_algos = names("cp_algo", ["ring"], CP_ALGOS)
-    layers = model.get("layers", 1)
-    scheds = steps.get("schedule", ["1f1b"])
-    scheds = SCHEDULES if scheds == "auto" else (scheds if isinstance(scheds, list) else [scheds])
-    for s in scheds:
-        if s not in SCHEDULES:
-            raise StepsError(f"[steps] schedule: unknown '{s}' (known: {', '.join(SCHEDULES)}, auto)")
-    if steps.get("global_batch") is not None and "micro_batches" in steps:
-        raise StepsError("[steps]: give micro_batches (the global batch varies with dp) or global_batch "
-                         "(fixed; the default), not both")
-    orders = orders_for(steps.get("orders", [DEFAULT_ORDER]), order_dims)
-    mesh_list = meshes(world, tps, cps, pps)
-    if steps.get("dp") is not None:  # only these data-parallel degrees (the rest of the world)
-        dps = _ints(steps["dp"], "dp", divs)
-        kept = [m for m in mesh_list if m[3] in dps]
-        if mesh_list and not kept:
-            raise StepsError(f"[steps] dp = {dps}: no mesh of {world} ranks from tp, cp, pp leaves that data-parallel "
-                             f"degree (they leave {sorted({m[3] for m in mesh_list})})")
-        mesh_list = kept
+    mesh_list = _mesh_list(steps, world, ax)
     if "micro_batches" in steps:
         gbs = None
         info.update(global_batch=None, global_batch_rule="global batch varies: b x m x dp (micro_batches given)")
@@ -292,40 +342,12 @@ def candidates(steps, world, model, order_dims, info=None):
         gbs, rule = _global_batches(steps.get("global_batch"), mesh_list, b)
         info.update(global_batch=gbs, global_batch_rule=rule)
     out, seen_plans = [], {}
-    for tp, cp, pp, dp in mesh_list:
+    for mesh in mesh_list:
         if gbs is None:
-            mbs = _ints(steps["micro_batches"], "micro_batches", [1] if pp == 1 else [pp, 2 * pp])
+            mbs = _ints(steps["micro_batches"], "micro_batches", [1] if mesh[2] == 1 else [mesh[2], 2 * mesh[2]])
         else:
-            mbs = _micro_batches(gbs, b, (tp, cp, pp, dp), out)
-        sched_vpp = [(None, 1)] if pp == 1 else [(s, v) for s in scheds for v in (vpps if s == "interleaved" else [1])]
-        for ep, etp in itertools.product(eps, etps):
-            e_tp = etp if etp > 0 else tp
-            deg = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp, "etp": e_tp,
-                   "edp": world // (e_tp * ep * pp) if world % (e_tp * ep * pp) == 0 else 0}
-            seen = set()
-            for order in orders:
-                key = layout_key(order, deg, moe)
-                if key in seen:
-                    continue  # the same rank layout as an order already listed
-                seen.add(key)
-                algos = cp_algos if cp > 1 else [None]
-                for zero, (sched, vpp), m, rc, algo in itertools.product(zeros, sched_vpp, mbs, recomputes, algos):
-                    c = {"degrees": {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}, "etp": etp,
-                         "order": order, "zero": zero, "schedule": sched, "vpp": vpp, "m": m,
-                         "global_batch": b * dp * m, "recompute": rc, "cp_algo": algo,
-                         "layers_per_stage": stage_split(layers, pp * vpp) if pp > 1 else None}
-                    same = (tp, cp, ep, dp, pp, e_tp if moe else 0, key, zero, sched, vpp, m, rc, algo)
-                    if zero > 0 and zero_is_degenerate(deg, moe):
-                        experts = " and its experts over edp = 1 rank" if ep > 1 else ""
-                        c.update(pruned=f"degenerate: ZeRO-{zero} shards over its data-parallel group "
-                                        f"dp x cp = 1 rank{experts}: the same memory and work as ZeRO-0",
-                                 category="degenerate")
-                    elif same in seen_plans:
-                        c.update(pruned=f"degenerate: the same plan as {plan_id(seen_plans[same])} "
-                                        f"(etp {etp or 'default'} is tp = {tp})", category="degenerate")
-                    else:
-                        seen_plans[same] = c
-                    out.append(c)
+            mbs = _micro_batches(gbs, b, mesh, out)
+        _mesh_plans(mesh, mbs, ax, world, model, out, seen_plans)
     return out
 
 
