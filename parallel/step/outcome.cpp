@@ -53,15 +53,22 @@ std::unique_ptr<StepReporters> make_reporters(const Options& o, const Launched& 
   return reps;
 }
 
-double peak_after(const Options& o, const Compute& cp, const Peak& before, StepReporters* reps,
+double peak_after(const Options& o, const Compute& cp, const Peak& before, double loop_s, StepReporters* reps,
                   const core::Log& out) {
-  const Peak after = measure_peak(o.model, cp.gpu, cp.prec, cp.device);
-  out.out("  {} peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n",
-          cp.gpu ? "cuBLAS GEMM" : "SGEMM", after.best / 1e9, before.best / 1e9);
-  const double used = std::max(before.best, after.best);
+  const char* what = cp.gpu ? "cuBLAS GEMM" : "SGEMM";
+  const bool again = loop_s >= kPeakAgainS;
+  const std::string rule = fmt::format("measured again after the timed steps when they ran for at least {:g} s "
+                                       "(rank 0's ran {:.3f} s); MFU uses the higher", kPeakAgainS, loop_s);
+  const double after = again ? measure_peak(o.model, cp.gpu, cp.prec, cp.device).best : NAN;
+  if (again)
+    out.out("  {} peak again after the steps: best {:.2f} GFLOP/s (before {:.2f}); MFU uses the higher\n", what,
+            after / 1e9, before.best / 1e9);
+  else
+    out.out("  {} peak not measured again: the timed steps took {:.3f} s, under {:g} s\n", what, loop_s, kPeakAgainS);
+  const double used = again ? std::max(before.best, after) : before.best;
   if (reps)
-    reps->add_step_attrs({{"peak_measured_flops_before", before.best}, {"peak_measured_flops_after", after.best},
-                          {"peak_measured_flops", used}});
+    reps->add_step_attrs({{"peak_measured_flops_before", before.best}, {"peak_measured_flops_after", after},
+                          {"peak_measured_flops", used}, {"peak_again_rule", rule}});
   return used;
 }
 

@@ -16,6 +16,7 @@
 #include "comm/mesh.hpp"
 #include "core/error.hpp"
 #include "core/op_watch.hpp"
+#include "core/timer.hpp"
 #include "results/stop_signal.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "model/export.hpp"
@@ -122,13 +123,15 @@ int run(int argc, char** argv, int rank, int world, int thread_level) {
   if (!opts.output.empty()) wd.start(opts.output, ctx.run_id);
   result.t_origin = align_clocks(launched.topo, reps.get(), result.clock);
   if (setup.model) setup.model->set_profiling(opts.profile);
+  const double loop_start = mb::core::now_seconds();
   result.end = timed_steps(opts, env ? &*env : nullptr, setup, reps.get(), result.losses);
+  const double loop_s = mb::core::now_seconds() - loop_start;
   mb::results::stop_finishing();  // a signal from here on waits for the summary (results/stop_signal.hpp)
   mb::core::set_phase("writing the results");
   if (result.end.why & kStopWrite)
     mb::comm::agree_on_fault(MPI_COMM_WORLD, reps ? reps->error() : std::string("the results file could not be written"));
   warn_loop_end(out, opts, result.end);
-  result.peak = modelled ? NAN : peak_after(opts, launched.cp, peak, reps.get(), out);
+  result.peak = modelled ? NAN : peak_after(opts, launched.cp, peak, loop_s, reps.get(), out);
   std::string write_error;
   const int rc = report_run(opts, setup, result, launched.topo, rank, reps.get(), out, write_error);
   mb::comm::agree_on_fault(MPI_COMM_WORLD, write_error);  // rank 0's write error ends every rank, exit 3

@@ -25,7 +25,12 @@ r = f["runs"][rid]
 assert r.attrs["status"] == "timeout", r.attrs["status"]
 n = r["step"]["step_times"].shape[0]
 assert 0 < n < 100000, n
-print("ok: timeout after", n, "steps")
+# steps for about 2 s: the GEMM peak measured again after them, MFU against the higher
+s = r["step"].attrs
+before, after = s["peak_measured_flops_before"], s["peak_measured_flops_after"]
+assert before > 1e8 and after > 1e8 and s["peak_measured_flops"] == max(before, after), (before, after)
+assert "at least 1 s" in s["peak_again_rule"], s["peak_again_rule"]
+print("ok: timeout after", n, "steps; peak measured before and after")
 PY
 "$MB_PYTHON" - "$tmp/s.h5" "$tmp/s.jsonl" <<'PY'
 import json, math, sys
@@ -47,6 +52,9 @@ for rid in runs:
     assert (abs(ph - s["step_times"][:, 0]) <= 1e-3 * s["step_times"][:, 0] + 1e-6).all()
     assert s.attrs["hidden"] == 32 and s.attrs["kv_heads"] == 2
     assert s.attrs["peak_measured_flops"] > 1e8
+    # 3 steps of milliseconds: the peak before the steps stands alone (not measured again)
+    assert math.isnan(s.attrs["peak_measured_flops_after"]), s.attrs["peak_measured_flops_after"]
+    assert s.attrs["peak_measured_flops"] == s.attrs["peak_measured_flops_before"]
     summ = s["summary"][0]
     assert summ["tokens_per_s"] > 0 and 0 < summ["mfu_measured_peak"] < 1.5
     assert math.isclose(summ["tokens_per_s"], 32 / summ["step_time_median"], rel_tol=1e-9)
