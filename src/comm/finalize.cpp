@@ -9,6 +9,8 @@
 #include <string>
 #include <thread>
 
+#include "core/error.hpp"
+
 namespace meshbench::comm {
 
 void finalize_with_deadline(int rank, int rc, const char* binary) {
@@ -35,7 +37,10 @@ void finalize_with_deadline(int rank, int rc, const char* binary) {
 
 void end_signalled_job(int rank, int rc, const char* binary) {
   std::fflush(nullptr);
-  if (rank == 0) MPI_Abort(MPI_COMM_WORLD, rc);
+  if (rank == 0) {
+    core::drain_before_abort();
+    MPI_Abort(MPI_COMM_WORLD, rc);
+  }
   finalize_with_deadline(rank, rc, binary);
 }
 

@@ -2,12 +2,15 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 namespace meshbench::core {
 namespace {
 int g_rank = -1;
+constexpr int kAbortDrainMs = 200;
 std::string g_host = "?";
 }  // namespace
 
@@ -23,6 +26,11 @@ std::string mpi_error_string(int code) {
   return std::string(buf, static_cast<size_t>(len));
 }
 
+void drain_before_abort() {
+  std::fflush(nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(kAbortDrainMs));
+}
+
 void fatal_runtime(const std::string& op, const std::string& group, const std::string& detail) {
   std::fprintf(stderr, "meshbench: rank %d (%s): %s failed in group %s: %s\n", g_rank,
                g_host.c_str(), op.c_str(), group.c_str(), detail.c_str());
@@ -30,7 +38,10 @@ void fatal_runtime(const std::string& op, const std::string& group, const std::s
   int up = 0, down = 0;
   MPI_Initialized(&up);
   MPI_Finalized(&down);
-  if (up && !down) MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kRuntime));
+  if (up && !down) {
+    drain_before_abort();
+    MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kRuntime));
+  }
   std::_Exit(static_cast<int>(ExitCode::kRuntime));
 }
 

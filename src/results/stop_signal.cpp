@@ -148,6 +148,7 @@ void abort_job(const std::string& evidence) {
     if (!evidence.empty()) std::ofstream(evidence) << "MPI_Abort did not end the job within 10 s\n";
     std::_Exit(kCode);
   }).detach();
+  core::drain_before_abort();
   MPI_Abort(MPI_COMM_WORLD, kCode);
   std::_Exit(kCode);
 }
