@@ -14,7 +14,7 @@
 #  7 -e 1T: refused (exit 2) before anything is written: no .h5, no .jsonl, no lock
 #  8 0 bytes free at create: exit 3 (a runtime fault, as a full disk mid-run), no 0-byte .jsonl
 # 10 --hidden 2147483647 and 1200000000: exit 2 naming --hidden, never --ffn, never a wrap
-# 11 the hang report names the rank that holds the group up (a stopped rank: STOPPED), not itself
+# (11, the hang report naming the stopped rank that holds the group up: tests/mpi/step_hang.sh)
 # 12 nan and inf for --time-limit and --op-timeout: exit 2 with the same rule
 # 19 the header names both parameter counts: the model's and this rank's slice
 # 21-24 a flag typo names the nearest flag; a mesh launched without mpiexec says how; the step's
@@ -141,22 +141,6 @@ for h in 2147483647 1200000000; do
   [[ $rc -eq 2 && "$msg" == "--hidden $h:"* && "$msg" != *"--ffn "[0-9-]*": must"* ]] && pass "10 --hidden $h: $msg" \
     || fail "10 --hidden $h: exit $rc: $msg"
 done
-
-# --- 11 the hang report names the rank that holds the group up --------------------------------
-# (tests/mpi/step_hang.sh and hang_watchdog.sh check it after a SIGSTOP; here the stalled rank)
-f="$WORK/absent.h5"
-start_job "$f" timeout --kill-after=5 90 "$MB_MPIEXEC" -n 2 "$MB_BIN/step_bench" "${SB[@]}" --mesh dp=2 --steps 1000000 \
-  --warmup 0 --op-timeout 4 -O "$f"
-find_ranks "$launcher" "$MB_BIN/step_bench" 2
-kill -STOP "${ranks[1]}"
-rc=0; wait "$launcher" || rc=$?
-kill -9 "${ranks[1]}" 2>/dev/null || true
-line=$(grep -m1 "has not completed after" "$WORK/err" || true)
-if [[ $rc -eq 3 && "$line" == *"holding it up: rank "[01]" (pid ${ranks[1]}): STOPPED"* ]]; then
-  pass "11 the report names the stopped rank: $(grep -o 'holding it up: [^;]*' <<< "$line")"
-else
-  fail "11 want 'holding it up: rank R (pid ${ranks[1]}): STOPPED': exit $rc: ${line:0:400}"
-fi
 
 # --- 12 NaN and inf limits --------------------------------------------------------------------
 for opt in --time-limit --op-timeout; do
