@@ -35,20 +35,25 @@ def s(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+# Seconds per FLOP and per element of the known costs: 10 GFLOP/s, so a tiny plan's modelled
+# step waits tens of milliseconds (1 ns made each run about 1 s, most of the test's time).
+COST = 1e-10
+
+
 def write_cal(path):
     from test_predict import write_cal as w
     free = [(c, n, "shm", [(1, 1 << 34, 0.0, 0.0)])
             for c in ("all_reduce", "sendrecv", "all_gather", "reduce_scatter", "all_to_all") for n in (2, 4)]
     w(path, free, gemm_parts=("fwd", "bwd", "dinput", "dweight", "router.fwd", "router.bwd", "expert.fc.fwd",
-                              "expert.proj.fwd", "expert.fc.bwd", "expert.proj.bwd"), rate=1e-9)
+                              "expert.proj.fwd", "expert.fc.bwd", "expert.proj.bwd"), rate=COST, ns=COST)
     # context parallel's copies and attention's row dot, by part
     from test_predict import table
     with h5py.File(path, "a") as f:
         rates = [dict(op=s(r["op"]), phase=s(r["phase"]), part=s(r["part"]), unit=s(r["unit"]),
                       seconds_per_unit=float(r["seconds_per_unit"])) for r in f["compute/rates"][()]]
         for part in ("kv.copy", "dkv.add", "heads.pack", "heads.unpack", "layout"):
-            rates += [dict(op="copy", phase=ph, part=part, unit="element", seconds_per_unit=1e-9) for ph in "FB"]
-        rates += [dict(op="attention", phase=ph, part=part, unit="flop", seconds_per_unit=1e-9)
+            rates += [dict(op="copy", phase=ph, part=part, unit="element", seconds_per_unit=COST) for ph in "FB"]
+        rates += [dict(op="attention", phase=ph, part=part, unit="flop", seconds_per_unit=COST)
                   for ph in "FB" for part in ("rowdot", "chunk.fwd", "chunk.bwd", "fwd", "bwd")]
         del f["compute/rates"]
         f.create_dataset("compute/rates", data=table(rates, [("op", "S"), ("phase", "S"), ("part", "S"), ("unit", "S"),

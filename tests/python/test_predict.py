@@ -36,10 +36,10 @@ def table(rows, fields):
     return a
 
 
-def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2, compute_attrs=None):
-    """fits: (collective, group_size, tag, [(lo, hi, alpha, beta)]). Every GEMM part costs NS
-    per FLOP (one measured shape each, so every other shape is scaled from it); every other op
-    `rate` seconds per unit."""
+def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2, compute_attrs=None, ns=NS):
+    """fits: (collective, group_size, tag, [(lo, hi, alpha, beta)]). Every GEMM part costs `ns`
+    (NS) per FLOP (one measured shape each, so every other shape is scaled from it); every other
+    op `rate` seconds per unit."""
     with h5py.File(path, "w") as f:
         f.attrs["kind"] = "meshbench calibration"
         f.attrs["format_version"] = version
@@ -56,7 +56,7 @@ def write_cal(path, fits, gemm_parts=("fwd", "bwd"), rate=0.0, version=2, comput
             g.attrs[k] = v
         # a backward's call runs two GEMMs of its shape (dinput and dweight), as the events count it
         two = [2 if p == "bwd" or p.endswith(".bwd") else 1 for p in gemm_parts]
-        gem = [dict(part=p, m=100, n=100, k=100, flops=2e6 * t, seconds=2e6 * t * NS) for p, t in zip(gemm_parts, two)]
+        gem = [dict(part=p, m=100, n=100, k=100, flops=2e6 * t, seconds=2e6 * t * ns) for p, t in zip(gemm_parts, two)]
         g.create_dataset("gemm", data=table(gem, [("part", "S"), ("m", "<i4"), ("n", "<i4"), ("k", "<i4"),
                                                   ("flops", "<f8"), ("seconds", "<f8")]))
         rates = [dict(op=o, phase=ph, part="", unit="element", seconds_per_unit=rate)
