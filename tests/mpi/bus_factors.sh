@@ -16,14 +16,10 @@ for n in 1 2 4 8; do
     f="$WORK/$c-$n.h5"
     extra=(); [[ $c == all_to_allv ]] && extra=(--hidden 4)
     expect_rc 0 "$n" "${c}_bench" -n 1 -w 0 -d int32 -o sum -b 100 -e 1000 -f 10 "${extra[@]}" -O "$f" -q || continue
-    if py "$MB_SRC/tests/mpi/h5check.py" verify "$f" "$c" "$n" 100:1000:10 --dtypes=int32 --ops=sum \
-         > "$WORK/check" 2>&1; then
-      factor=$(py -c "import h5py,sys; h=h5py.File(sys.argv[1],'r'); r=list(h['runs'].values())[0]; g=list(r['collectives'][sys.argv[2]].values())[0]; print(round(float(g.attrs['bus_factor']),4))" "$f" "$c")
-      pass "$c at $n ranks: bus factor $factor, byte counts as documented"
-    else
-      fail "$c at $n ranks:"; cat "$WORK/check" >&2
-    fi
+    echo "verify $f $c $n 100:1000:10 --dtypes=int32 --ops=sum" >> "$WORK/files"
   done
 done
+# Every file in one Python process (h5py's start is 0.2 s a file): the bus factor and byte counts.
+batch_check "$WORK/files"
 
 finish

@@ -82,4 +82,16 @@ else
     || { fail "read-back failed without naming jsonl t_median:"; cat "$WORK/check" >&2; }
 fi
 
+# The batch mode: one line that holds and one that does not exit 1 and name only the second
+# (tests/mpi/lib.bash batch_check relies on both).
+printf 'verify %s %s\nverify %s all_reduce 4 64:4096:8 --dtypes=int32 --ops=sum\n' \
+  "$good" "${verify[*]:1}" "$good" > "$WORK/list"
+rc=0; py "$H5C" batch "$WORK/list" > "$WORK/check" 2>&1 || rc=$?
+if [[ $rc -eq 1 && $(grep -c '^ok   verify' "$WORK/check") -eq 1 && $(grep -c '^FAIL verify.* 4 64:4096:8' "$WORK/check") -eq 1 ]] \
+   && grep -q "world_size" "$WORK/check"; then
+  pass "batch: the good line ok, the wrong world size FAIL, exit 1"
+else
+  fail "batch: exit $rc:"; cat "$WORK/check" >&2
+fi
+
 finish

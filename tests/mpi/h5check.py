@@ -15,6 +15,8 @@ written from docs/results.md (not from the C++ code). Exit 0 when every check ho
   h5check.py crash FILE STATUS [MIN_ROWS]  status == STATUS; sizes/summary/samples have equal
       row counts >= MIN_ROWS (default 2) in every series; no NaN in any present row
   h5check.py readable FILE    every run's attributes and every dataset read in full
+  h5check.py batch LIST       each line of LIST one of the checks above (its words as above):
+      one Python start for many files; prints "ok   LINE: what held" or "FAIL LINE: why" a line
 """
 import math
 import sys
@@ -180,6 +182,7 @@ def verify(path, coll, n, sweeps, dtypes, ops):
         placements = {"broadcast": ["in-place"], "all_to_allv": ["out-of-place"]}.get(coll, ["out-of-place", "in-place"])
         redops = ops if coll in REDUCES else ["none"]
         total_rows = 0
+        factors = set()
         for k, (rid, sw) in enumerate(zip(runs, sweeps)):
             b, e, f = sw
             ra = h["runs"][rid].attrs
@@ -193,6 +196,7 @@ def verify(path, coll, n, sweeps, dtypes, ops):
             check(names == want, f"{rid}: series {sorted(names)} != {sorted(want)}")
             for name in sorted(names & want):
                 g = colls[coll][name]
+                factors.add(round(float(g.attrs["bus_factor"]), 4))
                 d = name.split("-")[0]
                 elt = MPI_DTYPES[d]
                 tag = f"{rid}/{name}"
@@ -221,7 +225,7 @@ def verify(path, coll, n, sweeps, dtypes, ops):
                           f"{tag} row {i}: dtype/redop columns {s(r['dtype'])}/{s(r['redop'])}")
                     check(int(r["inplace"]) == (1 if "-in-place-" in name else 0), f"{tag} row {i}: inplace column")
                 total_rows += len(summ)
-        return total_rows
+        return total_rows, sorted(factors)
 
 
 def fault(path, coll):
@@ -283,30 +287,65 @@ def readable(path):
         check(False, f"{path}: {type(e).__name__}: {e}")
 
 
-def main(argv):
-    if len(argv) < 3:
-        print(__doc__)
-        return 2
-    cmd = argv[1]
+def run_check(words):
+    """One check (words as on the command line after the script's name); returns what it
+    verified, or None for a bad command. Failed checks go to `errors`."""
+    cmd = words[0]
     if cmd == "verify":
-        args = [a for a in argv[2:] if not a.startswith("--")]
-        opts = dict(a[2:].split("=", 1) for a in argv[2:] if a.startswith("--"))
+        args = [a for a in words[1:] if not a.startswith("--")]
+        opts = dict(a[2:].split("=", 1) for a in words[1:] if a.startswith("--"))
         path, coll, n = args[0], args[1], int(args[2])
         sweeps = [tuple(int(x) for x in sw.split(":")) for sw in args[3:]]
         dtypes = opts.get("dtypes", ",".join(MPI_DTYPES)).split(",")
         ops = opts.get("ops", ",".join(MPI_OPS)).split(",")
-        rows = verify(path, coll, n, sweeps, dtypes, ops)
-        if not errors:
-            print(f"{path}: {coll} at {n} ranks: {rows} rows verified")
-    elif cmd == "fault":
-        fault(argv[2], argv[3])
-    elif cmd == "crash":
-        crash(argv[2], argv[3], int(argv[4]) if len(argv) > 4 else 2)
-    elif cmd == "readable":
-        readable(argv[2])
-    else:
+        rows, factors = verify(path, coll, n, sweeps, dtypes, ops)
+        return f"{path}: {coll} at {n} ranks: {rows} rows verified, bus factor {', '.join(map(str, factors))}"
+    if cmd == "fault":
+        fault(words[1], words[2])
+        return f"{words[1]}: status failed, the flipped elements counted"
+    if cmd == "crash":
+        crash(words[1], words[2], int(words[3]) if len(words) > 3 else 2)
+        return f"{words[1]}: status {words[2]}"
+    if cmd == "readable":
+        readable(words[1])
+        return f"{words[1]}: readable"
+    return None
+
+
+def batch(path):
+    """Every line of `path` a check; each one's verdict printed; 1 if any failed."""
+    failed = 0
+    for line in open(path).read().splitlines():
+        if not line.strip():
+            continue
+        before = len(errors)
+        try:
+            done = run_check(line.split())
+        except Exception as e:  # a file that does not open, a missing dataset
+            errors.append(f"{type(e).__name__}: {e}")
+            done = ""
+        if done is None:
+            errors.append(f"unknown check {line!r}")
+        if len(errors) > before:
+            failed += 1
+            print(f"FAIL {line}: " + "; ".join(errors[before:before + 5]))
+        else:
+            print(f"ok   {line}: {done}")
+    return 1 if failed else 0
+
+
+def main(argv):
+    if len(argv) < 3:
         print(__doc__)
         return 2
+    if argv[1] == "batch":
+        return batch(argv[2])
+    done = run_check(argv[1:])
+    if done is None:
+        print(__doc__)
+        return 2
+    if not errors and argv[1] == "verify":
+        print(done)
     for e in errors[:40]:
         print(f"h5check: {e}", file=sys.stderr)
     if len(errors) > 40:

@@ -20,14 +20,15 @@ for c in "${COLLS[@]}"; do
     if expect_rc 1 "$n" "${c}_bench" "${ARGS[@]}" --inject-fault "$r" -O "$f"; then
       if ! grep -q "wrong elements" "$WORK/err"; then
         fail "$c -n $n --inject-fault $r: no 'wrong elements' message on stderr"; cat "$WORK/err" >&2
-      elif py "$MB_SRC/tests/mpi/h5check.py" fault "$f" "$c" > "$WORK/check" 2>&1; then
-        pass "$c -n $n --inject-fault $r: exit 1, status failed, 1 wrong per point"
       else
-        fail "$c -n $n --inject-fault $r:"; cat "$WORK/check" >&2
+        pass "$c -n $n --inject-fault $r: exit 1, 'wrong elements' on stderr"
+        echo "fault $f $c" >> "$WORK/files"
       fi
     fi
   done
 done
+# The files, in one Python process (h5py's start is 0.2 s a file): status failed, 1 wrong per point.
+batch_check "$WORK/files"
 
 # A fault on a rank that does not exist is a usage error, not a silent pass.
 expect_rc 2 2 all_reduce_bench -n 2 -w 1 -q --inject-fault 2 && pass "--inject-fault 2 at 2 ranks: exit 2"

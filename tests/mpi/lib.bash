@@ -47,6 +47,23 @@ mpirun() {
   return $rc
 }
 
+# batch_check LIST: tests/mpi/h5check.py's checks, one a line of LIST, in one Python process;
+# a verdict line each (ok / FAIL with the check's words).
+batch_check() {
+  [[ -s "$1" ]] || { fail "batch_check: no files to check in $1"; return; }
+  local line rc=0 ok=0
+  py "$MB_SRC/tests/mpi/h5check.py" batch "$1" > "$WORK/batch.out" 2>&1 || rc=$?
+  while IFS= read -r line; do
+    case "$line" in
+      "ok   "*) pass "${line#ok   }"; ok=$((ok + 1)) ;;
+      "FAIL "*) fail "${line#FAIL }" ;;
+      *) echo "$line" ;;
+    esac
+  done < "$WORK/batch.out"
+  # every line of the list passed, and the checker said so with its exit code
+  [[ $rc -eq 0 && $ok -eq $(grep -c . "$1") ]] || fail "h5check.py batch: exit $rc, $ok of $(grep -c . "$1") checks passed"
+}
+
 # expect_rc WANT N BINARY ARGS...: run and require exit code WANT; on a mismatch print the tail.
 expect_rc() {
   local want=$1; shift
