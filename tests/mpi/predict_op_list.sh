@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The step model walks the engine's own ops and calls (parallel/predict/, docs/predict.md "What
 # it walks"): for each plan family at 1 and 2 ranks, a profiled step's events of rank 0 equal
-# step_bench --plan-only --op-list's op and call lists exactly (op_list_check.py): GEMM shapes
+# step_bench --plan-only --op-list's op and call lists exactly (op_list_check.py), and the GEMMs' and
+# attention's FLOPs per step equal the list's: GEMM shapes
 # and parts, attention, elementwise ops, TP/SP, CP ring/all-gather/Ulysses, EP with balanced
 # routing, ZeRO-1/2/3, data parallel's buckets, pipeline stages.
 source "$(dirname "$0")/lib.bash"
