@@ -1,6 +1,6 @@
 // The step path's reporters: the results::Reporter interface the collectives use, plus a
 // timed step as it finishes and the whole record at the end (metrics/records.hpp). Console
-// (console.hpp), HDF5 (step_h5.hpp), JSON lines (jsonl.hpp) and Perfetto (perfetto.hpp) are
+// (step_console.hpp), HDF5 (step_h5.hpp), JSON lines (step_jsonl.hpp) and Perfetto (perfetto.hpp) are
 // reporters on world rank 0, which holds the gathered record. They format; they never time
 // or communicate. StepReporters calls them in order and holds the first write error, after
 // which it calls none of them again (the driver ends the run with it, exit 3).

@@ -2,6 +2,8 @@
 """layering.references: every file a tracked file names exists (issue 47: the repository stands
 alone). Two kinds of names are checked in every tracked text file:
   - a bare document name in capitals, such as README.md: a tracked file of that name;
+  - a bare source or script name in lower case, such as model.cpp or sweep.py (the extensions
+    hpp cpp cu cuh py sh): a tracked file of that name somewhere in the tree;
   - a path to a source, script or page, DIR/NAME.EXT with EXT one of the suite's
     (hpp cpp cu cuh h c py sh md toml txt cmake sbatch), relative to the repository root, to
     the naming file's folder, to src/ or parallel/ (the include roots: "comm/mesh.hpp"), to
@@ -21,6 +23,7 @@ import tempfile
 EXTS = "hpp|cpp|cu|cuh|h|c|py|sh|md|toml|txt|cmake|sbatch"
 PATH_RE = re.compile(r"(?<![\w./$<{-])((?:\.\./)*[A-Za-z_][\w.-]*(?:/[\w.-]+)+\.(?:%s))(?![\w/])" % EXTS)
 DOC_RE = re.compile(r"(?<![\w./-])([A-Z][A-Z_]+\.md)\b")
+BARE_RE = re.compile(r"(?<![\w./$<{*-])([a-z_][a-z0-9_]*\.(?:hpp|cpp|cu|cuh|py|sh))(?![\w/.])")
 OUTPUT_ROOTS = ("build/", "results/", "tmp/", "out/", "runs/", "plots/")
 ROOTS = ("", "src", "parallel", "tests", "scripts")
 # Files of other projects, cited by their own paths (the project is named beside each).
@@ -28,6 +31,8 @@ CITED = {
     "src/common.cu": "nccl-tests",
     "scripts/train/benchmarking/README.md": "MosaicML llm-foundry",
     "pranjalssh/fast.cu": "a GitHub repository (owner/name), not a file",
+    "train_gpt2.cu": "llm.c",
+    "test_mappings.py": "Megatron-LM",
 }
 
 
@@ -86,6 +91,9 @@ def check(root, files):
             for m in DOC_RE.finditer(line):
                 if m.group(1) not in names:
                     missing.append(f"{rel}:{n}: {m.group(1)}")
+            for m in BARE_RE.finditer(line):
+                if m.group(1) not in names and m.group(1) not in CITED:
+                    missing.append(f"{rel}:{n}: {m.group(1)}")
             for m in PATH_RE.finditer(line):
                 p = m.group(1)
                 if p.startswith(OUTPUT_ROOTS) or "/tmp/" in p or p in CITED or placeholder(p):
@@ -102,17 +110,18 @@ def self_test():
         os.makedirs(os.path.join(d, "src", "comm"))
         files = {"src/comm/mesh.hpp": "// see comm/mesh.hpp and docs/a.md\n",
                  "docs/a.md": "ok: src/comm/mesh.hpp, ../src/comm/mesh.hpp; out: results/x.h5, build/bin/y.txt\n",
-                 "tests/t.sh": "# gone: engine/tp_layers.hpp and NOWHERE.md; fine: docs/X.md, ../comm/mesh.hpp\n"}
+                 "tests/t.sh": "# gone: engine/tp_layers.hpp, NOWHERE.md and console.hpp; fine: docs/X.md, "
+                               "../comm/mesh.hpp, mesh.hpp, t.sh\n"}
         for p, t in files.items():
             os.makedirs(os.path.join(d, os.path.dirname(p)), exist_ok=True)
             open(os.path.join(d, p), "w").write(t)
         run("add", "-A")
         got = check(d, tracked(d))
-        want = ["tests/t.sh:1: NOWHERE.md", "tests/t.sh:1: engine/tp_layers.hpp"]
+        want = ["tests/t.sh:1: NOWHERE.md", "tests/t.sh:1: console.hpp", "tests/t.sh:1: engine/tp_layers.hpp"]
         if sorted(got) != sorted(want):
             print(f"references self-test: got {got}, want {want}", file=sys.stderr)
             return 1
-    print("references self-test: a missing page and a moved path are found, outputs and real paths pass")
+    print("references self-test: a missing page, a moved path and a renamed file are found, outputs and real paths pass")
     return 0
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The scripts as a user runs them: a sweep whose --bin lacks mesh_info exits 2 naming it, an
 # unknown binary is refused with mesh_info's own list, and report/plot/sweep/calibrate import
-# scripts/meshbench from any working directory. (The package's unit tests, formerly
-# reader_unit.py here, are tests/python: ctest python.<module>.)
+# scripts/meshbench from any working directory. (The package's unit tests are tests/python:
+# ctest python.<module>.)
 . "$(dirname "$0")/lib.bash"
 
 # The names come from the binary: a folder without mesh_info is refused before anything runs.

@@ -11,7 +11,7 @@
 // use and refreshed by whatever op writes the weight (adamw_update, upload, copy, zero,
 // scale, written()), so the forward and backward never convert weights; an activation is
 // converted once, whole, where a GEMM consumes it (all heads of qkv at once).
-// Not here: model wiring (model.cpp), availability and parity (cuda_engine.cu).
+// Not here: model wiring (model.cpp), availability (cuda_backend.hpp), parity (parity.hpp).
 // Reference: llm.c's train_gpt2.cu (cuBLAS for the linears, one kernel per layer op) behind a
 // ggml-style backend interface; the CPU layers (layers.cpp) are what it must match.
 #include <cuda_bf16.h>
