@@ -20,8 +20,13 @@ all: build
 deps:
 	@bash scripts/install-deps.sh
 
+# Ninja when it is installed (scripts/install-deps.sh installs it): it compiles a target's
+# sources while the targets it links to still build, which Make's generator does not
+# (docs/testing.md, "The build"). An existing build/ keeps the generator it was made with.
+GENERATOR ?= $(if $(shell command -v ninja 2>/dev/null),-G Ninja,)
+
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)

@@ -12,7 +12,7 @@ esac
 
 # The build, the tests, the analysis scripts, the PyTorch oracle and the Slurm/netns tests.
 PKGS=(
-  build-essential cmake pkg-config git
+  build-essential cmake ninja-build pkg-config git
   mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
   libopenblas-dev libopenblas0-pthread libhwloc-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev libtomlplusplus-dev

@@ -60,12 +60,15 @@ completed() {  # completed JOBID LOG: the job ended COMPLETED with exit 0, else 
   [[ "$st" == *"JobState=COMPLETED"*"ExitCode=0:0"* ]] || { cat "$2" >&2; fail "job $1: $st"; }
 }
 # submit VAR OUT ENV... -- SBATCH_ARGS... : sbatch through the client, job id into VAR.
+# MPICH 4.0's MPI_Finalize hangs over UCX TCP (src/comm/finalize.hpp): 3 of the 21 binaries of
+# one pass (2026-12-07) waited out the default 10 s deadline, 30 s of jobs and about 20 s of this
+# test's 44. At 2 s the results are the same (written before MPI_Finalize), the exit code too.
 submit() {
   local var="$1" out="$2"; shift 2
   local -a envs=()
   while [[ "$1" != -- ]]; do envs+=("$1"); shift; done; shift
   local id
-  id=$(cd "$MB_SRC" && client env MB_BIN="$MB_BIN" MB_PYTHON="$MB_PYTHON" MB_PLOTS=0 MB_POINT_TIMEOUT=240 \
+  id=$(cd "$MB_SRC" && client env MB_BIN="$MB_BIN" MB_PYTHON="$MB_PYTHON" MB_PLOTS=0 MB_POINT_TIMEOUT=240 MESHBENCH_FINALIZE_TIMEOUT=2 \
        MB_FABRIC=tcp MB_TCP_DEV=mbfab0 "${envs[@]}" sbatch --parsable -t 15 -o "$out" "$@") \
     || fail "sbatch $* failed"
   printf -v "$var" '%s' "$id"
