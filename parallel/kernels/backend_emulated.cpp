@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute/blas.hpp"
+#include "kernels/backend_forwarding.hpp"
 #include "kernels/flash_tile.hpp"
 #include "kernels/moe_plan_blocks.hpp"
 #include "kernels/operands.hpp"
@@ -159,9 +160,11 @@ void emulated_moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const in
   for (int64_t a = 0; a < g.assignments; ++a) mpb::place(slot, idx, base, counts + E, a, a / mpb::kChunk, E);  // 4
 }
 
-class EmulatedBackend final : public Backend<float> {
+// The ops it does not round (memory, the elementwise ops, the loss, AdamW, the MoE routing)
+// are the CPU backend's, through ForwardingBackend.
+class EmulatedBackend final : public ForwardingBackend<float> {
  public:
-  explicit EmulatedBackend(Precision p) : p_(p), cpu_(cpu_backend<float>()) {}
+  explicit EmulatedBackend(Precision p) : ForwardingBackend<float>(cpu_backend<float>()), p_(p), cpu_(inner_) {}
 
   std::string name() const override { return std::string("cpu-emulated ") + precision_name(p_); }
   // --attention flash: the CUDA kernels' blocks and rows (flash_tile.hpp), fp32 on both precisions
@@ -175,55 +178,6 @@ class EmulatedBackend final : public Backend<float> {
     emulated_flash_backward(dqkv, dout, qkv, out, lse, FlashShape{B, T, NH, KVH, hs});
   }
   compute::MemKind mem() const override { return compute::MemKind::kHost; }
-  void* alloc(std::size_t bytes) override { return cpu_.alloc(bytes); }
-  void release(void* p) noexcept override { cpu_.release(p); }
-  void upload(void* d, const void* h, std::size_t n) override { cpu_.upload(d, h, n); }
-  void download(void* h, const void* s, std::size_t n) override { cpu_.download(h, s, n); }
-  void zero(void* p, std::size_t n) override { cpu_.zero(p, n); }
-  void copy(float* d, const float* s, int64_t n) override { cpu_.copy(d, s, n); }
-  void scale(float* x, double a, int64_t n) override { cpu_.scale(x, a, n); }
-  void add(float* dst, const float* src, int64_t n) override { cpu_.add(dst, src, n); }
-
-  void embedding_forward(float* out, const int32_t* tok, const float* wte, const float* wpe, int B,
-                         int T, int C) override {
-    cpu_.embedding_forward(out, tok, wte, wpe, B, T, C);
-  }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tok, int B,
-                          int T, int C) override {
-    cpu_.embedding_backward(dwte, dwpe, dout, tok, B, T, C);
-  }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                         const float* b, int N, int C) override {
-    cpu_.layernorm_forward(out, mean, rstd, inp, w, b, N, C);
-  }
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                          const float* w, const float* mean, const float* rstd, int N,
-                          int C) override {
-    cpu_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
-  }
-  void gelu_forward(float* out, const float* inp, int64_t N) override { cpu_.gelu_forward(out, inp, N); }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t N) override {
-    cpu_.gelu_backward(dinp, inp, dout, N);
-  }
-  float crossentropy_forward(float* probs, float* losses, const float* logits, const int32_t* tgt,
-                             int N, int V) override {
-    return cpu_.crossentropy_forward(probs, losses, logits, tgt, N, V);
-  }
-  void crossentropy_backward(float* dlogits, const float* probs, const int32_t* tgt, float dloss,
-                             int N, int V) override {
-    cpu_.crossentropy_backward(dlogits, probs, tgt, dloss, N, V);
-  }
-  void crossentropy_rowmax(float* rowmax, const float* logits, int N, int V, int valid) override {
-    cpu_.crossentropy_rowmax(rowmax, logits, N, V, valid);
-  }
-  void crossentropy_partial(float* probs, float* sumexp, float* tlogit, const float* logits,
-                            const float* rowmax, const int32_t* tgt, int N, int V, int valid) override {
-    cpu_.crossentropy_partial(probs, sumexp, tlogit, logits, rowmax, tgt, N, V, valid);
-  }
-  float crossentropy_finish(float* probs, float* losses, const float* sumexp, const float* tlogit,
-                            const float* rowmax, int N, int V) override {
-    return cpu_.crossentropy_finish(probs, losses, sumexp, tlogit, rowmax, N, V);
-  }
   // The CUDA backend's chunk attention (operands.hpp chunk_batches and kernels.cuh's k_chunk_*),
   // batch by batch and row by row.
   void attention_chunk_forward(float* o, int ldo, float* lse, const float* q, int ldq, const float* k, int ldk, const float* v,
@@ -297,50 +251,9 @@ class EmulatedBackend final : public Backend<float> {
       for (int i = 0; i < b4[n].count; ++i) run(batch_entry(b4[n], i), dS.data(), Q.data(), dk);
     }
   }
-  void attention_rowdot(float* D, const float* dout, int lddo, const float* o, int ldo, int B, int T, int NH,
-                        int hs) override {
-    cpu_.attention_rowdot(D, dout, lddo, o, ldo, B, T, NH, hs);
-  }
-  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
-    cpu_.copy_2d(dst, ld_dst, src, ld_src, rows, cols);
-  }
-  void add_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows, int64_t cols) override {
-    cpu_.add_2d(dst, ld_dst, src, ld_src, rows, cols);
-  }
-  void bias_residual_add(float* out, const float* x, const float* bias, int N, int C) override {
-    cpu_.bias_residual_add(out, x, bias, N, C);
-  }
-  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n,
-                    const AdamWConfig& cfg, double wd, int t) override {
-    cpu_.adamw_update(p, g, m, v, n, cfg, wd, t);
-  }
-  int64_t take_nonfinite_grads() override { return cpu_.take_nonfinite_grads(); }
-  // The MoE routing ops have no GEMM: the CPU backend's (the expert GEMMs are matmuls above).
-  void moe_topk_forward(int32_t* idx, float* gates, float* probs, const float* logits, int N, int E,
-                        int k, bool assigned) override {
-    cpu_.moe_topk_forward(idx, gates, probs, logits, N, E, k, assigned);
-  }
-  void moe_topk_backward(float* dlogits, const float* dgates, const float* dprobs, const float* probs,
-                         const float* gates, const int32_t* idx, int N, int E, int k) override {
-    cpu_.moe_topk_backward(dlogits, dgates, dprobs, probs, gates, idx, N, E, k);
-  }
   void moe_plan(int32_t* slot, int32_t* counts, float* prob_sum, const int32_t* idx,
                 const float* probs, int N, int E, int k, int capacity) override {
     emulated_moe_plan(slot, counts, prob_sum, idx, probs, N, E, k, capacity);
-  }
-  void moe_permute_forward(float* xp, const float* x, const int32_t* slot, int N, int C, int k) override {
-    cpu_.moe_permute_forward(xp, x, slot, N, C, k);
-  }
-  void moe_permute_backward(float* dx, const float* dxp, const int32_t* slot, int N, int C, int k) override {
-    cpu_.moe_permute_backward(dx, dxp, slot, N, C, k);
-  }
-  void moe_unpermute_forward(float* out, const float* yp, const float* gates, const int32_t* slot, int N,
-                             int C, int k) override {
-    cpu_.moe_unpermute_forward(out, yp, gates, slot, N, C, k);
-  }
-  void moe_unpermute_backward(float* dyp, float* dgates, const float* dout, const float* yp,
-                              const float* gates, const int32_t* slot, int N, int C, int k) override {
-    cpu_.moe_unpermute_backward(dyp, dgates, dout, yp, gates, slot, N, C, k);
   }
 
   // As CudaBackend::matmul_forward: bias rows first, then the plan with beta 1.

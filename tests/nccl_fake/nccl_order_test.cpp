@@ -40,6 +40,7 @@
 
 #include "data_parallel/data_parallel.hpp"
 #include "executor/executor.hpp"
+#include "kernels/backend_forwarding.hpp"
 #include "kernels/comm_group.hpp"
 #include "model/model.hpp"
 #include "pipeline_parallel/exchange.hpp"
