@@ -175,6 +175,9 @@ class Gpt {
   const TpSpec& tp() const { return opts_.tp; }
   const EpSpec& ep() const { return opts_.ep; }
   const TpDims& tp_dims() const { return dims_; }
+  // The phase the model's ops and calls run in now: 'F', 'B' ('F' again while a backward
+  // recomputes a forward), 'O'.
+  char trace_phase() const { return trace_phase_; }
   // --recompute selective as this model runs it (without context parallel): the materialised
   // attention's probabilities, or flash's log-sum-exp, not kept per layer
   bool recompute_attention() const { return opts_.recompute_attention && opts_.cp.size <= 1; }

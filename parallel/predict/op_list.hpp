@@ -1,11 +1,11 @@
 // The step as lists the step model walks (predict.hpp): each pipeline rank's executor action
 // list (the schedule generators), and per forward or backward of a model chunk the ops and
-// communication calls of the model's wiring in the order it runs them (pass_items: GEMMs with
-// their shapes, attention, elementwise ops with their element counts, the TP/SP, CP, EP
-// exchanges, ZeRO-3's gathers), then the gradient sync and the optimizer (sync_items). Tensor
-// parallel's overlapped collectives stand at their wait, after the GEMM they were posted before.
-// mpi.predict_op_list proves them equal to a profiled run's events (tests/mpi/op_list_check.py).
-// Not here: durations (predict.hpp, calibration.hpp).
+// communication calls the model runs, in its order, read off Gpt<float>'s own forward and
+// backward over a shape-only backend (pass_items, pass_record.cpp: GEMMs with their shapes,
+// attention, elementwise ops with the elements they write, the TP/SP, CP, EP and ETP exchanges
+// at their waits, ZeRO-3's gathers and reductions), then the gradient sync and the optimizer
+// (sync_items, op_list.cpp). mpi.predict_op_list proves them equal to a profiled run's events
+// (tests/mpi/op_list_check.py). Not here: durations (predict.hpp, calibration.hpp).
 #pragma once
 
 #include <cstdint>
@@ -59,8 +59,9 @@ struct PassItem {
 };
 
 // The items of one pass (phase 'F' or 'B') of model chunk `chunk` of pipeline rank `pp_rank`,
-// in the order the model runs them. `last_micro`: the backward of the last micro-batch (SP's
-// norm sums; ZeRO-3's gathers as kept or not).
+// in the order the model runs them, recorded from the model (pass_record.cpp). `first_micro`:
+// the chunk's first forward of the step (ZeRO-3's kept units gathered); `last_micro`: the
+// backward of the last micro-batch (SP's norm sums; ZeRO-3's last reduce-scatter waited).
 std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char phase, bool first_micro, bool last_micro);
 
 // One step's compute ops of pipeline rank `pp_rank` summed per (op, phase, part): units and

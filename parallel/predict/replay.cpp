@@ -32,6 +32,7 @@ comm::Communicator* ReplayComms::by_dim(const std::string& dim) const {
   if (dim == "cp") return cp;
   if (dim == "ep") return ep;
   if (dim == "edp") return edp;
+  if (dim == "etp") return etp;
   if (dim == "embedding") return pipe ? pipe->embedding : nullptr;
   if (dim == "pp") return pipe ? pipe->pp : nullptr;
   return nullptr;

@@ -51,6 +51,7 @@ inline constexpr double kSpinSeconds = 200e-6;
 struct ReplayComms {
   comm::Communicator *dp = nullptr, *tp = nullptr, *cp = nullptr, *ep = nullptr, *edp = nullptr;
   PipeEnv* pipe = nullptr;  // pipeline parallel: the pp and embedding groups
+  comm::Communicator* etp = nullptr;  // expert tensor parallel
   comm::Communicator* by_dim(const std::string& dim) const;
 };
 

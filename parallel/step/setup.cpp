@@ -188,7 +188,7 @@ void make_modelled_setup(Setup& st, const Options& o, const Plan& plan, int rank
   if (plan.degrees.pp > 1) st.pipe = PipeEnv{st.pp_comm.get(), st.embedding_comm.get(), plan.degrees.pp, pp_rank, plan.vpp};
   st.costs = std::move(costs);
   ReplayComms rc{st.dp_comm.get(), st.tp_comm.get(), st.cp_comm.get(), st.ep_comm.get(), st.edp_comm.get(),
-                 st.pipe ? &*st.pipe : nullptr};
+                 st.pipe ? &*st.pipe : nullptr, st.etp_comm.get()};
   st.replay = std::make_unique<Replay>(plan, *st.costs, rc, pp_rank, index_in(st, GroupKind::kEp, rank), st.trace);
 }
 

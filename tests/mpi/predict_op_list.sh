@@ -4,7 +4,9 @@
 # step_bench --plan-only --op-list's op and call lists exactly (op_list_check.py), and the GEMMs' and
 # attention's FLOPs per step equal the list's: GEMM shapes
 # and parts, attention, elementwise ops, TP/SP, CP ring/all-gather/Ulysses, EP with balanced
-# routing, ZeRO-1/2/3, data parallel's buckets, pipeline stages.
+# routing (expert tensor parallel and tp's sliced dispatch too), ZeRO-1/2/3, data parallel's
+# buckets, pipeline stages. The lists are read off the model (parallel/predict/pass_record.cpp),
+# so this proves the shape-only recording equal to the run.
 source "$(dirname "$0")/lib.bash"
 RUN_TIMEOUT=90
 tiny=(--model tiny --steps 2 --warmup 0 --threads 1 --profile)
@@ -35,4 +37,8 @@ case_ "cp=2 Ulysses" 2 --mesh cp=2 --cp-algo ulysses
 case_ "pp=2 1F1B, m=4" 2 --mesh pp=2 --micro-batches 4
 case_ "MoE dp=2, balanced" 2 --experts 4 --top-k 2 --routing balanced --mesh dp=2
 case_ "MoE ep=2, balanced" 2 --experts 4 --top-k 2 --routing balanced --mesh ep=2
+# 4 ranks (oversubscribed): expert tensor parallel's gathers and reduce-scatters, and tp's
+# sliced dispatch (without SP each tp rank dispatches its share of the rows, then all-reduces)
+case_ "MoE ep=2 etp=2, balanced (4 ranks)" 4 --experts 4 --top-k 2 --routing balanced --mesh ep=2,etp=2
+case_ "MoE tp=2 ep=2 etp=1, balanced (4 ranks)" 4 --experts 4 --top-k 2 --routing balanced --mesh tp=2,ep=2,etp=1
 finish

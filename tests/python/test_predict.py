@@ -244,12 +244,12 @@ def test_arrival_skews_per_call_site_apply(tmp_path):
 
 def test_uneven_expert_loads_are_waited_for_as_exposed_ep(tmp_path):
     # tiny with 8 experts, k = 2, over ep = 2 (4 local experts): N = 4 x 64 = 256 tokens per
-    # rank. Under hot-expert half of each rank's tokens choose the hot expert (256 rows from the
-    # two ranks) and the other 3 x 256 - 128 choices spread over the 7 others (109.7 rows each
-    # from the two): the busiest EP rank computes 256 + 3 x 109.7 = 585.1 rows, the group's mean
-    # rank N k = 512. Communication is free and only GEMMs cost time, so the mean rank's wait,
-    # its exposed ep, is (1 - 512 / 585.1) of the busiest rank's expert GEMMs (each expert's
-    # rows rounded as its GEMM shape: 256 and 110), fc and proj, forward and backward (2x).
+    # rank. Under hot-expert half of each rank's tokens choose the hot expert (128 pairs) and the
+    # other 2 x 256 - 128 = 384 choices spread over the 7 others in whole pairs (55, 55, 55, 55,
+    # 55, 55, 54); EP rank 0 holds the hot expert and the next three and receives as much from
+    # the other rank: 256 + 3 x 110 = 586 rows, the group's mean rank N k = 512. Communication is
+    # free and only GEMMs cost time, so the mean rank's wait, its exposed ep, is (1 - 512 / 586)
+    # of the busiest rank's expert GEMMs, fc and proj, forward and backward (2x).
     cal = tmp_path / "cal.h5"
     fits = FREE + [("all_to_all", 2, "shm", [(1, 1 << 30, 0.0, 0.0)])]
     write_cal(cal, fits, gemm_parts=("fwd", "dinput", "dweight", "bwd", "router.fwd", "router.bwd", "expert.fc.fwd",
@@ -259,7 +259,7 @@ def test_uneven_expert_loads_are_waited_for_as_exposed_ep(tmp_path):
     hot = plan(cal, *moe, "--routing", "hot-expert", world=2)
     assert even["exposed_s"].get("ep", 0.0) == pytest.approx(0.0, abs=1e-12)
     C, F, layers = 64, 256, 2
-    busiest = 256 + 3 * (2 * 256 - 128) / 7 * 2
+    busiest = 256 + 3 * 110
     expert_gemms = NS * 2 * C * F * (256 + 3 * 110) * 2 * 3 * layers  # fc + proj, forward 1x + backward 2x
     assert hot["exposed_s"]["ep"] == pytest.approx((1 - 512 / busiest) * expert_gemms, rel=1e-9)
     r = hot["per_rank"][0]
