@@ -10,7 +10,8 @@
 #   1. the GPU is usable (a GPU that nvidia-smi sees but CUDA cannot use is a failure);
 #   2. the CUDA parity tests: every op and one whole step, fp32 and bf16, against the CPU
 #      reference, and three steps against the bf16 host emulation (engine_tests CudaParity*);
-#   3. step_bench --device cuda --check at 1 rank, fp32 and bf16;
+#   3. step_bench --device cuda --check at 1 rank, fp32 and bf16; a profiled CUDA step's ops
+#      against the op list the step model reads off the model (tests/mpi/op_list_check.py);
 #   4. a timed bf16 step_bench: MFU against the measured cuBLAS peaks and the datasheet, with
 #      flash attention and then the materialised one (--attention naive);
 #   5. the data-parallel step at N ranks (--mesh dp=N --backend nccl --check; on one GPU two
@@ -123,6 +124,7 @@ plan_checks() {
   _plan_row usable "gpu usable" "device 0" 10 120 ""
   _plan_row parity "cuda parity" "engine_tests CudaParity*" 45 240 ""
   for dt in fp32 bf16; do _plan_row stepcheck "step_bench --check" "n=1, $dt, tiny" 15 120 "$dt"; done
+  _plan_row oplist "op list" "n=1, fp32, tiny, events vs --op-list" 10 120 ""
   for plan in flash naive; do _plan_row timed "step_bench timed" "n=1, bf16, medium, $plan" 35 180 "$plan"; done
   # the strategies: two GPUs over NCCL, or two ranks sharing one GPU over MPI
   if ((ngpu > 1)); then
@@ -351,6 +353,19 @@ run_check() { # KIND NAME CONFIG CAP ARGS
       limited "$cap" mpiexec -n 1 "$BIN/step_bench" --device cuda --dtype "$dt" --check --model tiny \
         --kv-heads 2 --steps 3 --warmup 1 >"$log" 2>&1 || rc=$?
       verdict "$name" "$config" "$rc" "$log" ;;
+    oplist) # the CUDA step's profiled ops against the list the step model reads off the model
+      log="$out/op_list.txt"
+      if ! python3 -c 'import h5py' 2>/dev/null; then
+        row "$name" "$config" "skipped" "python3 has no h5py (scripts/install-deps.sh installs it)"
+        return
+      fi
+      limited "$cap" mpiexec -n 1 "$BIN/step_bench" --device cuda --dtype fp32 --model tiny --attention flash \
+        --steps 2 --warmup 0 --profile -O "$out/op_list.h5" >"$log" 2>&1 || rc=$?
+      if [[ $rc == 0 ]]; then
+        python3 tests/mpi/op_list_check.py "$out/op_list.h5" "$BIN/step_bench" --model tiny --world 1 \
+          --attention flash >>"$log" 2>&1 || rc=$?
+      fi
+      verdict "$name" "$config" "$rc" "$log" "$(tail -n 1 "$log" | cut -c1-100)" ;;
     timed)
       log="$out/step_timed_$args.txt"
       limited "$cap" mpiexec -n 1 "$BIN/step_bench" --device cuda --dtype bf16 --model medium "${timed_steps[@]}" \
