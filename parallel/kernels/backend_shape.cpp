@@ -17,24 +17,36 @@ ShapeBackend<S>::~ShapeBackend() {
   for (const auto& [p, len] : maps_) munmap(p, len);
 }
 
+// Allocations are carved from reservations of at least kReserve bytes (one mmap for a whole
+// model instead of one per buffer, which dominated a plan search's time), 64-byte aligned; a
+// released buffer's bytes are not reused (they were never committed unless written).
 template <typename S>
 void* ShapeBackend<S>::alloc(std::size_t bytes) {
-  const std::size_t len = std::max<std::size_t>(bytes, 1);
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  maps_[p] = len;
+  constexpr std::size_t kReserve = std::size_t{1} << 36, kAlign = 64;  // 64 GiB of address space
+  const std::size_t len = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  if (next_ == nullptr || len > left_) {
+    const std::size_t size = std::max(kReserve, len);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    maps_[p] = size;
+    next_ = static_cast<char*>(p);
+    left_ = size;
+  }
+  void* p = next_;
+  next_ += len;
+  left_ -= len;
+  sizes_[p] = len;
   return p;
 }
 
 template <typename S>
 void ShapeBackend<S>::release(void* p) noexcept {
-  auto it = maps_.find(p);
-  if (it == maps_.end()) return;
+  auto it = sizes_.find(p);
+  if (it == sizes_.end()) return;
   const char* lo = static_cast<const char*>(p);
   const char* hi = lo + it->second;
   for (auto d = data_.lower_bound(lo); d != data_.end() && d->first < hi;) d = data_.erase(d);
-  munmap(p, it->second);
-  maps_.erase(it);
+  sizes_.erase(it);  // its written pages stay committed until the backend goes: a few KB
 }
 
 template <typename S>

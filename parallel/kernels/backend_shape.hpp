@@ -2,7 +2,7 @@
 // op list off Gpt<S>'s own forward and backward over it (predict/op_list.cpp), at any size, a
 // 405B plan included. Every layer op only counts the elements it writes (take_elements); no
 // float is computed. Its memory is real host memory reserved without being committed
-// (mmap MAP_NORESERVE): a buffer nothing writes costs no RAM. What the host reads back is
+// (mmap MAP_NORESERVE, carved from one reservation): a buffer nothing writes costs no RAM. What the host reads back is
 // computed: the bytes it uploads (token ids) and the mixture-of-experts routing, whose
 // token-expert pairs come from `pairs` instead of a router (moe_topk_forward writes an
 // assignment with exactly those pairs per expert, moe_plan runs the CPU kernel on it, so
@@ -130,7 +130,10 @@ class ShapeBackend final : public Backend<S> {
   Pairs pairs_;
   int stripes_;
   double elements_ = 0;
-  std::map<void*, std::size_t> maps_;                 // mapping -> its length
+  std::map<void*, std::size_t> maps_;                 // reservation -> its length
+  std::map<void*, std::size_t> sizes_;                // allocation -> its (aligned) length
+  char* next_ = nullptr;                              // the current reservation's free bytes
+  std::size_t left_ = 0;
   std::map<const char*, const char*> data_;           // [lo, hi) byte ranges holding values, disjoint
 };
 
