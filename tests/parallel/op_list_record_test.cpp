@@ -11,8 +11,10 @@
 
 #include "comm/mesh.hpp"
 #include "core/routing.hpp"
+#include "kernels/backend_emulated.hpp"
 #include "kernels/backend_shape.hpp"
 #include "kernels/flops.hpp"
+#include "model/model.hpp"
 #include "predict/op_list.hpp"
 #include "step/rules.hpp"
 
@@ -105,6 +107,58 @@ TEST(OpListRecord, ExpertTensorParallelCallsAreListed) {
   }
   EXPECT_EQ(gathers, 2 * p.model.moe_blocks());
   EXPECT_EQ(scatters, p.model.moe_blocks());
+}
+
+// A one-rank step of the model itself over `be` (weights initialised, random tokens, MoE blocks
+// on balanced routing), traced: its ops in order against the list's compute items (kind, part,
+// phase, GEMM shape, and the FLOPs of the GEMMs and attention).
+void expect_trace_is_the_list(const Plan& p, Backend<float>& be, const std::string& name) {
+  Gpt<float> m(p.model, be, plan_rank_options(p, 0));
+  m.init_weights(3);
+  const int64_t N = p.model.tokens();
+  if (p.model.experts > 0)
+    m.moe().set_assignment([&](int layer, const int32_t*, int step, int32_t* idx) {
+      const core::RoutingShape s{11u + unsigned(layer), step, 0, size_t(N), p.model.experts, p.model.top_k, 1};
+      const std::vector<int> a = core::assign_experts(core::Routing{core::RoutingMode::kBalanced, 0}, s);
+      std::copy(a.begin(), a.end(), idx);
+    });
+  std::vector<int32_t> tok(static_cast<size_t>(N)), tgt(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tok[size_t(i)] = int32_t((i * 7 + 3) % p.model.vocab), tgt[size_t(i)] = int32_t((i * 5 + 1) % p.model.vocab);
+  std::vector<OpEvent> ev;
+  m.set_trace(&ev, 0, 0);
+  m.zero_grad();
+  m.forward(tok.data(), tgt.data());
+  m.backward(1.0f, true);
+  std::vector<PassItem> list;
+  for (char ph : {'F', 'B'})
+    for (PassItem& it : pass_items(p, 0, 0, ph, true, true))
+      if (!it.comm) list.push_back(std::move(it));
+  ASSERT_EQ(ev.size(), list.size()) << name;
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const OpEvent& e = ev[i];
+    const PassItem& it = list[i];
+    EXPECT_TRUE(e.op == it.op && e.part == it.part && e.phase == it.phase && e.m == it.m && e.n == it.n && e.k == it.k)
+        << name << " op " << i << ": the run's " << op_name(e.op) << " " << e.part << " " << e.phase << " " << e.m << "x"
+        << e.n << "x" << e.k << ", the list's " << op_name(it.op) << " " << it.part << " " << it.phase << " " << it.m
+        << "x" << it.n << "x" << it.k;
+    if (e.flops > 0) EXPECT_DOUBLE_EQ(e.flops, it.units) << name << " op " << i;
+  }
+}
+
+TEST(OpListRecord, AModelStepRunsTheListInOrder) {
+  // the CPU reference and the bf16 emulation of the CUDA backend's numerics: the same wiring
+  const std::vector<std::pair<std::string, void (*)(Plan&)>> plans = {
+      {"dense", nullptr},
+      {"flash, GQA, untied", [](Plan& p) { p.flash = true, p.model.kv_heads = 2, p.model.tied = false; }},
+      {"recompute selective", [](Plan& p) { p.recompute = "selective"; }},
+      {"recompute full", [](Plan& p) { p.recompute = "full"; }},
+      {"MoE, balanced", [](Plan& p) { p.model.experts = 4, p.routing.mode = core::RoutingMode::kBalanced; }},
+  };
+  for (const auto& [name, set] : plans) {
+    const Plan p = make("dp=1", 1, set);
+    expect_trace_is_the_list(p, cpu_backend<float>(), name + " (cpu)");
+    expect_trace_is_the_list(p, emulated_backend(Precision::kBf16), name + " (bf16 emulation)");
+  }
 }
 
 TEST(ShapeBackend, KeepsOnlyTheValuesTheHostReads) {
