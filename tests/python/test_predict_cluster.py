@@ -171,8 +171,9 @@ def test_published_check_prints_every_run(tmp_path):
     c = tmp_path / "c.toml"
     c.write_text(cluster_text())
     runs = tmp_path / "runs.txt"
-    runs.write_text(f"# a comment\nA | 1.0 s | test | {c} | --world 2 --model tiny --mesh tp=2\n"
-                    f"B | 2.0 TFLOP/s | test | {c} | --world 4 --model tiny --mesh tp=2,dp=2\n")
+    # (the tolerances: wide enough for any figure, so the exit code is the tolerance's alone)
+    runs.write_text(f"# a comment\nA | 1.0 s | test | {c} | --world 2 --model tiny --mesh tp=2 | 1e9% | a cause\n"
+                    f"B | 2.0 TFLOP/s | test | {c} | --world 4 --model tiny --mesh tp=2,dp=2 | 1e9%\n")
     out = tmp_path / "rows.json"
     script = os.path.join(ROOT, "scripts", "published-check")
     p = subprocess.run([script, "--runs", str(runs), "--json", str(out)], capture_output=True, text=True)
@@ -181,9 +182,19 @@ def test_published_check_prints_every_run(tmp_path):
     assert (a["label"], b["label"]) == ("A", "B")
     assert a["error"] == pytest.approx(a["predicted_s"] / 1.0 - 1)
     assert b["error"] == pytest.approx(2.0 / b["predicted_tflops"] - 1)  # in step-time terms: published / predicted
+    assert a["within"] and a["tolerance"] == pytest.approx(1e7) and a["cause"] == "a cause" and b["cause"] == ""
     assert "| A | test |" in p.stdout and "| 1 s |" in p.stdout and "| 2 TFLOP/s |" in p.stdout
+    assert "| a cause |" in p.stdout and "2 within their tolerance" in p.stdout
+    # a run outside its tolerance (0%: any error) is exit 1, marked and named; the default is 10%
+    runs.write_text(f"A | 1.0 s | test | {c} | --world 2 --model tiny --mesh tp=2 | 0%\n"
+                    f"B | 2.0 TFLOP/s | test | {c} | --world 4 --model tiny --mesh tp=2,dp=2\n")
+    p = subprocess.run([script, "--runs", str(runs), "--json", str(out)], capture_output=True, text=True)
+    a, b = json.loads(out.read_text())["runs"]
+    assert p.returncode == 1 and not a["within"] and b["tolerance"] == pytest.approx(0.10), p.stdout
+    assert "| 0% **outside** |" in p.stdout and "outside it A (" in p.stdout, p.stdout
     for text, needle in (("A | fast s | test | c.toml | --world 2\n", "runs.txt:1: published 'fast s' is not a number"),
                          ("A | 1.0 min | test | c.toml | --world 2\n", "the unit must be s or TFLOP/s"),
+                         ("A | 1.0 s | test | c.toml | --world 2 | ten\n", "runs.txt:1: tolerance 'ten': want a percentage"),
                          ("A | 1.0 s | test | --world 2\n", "runs.txt:1: want 'label | published | source | cluster")):
         runs.write_text(text)
         p = subprocess.run([script, "--runs", str(runs)], capture_output=True, text=True)
