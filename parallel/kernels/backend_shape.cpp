@@ -18,8 +18,9 @@ ShapeBackend<S>::~ShapeBackend() {
 }
 
 // Allocations are carved from reservations of at least kReserve bytes (one mmap for a whole
-// model instead of one per buffer, which dominated a plan search's time), 64-byte aligned; a
-// released buffer's bytes are not reused (they were never committed unless written).
+// model instead of one per buffer, which dominated a plan search's time), 64-byte aligned. A
+// released buffer's bytes are never handed out again, so release() has nothing to do: what it
+// wrote (a few KB of routing state) stays committed, and marked, until the backend goes.
 template <typename S>
 void* ShapeBackend<S>::alloc(std::size_t bytes) {
   constexpr std::size_t kReserve = std::size_t{1} << 36, kAlign = 64;  // 64 GiB of address space
@@ -35,18 +36,7 @@ void* ShapeBackend<S>::alloc(std::size_t bytes) {
   void* p = next_;
   next_ += len;
   left_ -= len;
-  sizes_[p] = len;
   return p;
-}
-
-template <typename S>
-void ShapeBackend<S>::release(void* p) noexcept {
-  auto it = sizes_.find(p);
-  if (it == sizes_.end()) return;
-  const char* lo = static_cast<const char*>(p);
-  const char* hi = lo + it->second;
-  for (auto d = data_.lower_bound(lo); d != data_.end() && d->first < hi;) d = data_.erase(d);
-  sizes_.erase(it);  // its written pages stay committed until the backend goes: a few KB
 }
 
 template <typename S>

@@ -52,7 +52,7 @@ class ShapeBackend final : public Backend<S> {
   std::string name() const override { return "shape"; }
   compute::MemKind mem() const override { return compute::MemKind::kDevice; }  // the host reads it by download only
   void* alloc(std::size_t bytes) override;
-  void release(void* p) noexcept override;
+  void release(void*) noexcept override {}  // alloc() never reuses bytes (backend_shape.cpp)
   void upload(void* dst, const void* host, std::size_t bytes) override;
   void download(void* host, const void* src, std::size_t bytes) override;
   void zero(void* p, std::size_t bytes) override;
@@ -131,7 +131,6 @@ class ShapeBackend final : public Backend<S> {
   int stripes_;
   double elements_ = 0;
   std::map<void*, std::size_t> maps_;                 // reservation -> its length
-  std::map<void*, std::size_t> sizes_;                // allocation -> its (aligned) length
   char* next_ = nullptr;                              // the current reservation's free bytes
   std::size_t left_ = 0;
   std::map<const char*, const char*> data_;           // [lo, hi) byte ranges holding values, disjoint
