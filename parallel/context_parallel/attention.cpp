@@ -73,7 +73,7 @@ void CpAttention<S>::pairs_with(int j, std::vector<Pair>& out) const {
   const CpChunks theirs = cp_chunks(T_, cp_, j);
   for (int a = 0; a < mine_.count; ++a)
     for (int k = 0; k < theirs.count; ++k)
-      if (theirs.start[k] <= mine_.start[a] + mine_.len - 1) out.push_back({a, j, k});
+      if (cp_pair_sees(mine_, a, theirs, k)) out.push_back({a, j, k});
 }
 
 template <typename S>

@@ -43,6 +43,12 @@ struct CpChunks {
   int start[2] = {0, 0};
 };
 CpChunks cp_chunks(int T, const CpSpec& cp, int rank);
+// Whether query chunk a of `mine` sees anything of key chunk k of `theirs` under the causal
+// mask: its last query position is at or after the key chunk's first (ring and all-gather
+// compute only such pairs).
+inline bool cp_pair_sees(const CpChunks& mine, int a, const CpChunks& theirs, int k) {
+  return theirs.start[k] <= mine.start[a] + mine.len - 1;
+}
 
 // Local row i of a sample-major (B, T) array: the rows of this rank in chunk-major order.
 // Fills `rows` with the flat (b x T + position) index of each local row.

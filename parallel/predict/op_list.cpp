@@ -27,14 +27,8 @@ GptOptions plan_rank_options(const Plan& plan, int pp_rank) {
   return mo;
 }
 
-namespace {
-
-constexpr int kSb = 4;  // fp32 activations and gradients
-
-// The dimensions whose calls the executor posts and waits on later (PassItem::posted).
 bool posted_dim(const std::string& dim) { return dim == "dp" || dim == "edp"; }
 
-}  // namespace
 
 SyncItems sync_items(const Plan& plan, int pp_rank) {
   const GptOptions mo = plan_rank_options(plan, pp_rank);
@@ -52,7 +46,7 @@ SyncItems sync_items(const Plan& plan, int pp_rank) {
   // The tied embedding's copies (pipeline parallel): the embedding group's all-reduce of wte.
   if (plan.degrees.pp > 1 && plan.model.tied && (pp_rank == 0 || pp_rank == plan.degrees.pp - 1)) {
     const TpDims td = tp_dims(plan.model, mo.tp, mo.cp);
-    call(s.grad_sync, "embedding", "all_reduce", uint64_t(td.vocab) * plan.model.hidden * kSb, 2, 'G');
+    call(s.grad_sync, "embedding", "all_reduce", uint64_t(td.vocab) * plan.model.hidden * kItemScalarBytes, 2, 'G');
   }
   if (plan.zero == 0) {
     // data parallel's buckets (data_parallel.hpp), the expert tensors over edp
@@ -60,7 +54,7 @@ SyncItems sync_items(const Plan& plan, int pp_rank) {
     const std::vector<std::pair<int64_t, int64_t>> ranges =
         plan.experts_placed() ? moe_expert_ranges(Gpt<float>::layout_of(plan.model, mo), plan.model)
                               : std::vector<std::pair<int64_t, int64_t>>{};
-    const int64_t be = bucket_elements(plan, P, kSb);
+    const int64_t be = bucket_elements(plan, P, kItemScalarBytes);
     auto piece = [&](uint64_t bytes, int64_t bucket_lo) {  // a bucket's piece, posted when the bucket is final
       const size_t n = s.grad_sync.size();
       call(s.grad_sync, "dp", "all_reduce", bytes, d, 'G');
@@ -71,19 +65,19 @@ SyncItems sync_items(const Plan& plan, int pp_rank) {
       int64_t lo = blo;
       for (const auto& [elo, ehi] : ranges) {
         if (ehi <= lo || elo >= hi) continue;
-        if (elo > lo) piece(uint64_t(elo - lo) * kSb, blo);
+        if (elo > lo) piece(uint64_t(elo - lo) * kItemScalarBytes, blo);
         lo = std::max(lo, ehi);
       }
-      if (lo < hi) piece(uint64_t(hi - lo) * kSb, blo);
+      if (lo < hi) piece(uint64_t(hi - lo) * kItemScalarBytes, blo);
     }
     // the expert tensors after the buckets, one all-reduce per expert range (DataParallel::finish)
-    for (const auto& [elo, ehi] : ranges) call(s.grad_sync, "edp", "all_reduce", uint64_t(ehi - elo) * kSb, edp, 'G');
+    for (const auto& [elo, ehi] : ranges) call(s.grad_sync, "edp", "all_reduce", uint64_t(ehi - elo) * kItemScalarBytes, edp, 'G');
   } else if (d > 1) {
     const std::vector<Unit> units = Gpt<float>::units_of(plan.model, mo);
     if (plan.zero < 3)
-      for (auto it = units.rbegin(); it != units.rend(); ++it) call(s.grad_sync, "dp", "reduce_scatter", uint64_t(it->hi - it->lo) * kSb, d, 'G');
+      for (auto it = units.rbegin(); it != units.rend(); ++it) call(s.grad_sync, "dp", "reduce_scatter", uint64_t(it->hi - it->lo) * kItemScalarBytes, d, 'G');
     if (plan.zero < 3)
-      for (const Unit& u : units) call(s.optimizer, "dp", "all_gather", uint64_t(u.hi - u.lo) * kSb, d, 'O');
+      for (const Unit& u : units) call(s.optimizer, "dp", "all_gather", uint64_t(u.hi - u.lo) * kItemScalarBytes, d, 'O');
   }
   PassItem adam;
   adam.op = Op::kAdamW;

@@ -23,6 +23,12 @@ namespace meshbench::parallel {
 // rank's sizes are the same): ZeRO's layout, the stage. plan_memory and the step model use it.
 GptOptions plan_rank_options(const Plan& plan, int pp_rank);
 
+// The bytes of one element of the lists' payloads: fp32 activations and gradients.
+inline constexpr int kItemScalarBytes = 4;
+// The dimensions whose calls the executor posts and waits on later (PassItem::posted): data
+// parallel's and the experts' gradient reductions and ZeRO's calls.
+bool posted_dim(const std::string& dim);
+
 // One entry of a pass: a compute op (its kind, part, GEMM shape, and units: FLOPs for a GEMM
 // or attention, elements for the elementwise ops) or a communication call (its dimension,
 // collective, payload S and group size).

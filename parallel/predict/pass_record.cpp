@@ -26,7 +26,7 @@ namespace meshbench::parallel {
 namespace {
 
 using S = float;
-constexpr int kScalarBytes = sizeof(S);
+static_assert(sizeof(S) == kItemScalarBytes);
 
 // Integer pairs per expert from real-valued targets: floors, then the remainder one by one to
 // the largest fractions, then to any expert with room (each at most N), summing to N k.
@@ -91,7 +91,6 @@ class Recorder {
   std::vector<OpEvent> events;  // the model's trace sink
   bool on = false;              // recording (a backward's forward runs first, unrecorded)
   const Gpt<S>* model = nullptr;
-  bool sync_gathers = false;    // ZeRO-3's prefetch: gathers after the pass's first are completed by polls
 
   // Gpt's poll after every timed op: the op just traced becomes an item.
   void after_op() {
@@ -144,8 +143,7 @@ class RecordingGroup final : public GroupComm<S> {
   int rank() const override { return rank_; }
   void set_layer(int) override {}
   void all_reduce(S* x, int64_t n) override {
-    if (holds(x, n))
-      for (int64_t i = 0; i < n; ++i) x[i] *= static_cast<S>(size_);
+    sum(x, n);
     rec_.call(dim_, "all_reduce", bytes(n), size_);
   }
   void all_reduce_max(S*, int64_t n) override { rec_.call(dim_, "all_reduce", bytes(n), size_); }
@@ -170,8 +168,7 @@ class RecordingGroup final : public GroupComm<S> {
     rec_.call(dim_, "all_to_allv", bytes(std::max(r, s)), size_);
   }
   int post_all_reduce(S* x, int64_t n) override {
-    if (holds(x, n))
-      for (int64_t i = 0; i < n; ++i) x[i] *= static_cast<S>(size_);
+    sum(x, n);
     return keep("all_reduce", bytes(n));
   }
   int post_all_gather(S* full, const S* part, int64_t n) override {
@@ -194,11 +191,15 @@ class RecordingGroup final : public GroupComm<S> {
   }
 
  private:
-  static uint64_t bytes(int64_t n) { return uint64_t(n) * kScalarBytes; }
+  static uint64_t bytes(int64_t n) { return uint64_t(n) * kItemScalarBytes; }
   bool holds(const S* p, int64_t n) const { return be_.holds_data(p, sizeof(S) * size_t(n)); }
   void copy(S* dst, const S* src, int64_t n) {
     std::memmove(dst, src, sizeof(S) * size_t(n));
     be_.mark(dst, sizeof(S) * size_t(n));
+  }
+  void sum(S* x, int64_t n) {  // size_ copies of this rank's values
+    if (holds(x, n))
+      for (int64_t i = 0; i < n; ++i) x[i] *= static_cast<S>(size_);
   }
   void gather(S* full, const S* part, int64_t n) {
     if (holds(part, n))
@@ -245,7 +246,7 @@ class RecordingResidency final : public Residency<S> {
   std::vector<size_t> gathers, scatters;  // the items they made
 
  private:
-  uint64_t bytes(int u) const { return uint64_t(units_[size_t(u)].hi - units_[size_t(u)].lo) * kScalarBytes; }
+  uint64_t bytes(int u) const { return uint64_t(units_[size_t(u)].hi - units_[size_t(u)].lo) * kItemScalarBytes; }
   Recorder& rec_;
   const std::vector<Unit>& units_;
   bool calls_;
@@ -265,7 +266,7 @@ int busiest_cp_rank(const GptConfig& c, const CpSpec& cp) {
     for (int j = 0; j < cp.size; ++j) {
       const CpChunks theirs = cp_chunks(c.seq, cp, j);
       for (int a = 0; a < mine.count; ++a)
-        for (int k = 0; k < theirs.count; ++k) n += theirs.start[k] <= mine.start[a] + mine.len - 1 ? 1 : 0;
+        for (int k = 0; k < theirs.count; ++k) n += cp_pair_sees(mine, a, theirs, k) ? 1 : 0;
     }
     if (n > most) most = n, best = r;
   }
@@ -358,7 +359,7 @@ std::vector<PassItem> pass_items(const Plan& plan, int pp_rank, int chunk, char 
     for (size_t i : res->scatters) items[i].overlapped = plan.overlap;
     if (last_micro && chunk == 0 && !res->scatters.empty()) items[res->scatters.back()].overlapped = false;
   }
-  for (PassItem& it : items) it.posted = it.comm && (it.dim == "dp" || it.dim == "edp");
+  for (PassItem& it : items) it.posted = it.comm && posted_dim(it.dim);
   mark_expert_idle(items, plan, mo);
   return items;
 }
